@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "agent/agent.h"
+#include "conf/config.h"
+#include "systemd/curl-loop.h"
+#include "systemd/log.h"
+
+/* Exit codes of DESIGN.md §2. */
+enum {
+        EXIT_CLEAN_STOP = 0,
+        EXIT_CONFIG_ERROR = 1,
+        EXIT_STARTUP_FAILURE = 2,
+};
+
+static void help(void) {
+        printf("Usage: kvolumed [--config PATH]\n"
+               "       kvolumed --check-config [--config PATH]\n"
+               "       kvolumed --version | --help\n"
+               "\n"
+               "Kubernetes CSI volume node agent: sets up and tears down the CSI volumes of the\n"
+               "pods bound to this node, at kubelet's paths.\n"
+               "\n"
+               "  -c --config PATH   configuration file (default: " CONFIG_DEFAULT_PATH ")\n"
+               "     --check-config  validate the configuration, print the effective settings\n"
+               "                     and exit 0, or print FILE:LINE: reason and exit 1\n"
+               "  -h --help          show this help\n"
+               "     --version       show the version\n"
+               "\n"
+               "Signals: SIGTERM/SIGINT stop (volumes stay), SIGHUP reloads the configuration.\n");
+}
+
+int main(int argc, char *argv[]) {
+        enum { ARG_CHECK_CONFIG = 0x100, ARG_VERSION };
+        static const struct option options[] = {
+                { "config", required_argument, NULL, 'c' },
+                { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                {},
+        };
+        _cleanup_(config_freep) Config *config = NULL;
+        _cleanup_(agent_freep) Agent *agent = NULL;
+        _cleanup_free_ char *error = NULL;
+        const char *config_path = CONFIG_DEFAULT_PATH;
+        bool check_config = false;
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, "c:h", options, NULL)) >= 0)
+                switch (c) {
+                case 'c':
+                        config_path = optarg;
+                        break;
+                case ARG_CHECK_CONFIG:
+                        check_config = true;
+                        break;
+                case 'h':
+                        help();
+                        return EXIT_CLEAN_STOP;
+                case ARG_VERSION:
+                        printf("kvolumed " KVOLUMED_VERSION "\n");
+                        return EXIT_CLEAN_STOP;
+                default:
+                        fprintf(stderr, "Try 'kvolumed --help'.\n");
+                        return EXIT_CONFIG_ERROR;
+                }
+        if (optind < argc) {
+                fprintf(stderr, "kvolumed: unexpected argument \"%s\"; try 'kvolumed --help'.\n", argv[optind]);
+                return EXIT_CONFIG_ERROR;
+        }
+
+        r = config_load(config_path, &config, &error);
+        if (r < 0) {
+                fprintf(stderr, "%s\n", error ? error : strerror(-r));
+                return EXIT_CONFIG_ERROR;
+        }
+        if (check_config) {
+                config_print(config, stdout);
+                return fflush(stdout) == 0 ? EXIT_CLEAN_STOP : EXIT_CONFIG_ERROR;
+        }
+
+        log_setup();
+        log_set_max_level(config->log_level);
+
+        if (curl_loop_global_init() < 0)
+                return EXIT_STARTUP_FAILURE;
+        r = agent_new(config_path, TAKE_PTR(config), &agent);
+        if (r < 0)
+                return EXIT_STARTUP_FAILURE;
+        r = agent_run(agent);
+        return r < 0 ? EXIT_STARTUP_FAILURE : EXIT_CLEAN_STOP;
+}

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* Checks of names that come from outside (configuration, the API, drivers).
+ * Each returns 0 when valid and -EINVAL otherwise.  They sit in the bottom
+ * layer because conf/, k8s/ and csi/ all need them and may not include each other. */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* RFC 1123 subdomain as Kubernetes checks it: ≤253 chars, lowercase
+ * alphanumerics, '-' and '.', each label starting and ending alphanumeric. */
+int validate_dns1123_subdomain(const char *s);
+/* RFC 1123 label: ≤63 chars, lowercase alphanumerics and '-', alphanumeric ends. */
+int validate_dns1123_label(const char *s);
+/* CSI driver name (CSI spec GetPluginInfo): ≤63 chars, alphanumerics, '-',
+ * '.', and alphanumeric first and last characters. */
+int validate_csi_driver_name(const char *s);
+/* A single path component we may create: not empty, not "." or "..", no '/',
+ * no NUL (by construction) and at most 255 bytes. */
+int validate_path_component(const char *s);
+/* An absolute, normalised path: starts with '/', no "." or ".." components,
+ * no empty components ("//"), no trailing '/' (except "/" itself). */
+int validate_absolute_path(const char *s);
+
+/* "unix:///abs/path" → the path, which must be absolute and fit sun_path.
+ * *ret_path points into s. */
+int unix_endpoint_path(const char *s, const char **ret_path);

@@ -128,10 +128,11 @@ int agent_reload(Agent *a) {
                 return r;
         }
         warn_restart_needed(a->config, new);
+        /* Said at the old level, so that the reload which quietens the log is still seen. */
+        log_info("Configuration reloaded, log level %s", log_level_to_string(new->log_level));
         log_set_max_level(new->log_level);
         config_free(a->config);
         a->config = TAKE_PTR(new);
-        log_info("Configuration reloaded");
         (void) notify_ready();
         return 0;
 }

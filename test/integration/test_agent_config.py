@@ -1,0 +1,133 @@
+"""The configuration contract of DESIGN.md §2 as the binary exposes it."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from integration.agent_fixtures import REPO_DIR, SHARED_DIR
+
+DEFAULT_LISTING = """\
+agent.node-name = {node}
+agent.root-dir = /var/lib/kubelet
+agent.resync-interval = 5m
+kubernetes.kubeconfig = /etc/kvolumed/kubeconfig
+kubernetes.server = 
+kubernetes.token-file = 
+kubernetes.certificate-authority = 
+kubernetes.client-certificate = 
+kubernetes.client-key = 
+csi.registration-dir = /var/lib/kubelet/plugins_registry
+csi.call-timeout = 2m
+csi.max-parallel = 64
+csi.republish-interval = 1m
+metrics.listen = 127.0.0.1:10284
+log.level = info
+"""
+
+
+def run(binary, *args):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=10)
+
+
+def write(tmp_path, text, name="k.conf"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_version_and_help(kvolumed_bin):
+    r = run(kvolumed_bin, "--version")
+    assert r.returncode == 0
+    assert re.fullmatch(r"kvolumed \d+\.\d+\.\d+\n", r.stdout)
+    r = run(kvolumed_bin, "--help")
+    assert r.returncode == 0
+    assert "--check-config" in r.stdout and "--config PATH" in r.stdout
+
+
+def test_bad_option_exits_1(kvolumed_bin):
+    r = run(kvolumed_bin, "--no-such-option")
+    assert r.returncode == 1
+    r = run(kvolumed_bin, "stray-argument")
+    assert r.returncode == 1
+    assert 'unexpected argument "stray-argument"' in r.stderr
+
+
+def test_example_file_passes_check_config(kvolumed_bin):
+    r = run(kvolumed_bin, "--check-config", "--config", os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
+    assert r.returncode == 0, r.stderr
+    node = r.stdout.splitlines()[0].split(" = ")[1]
+    assert r.stdout == DEFAULT_LISTING.format(node=node)
+
+
+def test_design_example_block_is_accepted(kvolumed_bin, tmp_path):
+    """Every key of DESIGN.md §2's INI block is accepted as written there."""
+    design = open(os.path.join(SHARED_DIR, "DESIGN.md")).read()
+    block = re.search(r"```ini\n(.*?)```", design, re.S).group(1)
+    assert "[driver " in block and "republish-interval" in block
+    r = run(kvolumed_bin, "--check-config", "--config", write(tmp_path, block))
+    assert r.returncode == 0, r.stderr
+    assert 'driver "hostpath.csi.k8s.io".endpoint = unix:///var/lib/kubelet/plugins/csi-hostpath/csi.sock' in r.stdout
+    assert "kubernetes.kubeconfig = /etc/kvolumed/kubeconfig" in r.stdout
+
+
+def test_readme_reference_matches_check_config(kvolumed_bin):
+    """The README's configuration reference is the --check-config listing of
+    the example file, so the two cannot drift apart."""
+    readme = open(os.path.join(REPO_DIR, "README.md")).read()
+    block = re.search(r"<!-- check-config -->\n```\n(.*?)```", readme, re.S).group(1)
+    r = run(kvolumed_bin, "--check-config", "--config", os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
+    node = r.stdout.splitlines()[0].split(" = ")[1]
+    assert block == r.stdout.replace(f"agent.node-name = {node}\n", "agent.node-name = <host name>\n")
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[agent]\nnode-name = n\n\nfoo = 1\n", 'k.conf:4: unknown key "foo" in section [agent]'),
+        ("[agent]\nnode-name = n\n[kubelet]\n",
+         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", metrics, log)'),
+        ("[agent]\nnode-name = n\n[log]\n[agent]\n", "k.conf:4: section [agent] repeated (first on line 1)"),
+        ("[agent]\nnode-name = n\n[csi]\ncall-timeout = soon\n",
+         'k.conf:4: call-timeout: "soon" is not a positive duration (an integer with ms, s, m or h, e.g. 90s)'),
+        ("[agent]\nnode-name = n\n[metrics]\nlisten = *:80\n",
+         'k.conf:4: listen: "*:80" is not a listen address (IPV4:PORT, [IPV6]:PORT or localhost:PORT)'),
+        ('[agent]\nnode-name = n\n[driver "x.y"]\nendpoint = unix://rel/sock\n',
+         'k.conf:4: endpoint: "unix://rel/sock" is not a unix:// endpoint with an absolute socket path '
+         "(shorter than 108 bytes)"),
+        ("[agent]\nnode-name = UPPER\n",
+         "k.conf:2: node-name: \"UPPER\" is not a valid node name (a DNS-1123 subdomain: lowercase letters, "
+         "digits, '-' and '.')"),
+        ("[agent]\nroot-dir = relative\n", 'k.conf:2: root-dir: "relative" is not an absolute, normalised path'),
+    ],
+)
+def test_config_errors_name_file_and_line(kvolumed_bin, tmp_path, text, message):
+    path = write(tmp_path, text)
+    for args in (["--check-config", "--config", path], ["--config", path]):
+        r = run(kvolumed_bin, *args)
+        assert r.returncode == 1
+        assert r.stderr == f"{tmp_path}/{message}\n"
+        assert r.stdout == ""
+
+
+def test_unreadable_file(kvolumed_bin, tmp_path):
+    r = run(kvolumed_bin, "--check-config", "--config", str(tmp_path / "missing.conf"))
+    assert r.returncode == 1
+    assert r.stderr == f"{tmp_path}/missing.conf: cannot read: No such file or directory\n"
+    d = tmp_path / "dir.conf"
+    d.mkdir()
+    r = run(kvolumed_bin, "--check-config", "--config", str(d))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{d}: cannot read: ")
+
+
+def test_effective_settings_include_defaults(kvolumed_bin, tmp_path):
+    path = write(tmp_path, "[agent]\nnode-name = n1\n[csi]\nmax-parallel = 3\n[log]\nlevel = debug\n")
+    r = run(kvolumed_bin, "--check-config", "--config", path)
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    assert lines[0] == "agent.node-name = n1"
+    assert "csi.max-parallel = 3" in lines
+    assert "log.level = debug" in lines
+    assert "agent.resync-interval = 5m" in lines
+    assert len(lines) == 15

@@ -1,0 +1,83 @@
+"""Start, readiness, stop, reload and watchdog of the real daemon."""
+import signal
+import time
+
+import pytest
+
+from integration.agent_fixtures import write_config
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ready_then_prompt_clean_stop(start_agent, agent_config, notify_socket, sig):
+    agent = start_agent(agent_config, notify=notify_socket)
+    notify_socket.wait_for("READY=1")
+    status = notify_socket.wait_for("STATUS=Running on node test-node")
+    assert status
+    started = time.monotonic()
+    agent.signal(sig)
+    notify_socket.wait_for("STOPPING=1", timeout=1.0)
+    assert agent.wait(timeout=2) == 0
+    assert time.monotonic() - started < 1.0
+    out = agent.output()
+    assert "info: kvolumed 0." in out and "starting for node test-node" in out
+    assert "stopping; volumes stay as they are" in out
+    assert "kvolumed stopped" in out
+
+
+def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_socket):
+    root = tmp_path / "root"
+    root.mkdir()
+    config = write_config(tmp_path / "k.conf", str(root))
+    agent = start_agent(config, notify=notify_socket)
+    notify_socket.wait_for("READY=1")
+
+    write_config(tmp_path / "k.conf", str(root), "[log]\nlevel = warning\n")
+    agent.signal(signal.SIGHUP)
+    reloading = notify_socket.wait_for("RELOADING=1")
+    assert any(line.startswith("MONOTONIC_USEC=") for line in reloading.split("\n"))
+    notify_socket.wait_for("READY=1")
+    agent.wait_for_log("info: Configuration reloaded, log level warning")
+
+    # At level warning, the info line of the next reload is no longer written,
+    # while a change that needs a restart is named as a warning.
+    write_config(tmp_path / "k.conf", str(tmp_path), "[log]\nlevel = warning\n")
+    agent.signal(signal.SIGHUP)
+    notify_socket.wait_for("READY=1")
+    agent.wait_for_log(f'warning: Configuration changed: "agent.root-dir = {tmp_path}" takes effect at the next restart')
+    assert agent.output().count("Configuration reloaded") == 1
+    assert agent.proc.poll() is None
+
+
+def test_sighup_with_bad_config_keeps_running(start_agent, tmp_path, notify_socket):
+    root = tmp_path / "root"
+    root.mkdir()
+    config = write_config(tmp_path / "k.conf", str(root))
+    agent = start_agent(config, notify=notify_socket)
+    notify_socket.wait_for("READY=1")
+    with open(config, "a") as f:
+        f.write("bogus = 1\n")
+    agent.signal(signal.SIGHUP)
+    notify_socket.wait_for("READY=1")
+    lines = 8  # write_config writes 7 lines; ours comes next
+    agent.wait_for_log(f'err: Keeping the running configuration: {config}:{lines}: unknown key "bogus" in section [metrics]')
+    assert agent.proc.poll() is None
+    agent.signal(signal.SIGTERM)
+    assert agent.wait() == 0
+
+
+def test_watchdog_pings_when_requested(start_agent, agent_config, notify_socket):
+    agent = start_agent(agent_config, notify=notify_socket, env={"WATCHDOG_USEC": "200000"})
+    notify_socket.wait_for("READY=1")
+    messages = notify_socket.drain(1.0)
+    pings = [m for m in messages if "WATCHDOG=1" in m.split("\n")]
+    # Every 100 ms (half the interval) for one second; allow for a loaded machine.
+    assert len(pings) >= 4, messages
+    agent.signal(signal.SIGTERM)
+    assert agent.wait() == 0
+
+
+def test_no_watchdog_pings_without_request(start_agent, agent_config, notify_socket):
+    start_agent(agent_config, notify=notify_socket)
+    notify_socket.wait_for("READY=1")
+    messages = notify_socket.drain(0.5)
+    assert not [m for m in messages if "WATCHDOG=1" in m.split("\n")]

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* kubelet's on-disk layout and names (reference/kubelet-facts.md §1-§3), so
+ * that drivers, the container runtime and a kubelet find volumes where they
+ * expect them.  Paths are relative to root-dir (no leading '/'), because every
+ * file operation goes through a root-dir descriptor (volume/rootdir.h).
+ * Every function validates the names it puts into a path and returns -EINVAL
+ * for one that could escape or is malformed; nothing is built from an
+ * unchecked name. */
+
+#include "systemd/macro.h"
+
+#define CSI_PLUGIN_NAME "kubernetes.io/csi"
+#define CSI_PLUGIN_NAME_ESCAPED "kubernetes.io~csi"
+#define VOL_DATA_FILE "vol_data.json"
+
+/* "csi-" + 64 hex digits + NUL */
+#define CSI_HASH_NAME_MAX 69
+
+/* Ephemeral inline volume handle: "csi-" + hex(sha256(podUID + volumeName)). */
+int csi_ephemeral_handle(const char *pod_uid, const char *volume_name, char ret[static CSI_HASH_NAME_MAX]);
+/* VolumeAttachment name: "csi-" + hex(sha256(handle + driver + nodeName)). */
+int csi_attachment_name(const char *handle, const char *driver, const char *node_name,
+                        char ret[static CSI_HASH_NAME_MAX]);
+/* Unique name in Node.status.volumesAttached/volumesInUse:
+ * "kubernetes.io/csi/<driver>^<handle>". */
+int csi_unique_volume_name(const char *driver, const char *handle, char **ret);
+
+/* A pod UID as the API server makes it: 36 chars, 8-4-4-4-12 lowercase hex. */
+int validate_pod_uid(const char *uid);
+
+/* pods/<uid>/volumes/kubernetes.io~csi/<specName> — the per-pod volume dir,
+ * holding vol_data.json and the publish target "mount". */
+int path_pod_volume_dir(const char *pod_uid, const char *spec_name, char **ret);
+/* pods/<uid>/volumes/kubernetes.io~csi/<specName>/mount — NodePublish target. */
+int path_publish_target(const char *pod_uid, const char *spec_name, char **ret);
+/* plugins/kubernetes.io/csi/<driver>/<hex(sha256(handle))> — the staging
+ * volume dir, holding vol_data.json and "globalmount". */
+int path_staging_volume_dir(const char *driver, const char *handle, char **ret);
+/* .../<sha>/globalmount — NodeStage target. */
+int path_staging_target(const char *driver, const char *handle, char **ret);
+
+/* Raw block (§1.3). */
+int path_block_map_dir(const char *spec_name, char **ret);     /* plugins/kubernetes.io/csi/volumeDevices/<spec>/dev */
+int path_block_data_dir(const char *spec_name, char **ret);    /* .../volumeDevices/<spec>/data */
+int path_block_staging(const char *spec_name, char **ret);     /* .../volumeDevices/staging/<spec> */
+int path_block_publish(const char *spec_name, const char *pod_uid, char **ret); /* .../publish/<spec>/<uid> */
+int path_pod_device_dir(const char *pod_uid, char **ret);      /* pods/<uid>/volumeDevices/kubernetes.io~csi */

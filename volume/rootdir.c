@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include "systemd/log.h"
+#include "volume/rootdir.h"
+
+#define RESOLVE_SAFE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+
+static int openat_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+        struct open_how how = {
+                .flags = (uint64_t) flags | O_CLOEXEC,
+                .mode = (flags & O_CREAT) ? mode : 0,
+                .resolve = RESOLVE_SAFE,
+        };
+        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+        return fd < 0 ? -errno : (int) fd;
+}
+
+static bool relpath_ok(const char *p) {
+        /* Relative, normalised: openat2 would refuse ".." escapes anyway, but a
+         * clear -EINVAL is easier to diagnose than -EXDEV. */
+        if (isempty(p) || p[0] == '/')
+                return false;
+        for (const char *c = p;;) {
+                const char *slash = strchr(c, '/');
+                size_t n = slash ? (size_t) (slash - c) : strlen(c);
+                if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                if (!slash)
+                        return true;
+                c = slash + 1;
+        }
+}
+
+/* Splits relpath into an open descriptor of its parent and its last component. */
+static int open_parent(RootDir *r, const char *relpath, int *ret_fd, const char **ret_name) {
+        const char *slash = strrchr(relpath, '/');
+        _cleanup_free_ char *parent = NULL;
+        int fd;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        if (!slash) {
+                fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 3);
+                if (fd < 0)
+                        return -errno;
+                *ret_fd = fd;
+                *ret_name = relpath;
+                return 0;
+        }
+        parent = strndup(relpath, slash - relpath);
+        if (!parent)
+                return -ENOMEM;
+        fd = openat_beneath(r->fd, parent, O_DIRECTORY | O_RDONLY, 0);
+        if (fd < 0)
+                return fd;
+        *ret_fd = fd;
+        *ret_name = slash + 1;
+        return 0;
+}
+
+int root_dir_open(const char *path, RootDir **ret) {
+        _cleanup_(root_dir_freep) RootDir *r = NULL;
+
+        if (isempty(path) || path[0] != '/')
+                return -EINVAL;
+        r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->fd = -1;
+        r->path = strdup(path);
+        if (!r->path)
+                return -ENOMEM;
+        if (mkdir(path, 0750) < 0 && errno != EEXIST)
+                return log_error_errno(errno, "Failed to create root-dir %s: %m", path);
+        r->fd = open(path, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+        if (r->fd < 0)
+                return log_error_errno(errno, "Failed to open root-dir %s: %m", path);
+        *ret = TAKE_PTR(r);
+        return 0;
+}
+
+RootDir *root_dir_free(RootDir *r) {
+        if (!r)
+                return NULL;
+        if (r->fd >= 0)
+                close(r->fd);
+        free(r->path);
+        free(r);
+        return NULL;
+}
+
+int root_dir_open_dir(RootDir *r, const char *relpath, int *ret_fd) {
+        int fd;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        fd = openat_beneath(r->fd, relpath, O_DIRECTORY | O_RDONLY, 0);
+        if (fd < 0)
+                return fd;
+        *ret_fd = fd;
+        return 0;
+}
+
+int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd) {
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *copy = NULL;
+        char *save = NULL;
+        bool created = false;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        copy = strdup(relpath);
+        if (!copy)
+                return -ENOMEM;
+        fd = fcntl(r->fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        /* One component at a time, each opened beneath its parent's descriptor:
+         * a component replaced by a symlink between mkdir and open is refused. */
+        for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+                int child;
+                created = false;
+                if (mkdirat(fd, c, mode) == 0)
+                        created = true;
+                else if (errno != EEXIST)
+                        return -errno;
+                child = openat_beneath(fd, c, O_DIRECTORY | O_RDONLY | O_NOFOLLOW, 0);
+                if (child < 0)
+                        return child;
+                close(fd);
+                fd = child;
+        }
+        if (ret_fd)
+                *ret_fd = TAKE_FD(fd);
+        return created ? 1 : 0;
+}
+
+int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
+                        bool durable) {
+        _cleanup_close_ int dirfd = -1, fd = -1;
+        const char *name;
+        char tmp[300];
+        int rr;
+
+        rr = open_parent(r, relpath, &dirfd, &name);
+        if (rr < 0)
+                return rr;
+        if (snprintf(tmp, sizeof tmp, ".%s.tmp-%d", name, (int) getpid()) >= (int) sizeof tmp)
+                return -ENAMETOOLONG;
+        (void) unlinkat(dirfd, tmp, 0);
+        fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd < 0)
+                return -errno;
+        for (size_t done = 0; done < size;) {
+                ssize_t n = write(fd, (const char *) data + done, size - done);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        rr = -errno;
+                        goto fail;
+                }
+                done += (size_t) n;
+        }
+        if (fchmod(fd, mode) < 0 || (durable && fsync(fd) < 0)) {
+                rr = -errno;
+                goto fail;
+        }
+        if (renameat(dirfd, tmp, dirfd, name) < 0) {
+                rr = -errno;
+                goto fail;
+        }
+        if (durable && fsync(dirfd) < 0)
+                return -errno;
+        return 0;
+fail:
+        (void) unlinkat(dirfd, tmp, 0);
+        return rr;
+}
+
+int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **ret, size_t *ret_size) {
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *buf = NULL;
+        struct stat st;
+        size_t have = 0;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        fd = openat_beneath(r->fd, relpath, O_RDONLY | O_NOFOLLOW, 0);
+        if (fd < 0)
+                return fd;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADF;
+        if ((uint64_t) st.st_size > max_size)
+                return -EFBIG;
+        buf = malloc(max_size + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n = read(fd, buf + have, max_size + 1 - have);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                have += (size_t) n;
+                if (have > max_size)
+                        return -EFBIG;
+        }
+        buf[have] = '\0';
+        if (ret_size)
+                *ret_size = have;
+        *ret = TAKE_PTR(buf);
+        return 0;
+}
+
+static int remove_entry(RootDir *r, const char *relpath, int flags) {
+        _cleanup_close_ int dirfd = -1;
+        const char *name;
+        int rr = open_parent(r, relpath, &dirfd, &name);
+
+        if (rr == -ENOENT)
+                return 0;
+        if (rr < 0)
+                return rr;
+        if (unlinkat(dirfd, name, flags) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        return 0;
+}
+
+int root_dir_rmdir(RootDir *r, const char *relpath) {
+        return remove_entry(r, relpath, AT_REMOVEDIR);
+}
+
+int root_dir_unlink(RootDir *r, const char *relpath) {
+        return remove_entry(r, relpath, 0);
+}
+
+int root_dir_exists(RootDir *r, const char *relpath) {
+        int fd;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        fd = openat_beneath(r->fd, relpath, O_PATH | O_NOFOLLOW, 0);
+        if (fd == -ENOENT)
+                return 0;
+        if (fd < 0)
+                return fd;
+        close(fd);
+        return 1;
+}
+
+int root_dir_is_mount_point(RootDir *r, const char *relpath) {
+        _cleanup_close_ int fd = -1;
+        struct statx sx;
+
+        if (!relpath_ok(relpath))
+                return -EINVAL;
+        fd = openat_beneath(r->fd, relpath, O_PATH | O_NOFOLLOW, 0);
+        if (fd < 0)
+                return fd;
+        if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) < 0)
+                return -errno;
+        if (!(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+                return -EOPNOTSUPP;
+        return !!(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+int root_dir_sync(RootDir *r) {
+        return syncfs(r->fd) < 0 ? -errno : 0;
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* File operations under root-dir that cannot escape it.  Every path is
+ * relative to an open descriptor of root-dir and resolved with openat2()
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, so a symlink
+ * planted anywhere on the way (by a driver, a pod or an attacker) makes the
+ * operation fail with -ELOOP/-EXDEV instead of acting outside root-dir.
+ * Removal is rmdir/unlink of single entries, never recursive. */
+
+#include <sys/types.h>
+
+#include "systemd/macro.h"
+
+typedef struct RootDir {
+        int fd;
+        char *path;
+} RootDir;
+
+/* Opens root-dir, creating it (0750) when missing. */
+int root_dir_open(const char *path, RootDir **ret);
+RootDir *root_dir_free(RootDir *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(RootDir *, root_dir_free);
+
+/* Opens a directory below root-dir (O_DIRECTORY|O_CLOEXEC, read-only). */
+int root_dir_open_dir(RootDir *r, const char *relpath, int *ret_fd);
+
+/* Creates relpath and its missing parents with "mode"; existing directories
+ * are kept as they are.  Returns 1 when the last component was created, 0 when
+ * it existed.  ret_fd, if not NULL, receives an open descriptor of it. */
+int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd);
+
+/* Writes a file atomically: a temporary file in the same directory, renamed
+ * over relpath.  With "durable", the file and its directory are fsync'ed;
+ * without, the caller makes a batch durable at once with root_dir_sync(). */
+int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
+                        bool durable);
+
+/* Reads a regular file of at most max_size bytes; NUL-terminated. */
+int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **ret, size_t *ret_size);
+
+/* Removes one empty directory / one non-directory entry.  -ENOENT is
+ * returned as 0: removal is idempotent. */
+int root_dir_rmdir(RootDir *r, const char *relpath);
+int root_dir_unlink(RootDir *r, const char *relpath);
+
+/* 1 if relpath exists, 0 if not, -errno on other errors (ELOOP for a symlink). */
+int root_dir_exists(RootDir *r, const char *relpath);
+
+/* 1 if relpath is the root of a mount, 0 if not. */
+int root_dir_is_mount_point(RootDir *r, const char *relpath);
+
+/* Makes every write so far durable: one syncfs() of root-dir's file system. */
+int root_dir_sync(RootDir *r);

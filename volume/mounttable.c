@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <libmount.h>
+
+#include "systemd/log.h"
+#include "volume/mounttable.h"
+
+struct MountTable {
+        sd_event *event;
+        char *root_dir;
+        size_t root_len;
+        struct libmnt_monitor *monitor;
+        sd_event_source *monitor_source;
+        mount_table_changed_t changed;
+        void *userdata;
+        char **targets; /* sorted, unique */
+        size_t n_targets;
+};
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static void free_targets(MountTable *t) {
+        for (size_t i = 0; i < t->n_targets; i++)
+                free(t->targets[i]);
+        free(t->targets);
+        t->targets = NULL;
+        t->n_targets = 0;
+}
+
+static bool under_root(MountTable *t, const char *target) {
+        return strncmp(target, t->root_dir, t->root_len) == 0 && target[t->root_len] == '/';
+}
+
+int mount_table_refresh(MountTable *t) {
+        struct libmnt_table *tb = mnt_new_table();
+        struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
+        struct libmnt_fs *fs;
+        char **targets = NULL;
+        size_t n = 0, allocated = 0;
+        int r;
+
+        if (!tb || !it) {
+                r = -ENOMEM;
+                goto out;
+        }
+        r = mnt_table_parse_file(tb, "/proc/self/mountinfo");
+        if (r < 0) {
+                log_warning_errno(r, "Failed to read /proc/self/mountinfo: %m");
+                goto out;
+        }
+        while (mnt_table_next_fs(tb, it, &fs) == 0) {
+                const char *target = mnt_fs_get_target(fs);
+                if (!target || !under_root(t, target))
+                        continue;
+                if (n == allocated) {
+                        size_t want = allocated ? 2 * allocated : 64;
+                        char **nt = reallocarray(targets, want, sizeof *nt);
+                        if (!nt) {
+                                r = -ENOMEM;
+                                goto out;
+                        }
+                        targets = nt;
+                        allocated = want;
+                }
+                targets[n] = strdup(target);
+                if (!targets[n]) {
+                        r = -ENOMEM;
+                        goto out;
+                }
+                n++;
+        }
+        qsort(targets, n, sizeof *targets, cmp_str);
+        /* Stacked mounts on one target count once. */
+        size_t unique = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (unique > 0 && streq(targets[unique - 1], targets[i])) {
+                        free(targets[i]);
+                        continue;
+                }
+                targets[unique++] = targets[i];
+        }
+        free_targets(t);
+        t->targets = TAKE_PTR(targets);
+        t->n_targets = unique;
+        n = 0;
+        r = 0;
+out:
+        for (size_t i = 0; i < n; i++)
+                free(targets[i]);
+        free(targets);
+        mnt_free_iter(it);
+        mnt_unref_table(tb);
+        return r;
+}
+
+static int on_monitor(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MountTable *t = userdata;
+        const char *filename;
+        int type;
+        bool changed = false;
+
+        /* next_change() reads the pending events itself (and so drains the fd). */
+        while (mnt_monitor_next_change(t->monitor, &filename, &type) == 0)
+                changed = true;
+        if (!changed)
+                return 0;
+        if (mount_table_refresh(t) >= 0 && t->changed)
+                t->changed(t, t->userdata);
+        return 0;
+}
+
+int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t changed, void *userdata,
+                    MountTable **ret) {
+        _cleanup_(mount_table_freep) MountTable *t = NULL;
+        int fd, r;
+
+        t = calloc(1, sizeof *t);
+        if (!t)
+                return -ENOMEM;
+        t->root_dir = strdup(root_dir);
+        if (!t->root_dir)
+                return -ENOMEM;
+        t->root_len = strlen(root_dir);
+        t->changed = changed;
+        t->userdata = userdata;
+
+        if (event) {
+                t->event = sd_event_ref(event);
+                t->monitor = mnt_new_monitor();
+                if (!t->monitor)
+                        return -ENOMEM;
+                r = mnt_monitor_enable_kernel(t->monitor, 1);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to monitor the mount table: %m");
+                fd = mnt_monitor_get_fd(t->monitor);
+                if (fd < 0)
+                        return log_error_errno(fd, "Failed to monitor the mount table: %m");
+                r = sd_event_add_io(event, &t->monitor_source, fd, EPOLLIN, on_monitor, t);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to watch the mount table monitor: %m");
+                (void) sd_event_source_set_description(t->monitor_source, "mount-table");
+        }
+        r = mount_table_refresh(t);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(t);
+        return 0;
+}
+
+MountTable *mount_table_free(MountTable *t) {
+        if (!t)
+                return NULL;
+        sd_event_source_disable_unref(t->monitor_source);
+        mnt_unref_monitor(t->monitor);
+        sd_event_unref(t->event);
+        free_targets(t);
+        free(t->root_dir);
+        free(t);
+        return NULL;
+}
+
+bool mount_table_is_mounted(MountTable *t, const char *abs_path) {
+        const char *key = abs_path;
+        return bsearch(&key, t->targets, t->n_targets, sizeof *t->targets, cmp_str) != NULL;
+}
+
+size_t mount_table_count(MountTable *t) {
+        return t->n_targets;
+}
+
+const char *mount_table_target(MountTable *t, size_t i) {
+        return i < t->n_targets ? t->targets[i] : NULL;
+}

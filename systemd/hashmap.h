@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* A map from strings to pointers: open addressing with linear probing.  Keys
+ * are copied; values are the caller's.  Iteration order is unspecified, and
+ * removing during iteration is allowed only for the current entry
+ * (hashmap_iterate + hashmap_remove of the key just returned). */
+
+#include <stddef.h>
+
+#include "systemd/macro.h"
+
+typedef struct Hashmap Hashmap;
+
+Hashmap *hashmap_new(void);
+/* Frees the map and its keys; values are left to the caller. */
+Hashmap *hashmap_free(Hashmap *h);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Hashmap *, hashmap_free);
+
+/* Adds or replaces; *ret_old (optional) receives a replaced value. 0 or -ENOMEM. */
+int hashmap_put(Hashmap *h, const char *key, void *value, void **ret_old);
+void *hashmap_get(const Hashmap *h, const char *key);
+/* Removes the entry and returns its value (NULL when absent). */
+void *hashmap_remove(Hashmap *h, const char *key);
+size_t hashmap_size(const Hashmap *h);
+
+/* for (size_t i = 0; hashmap_iterate(h, &i, &key, &value);) ... */
+bool hashmap_iterate(const Hashmap *h, size_t *state, const char **ret_key, void **ret_value);

@@ -1,0 +1,338 @@
+"""gRPC services of the mock driver: csi.v1 Identity and Node on the CSI
+socket, pluginregistration.Registration on the registration socket, and the
+process life cycle (start, ready line, clean stop).
+
+Every RPC goes through Driver.call(), which in order: takes the per-volume
+operation lock (ABORTED if taken), applies the method's faults (delay, hang,
+queued error, crash), does the work, and appends one line to the call log.
+"""
+import concurrent.futures
+import os
+import signal
+import sys
+import threading
+import time
+
+import grpc
+
+from . import faults as faults_mod
+from . import stubs
+from .volumes import CSIError, VolumeManager, DEFAULT_SIZE
+
+ALL_NODE_CAPS = ("STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME", "VOLUME_CONDITION",
+                 "SINGLE_NODE_MULTI_WRITER", "VOLUME_MOUNT_GROUP")
+DEFAULT_CAPS = ("STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME")
+MAX_UNIX_PATH = 107  # sun_path is 108 bytes including the NUL
+
+
+class Settings:
+    """Everything the control API may change while the driver runs."""
+
+    FIELDS = ("name", "vendor_version", "node_id", "caps", "max_volumes_per_node", "topology",
+              "probe_ready", "auto_create", "default_size", "registration_type",
+              "registration_versions", "registration_endpoint")
+
+    def __init__(self, **kw):
+        self.name = "mock.csi.kvolumed.io"
+        self.vendor_version = "0.1.0"
+        self.node_id = "node-1"
+        self.caps = set(DEFAULT_CAPS)
+        self.max_volumes_per_node = 0
+        self.topology = {}
+        self.probe_ready = True
+        self.auto_create = True
+        self.default_size = DEFAULT_SIZE
+        self.tmpfs = False
+        self.registration_type = "CSIPlugin"
+        self.registration_versions = ["1.0.0"]
+        self.registration_endpoint = ""
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def to_json(self):
+        d = {k: getattr(self, k) for k in self.FIELDS}
+        d["caps"] = sorted(self.caps)
+        d["tmpfs"] = self.tmpfs
+        return d
+
+    def update(self, changes):
+        for k, v in changes.items():
+            if k not in self.FIELDS:
+                raise ValueError("unknown or read-only setting %r" % k)
+            if k == "caps":
+                bad = set(v) - set(ALL_NODE_CAPS)
+                if bad:
+                    raise ValueError("unknown capabilities %s" % sorted(bad))
+                v = set(v)
+            if k == "registration_versions" and not isinstance(v, list):
+                raise ValueError("registration_versions must be a list")
+            setattr(self, k, v)
+
+
+def _socket_path(endpoint):
+    path = endpoint[len("unix://"):] if endpoint.startswith("unix://") else \
+        endpoint[len("unix:"):] if endpoint.startswith("unix:") else endpoint
+    path = os.path.abspath(path)
+    if len(path.encode()) > MAX_UNIX_PATH:
+        raise SystemExit("socket path longer than %d bytes: %s" % (MAX_UNIX_PATH, path))
+    return path
+
+
+class Driver:
+    def __init__(self, endpoint, state_dir, settings, registration_dir=None,
+                 control_socket=None, call_log=None):
+        self.pb, self.pb_grpc, self.reg_pb, self.reg_pb_grpc = stubs.load()
+        self.settings = settings
+        self.state_dir = os.path.abspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+        self.socket_path = _socket_path(endpoint)
+        self.registration_dir = registration_dir
+        self.control_socket = _socket_path(control_socket or os.path.join(self.state_dir, "control.sock"))
+        self.faults = faults_mod.FaultTable()
+        self.log = faults_mod.CallLog(call_log or os.path.join(self.state_dir, "calls.jsonl"),
+                                      self.pb.csi_secret)
+        self.volumes = VolumeManager(self.state_dir, settings, self.pb)
+        self.registrations = []  # NotifyRegistrationStatus calls received
+        self.stopping = False
+        self.stop_requested = threading.Event()
+        self.cleanup_on_stop = True
+        self.server = None
+        self.reg_server = None
+        self.control = None
+
+    # ---- the per-call pipeline ----------------------------------------------
+    def call(self, method, request, context, work):
+        t0 = time.time()
+        entry = {"time": t0, "method": method, "pid": os.getpid(),
+                 "request": self.log.request_json(request)}
+        vid = getattr(request, "volume_id", "") if method.startswith("Node") else ""
+        plan = {}
+        locked = False
+        resp = None
+        try:
+            if vid:
+                self.volumes.acquire_op(vid)
+                locked = True
+            plan = self.faults.begin(method)
+            if plan:
+                entry["fault"] = {k: v for k, v in plan.items() if v}
+            if plan.get("delay"):
+                time.sleep(plan["delay"])
+            if plan.get("hang") == "before":
+                self.faults.block(method)
+            err = plan.get("error")
+            if plan.get("crash") == "before":
+                self._crash(entry, "before")
+            if err and err["when"] == "before":
+                raise CSIError(faults_mod.parse_code(err["code"]), err["message"])
+            with self.volumes.lock:
+                if self.stopping:
+                    raise CSIError(grpc.StatusCode.UNAVAILABLE, "driver is shutting down")
+                resp = work(request, plan)
+            if plan.get("hang") == "after":
+                self.faults.block(method)
+            if plan.get("crash") == "after":
+                self._crash(entry, "after")
+            if err:
+                raise CSIError(faults_mod.parse_code(err["code"]), err["message"])
+            entry.update(code="OK", message="")
+        except CSIError as e:
+            entry.update(code=e.code.name, message=e.message)
+        except Exception as e:  # a bug here or a failing mount(8): INTERNAL, like a Go driver
+            entry.update(code="INTERNAL", message="%s: %s" % (type(e).__name__, e))
+        finally:
+            if locked:
+                self.volumes.release_op(vid)
+        entry["duration"] = round(time.time() - t0, 6)
+        self.log.record(entry)
+        if entry["code"] != "OK":
+            context.abort(grpc.StatusCode[entry["code"]], entry["message"])
+        return resp
+
+    def _crash(self, entry, when):
+        entry.update(code="CRASH", message="crash injected %s the work" % when,
+                     duration=round(time.time() - entry["time"], 6))
+        self.log.record(entry)
+        sys.stdout.flush()
+        os._exit(faults_mod.CRASH_EXIT_CODE)
+
+    # ---- Identity -----------------------------------------------------------
+    def _plugin_info(self, req, plan):
+        return self.pb.GetPluginInfoResponse(name=self.settings.name,
+                                             vendor_version=self.settings.vendor_version)
+
+    def _plugin_caps(self, req, plan):
+        S = self.pb.PluginCapability.Service
+        caps = []
+        if self.settings.topology:
+            caps.append(self.pb.PluginCapability(service=S(type=S.VOLUME_ACCESSIBILITY_CONSTRAINTS)))
+        return self.pb.GetPluginCapabilitiesResponse(capabilities=caps)
+
+    def _probe(self, req, plan):
+        from google.protobuf import wrappers_pb2
+        return self.pb.ProbeResponse(ready=wrappers_pb2.BoolValue(value=bool(self.settings.probe_ready)))
+
+    # ---- Node -----------------------------------------------------------------
+    def _node_caps(self, req, plan):
+        C = self.pb.NodeServiceCapability
+        return self.pb.NodeGetCapabilitiesResponse(capabilities=[
+            C(rpc=C.RPC(type=C.RPC.Type.Value(name))) for name in ALL_NODE_CAPS
+            if name in self.settings.caps])
+
+    def _node_info(self, req, plan):
+        s = self.settings
+        node_id = s.node_id
+        segments = dict(s.topology)
+        over = plan.get("oversize")
+        if over:
+            pad = "x" * int(over["bytes"])
+            if over.get("field", "node_id") == "node_id":
+                node_id = node_id + pad
+            else:
+                segments["mock.csi.kvolumed.io/pad"] = pad
+        resp = self.pb.NodeGetInfoResponse(node_id=node_id, max_volumes_per_node=int(s.max_volumes_per_node))
+        if segments:
+            resp.accessible_topology.segments.update(segments)
+        return resp
+
+    def _stage(self, req, plan):
+        self.volumes.stage(req)
+        return self.pb.NodeStageVolumeResponse()
+
+    def _unstage(self, req, plan):
+        self.volumes.unstage(req)
+        return self.pb.NodeUnstageVolumeResponse()
+
+    def _publish(self, req, plan):
+        self.volumes.publish(req)
+        return self.pb.NodePublishVolumeResponse()
+
+    def _unpublish(self, req, plan):
+        self.volumes.unpublish(req)
+        return self.pb.NodeUnpublishVolumeResponse()
+
+    def _stats(self, req, plan):
+        resp = self.pb.NodeGetVolumeStatsResponse(usage=self.volumes.stats(req))
+        if "VOLUME_CONDITION" in self.settings.caps:
+            resp.volume_condition.abnormal = False
+            resp.volume_condition.message = "volume is healthy"
+        return resp
+
+    def _expand(self, req, plan):
+        return self.pb.NodeExpandVolumeResponse(capacity_bytes=self.volumes.expand(req))
+
+    # ---- Registration ---------------------------------------------------------
+    def _reg_info(self, req, plan):
+        s = self.settings
+        return self.reg_pb.PluginInfo(type=s.registration_type, name=s.name,
+                                      endpoint=s.registration_endpoint or self.socket_path,
+                                      supported_versions=list(s.registration_versions))
+
+    def _reg_notify(self, req, plan):
+        self.registrations.append({"time": time.time(), "plugin_registered": req.plugin_registered,
+                                   "error": req.error})
+        return self.reg_pb.RegistrationStatusResponse()
+
+    # ---- servicers ------------------------------------------------------------
+    def _servicer(self, base, table):
+        drv = self
+
+        def make(name, fn):
+            return lambda self_, request, context: drv.call(name, request, context, fn)
+        return type("Mock" + base.__name__, (base,), {n: make(n, f) for n, f in table.items()})()
+
+    def _new_server(self):
+        return grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=64), options=[
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+
+    @staticmethod
+    def _bind(server, path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)  # stale socket of a killed predecessor
+        if server.add_insecure_port("unix:" + path) == 0:
+            raise SystemExit("cannot listen on unix:%s" % path)
+
+    @property
+    def registration_socket(self):
+        if not self.registration_dir:
+            return None
+        return _socket_path(os.path.join(self.registration_dir, self.settings.name + "-reg.sock"))
+
+    def start_registration(self):
+        if self.reg_server is not None or not self.registration_dir:
+            return
+        srv = self._new_server()
+        self.reg_pb_grpc.add_RegistrationServicer_to_server(self._servicer(
+            self.reg_pb_grpc.RegistrationServicer,
+            {"GetInfo": self._reg_info, "NotifyRegistrationStatus": self._reg_notify}), srv)
+        self._bind(srv, self.registration_socket)
+        srv.start()
+        self.reg_server = srv
+
+    def stop_registration(self):
+        """Stop serving and remove the socket: kubelet then deregisters the driver."""
+        if self.reg_server is None:
+            return
+        self.reg_server.stop(0).wait()
+        self.reg_server = None
+        try:
+            os.unlink(self.registration_socket)
+        except FileNotFoundError:
+            pass
+
+    def start(self):
+        from .control import ControlServer
+        srv = self._new_server()
+        self.pb_grpc.add_IdentityServicer_to_server(self._servicer(self.pb_grpc.IdentityServicer, {
+            "GetPluginInfo": self._plugin_info, "GetPluginCapabilities": self._plugin_caps,
+            "Probe": self._probe}), srv)
+        self.pb_grpc.add_NodeServicer_to_server(self._servicer(self.pb_grpc.NodeServicer, {
+            "NodeGetCapabilities": self._node_caps, "NodeGetInfo": self._node_info,
+            "NodeStageVolume": self._stage, "NodeUnstageVolume": self._unstage,
+            "NodePublishVolume": self._publish, "NodeUnpublishVolume": self._unpublish,
+            "NodeGetVolumeStats": self._stats, "NodeExpandVolume": self._expand}), srv)
+        self._bind(srv, self.socket_path)
+        srv.start()
+        self.server = srv
+        self.control = ControlServer(self, self.control_socket)
+        self.control.start()
+        # The registration socket comes last: kubelet (or kvolumed) calls the
+        # CSI socket as soon as it sees it, as with node-driver-registrar.
+        self.start_registration()
+
+    def ready_line(self):
+        return "MOCKCSI READY pid=%d endpoint=unix://%s control=%s registration=%s" % (
+            os.getpid(), self.socket_path, self.control_socket, self.registration_socket or "-")
+
+    def request_stop(self, cleanup=True):
+        self.cleanup_on_stop = cleanup
+        self.stop_requested.set()
+
+    def stop(self):
+        """Stop serving; with cleanup, undo every mount and loop device."""
+        self.stop_registration()
+        with self.volumes.lock:
+            self.stopping = True
+        self.faults.release()  # hung calls return (UNAVAILABLE) instead of pinning threads
+        self.server.stop(1).wait()
+        if self.cleanup_on_stop:
+            self.volumes.teardown_all()
+        self.control.stop()
+        for p in (self.socket_path, self.control_socket):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+    def run(self):
+        """Serve until SIGTERM/SIGINT or a control /shutdown; returns the exit code."""
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop(True))
+        signal.signal(signal.SIGINT, lambda *_: self.request_stop(True))
+        self.start()
+        print(self.ready_line(), flush=True)
+        while not self.stop_requested.wait(0.2):
+            pass
+        self.stop()
+        return 0

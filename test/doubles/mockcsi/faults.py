@@ -1,0 +1,210 @@
+"""Per-method fault injection and the JSON-lines call log.
+
+Faults are keyed by bare RPC method name (`NodePublishVolume`, `Probe`,
+`GetInfo`, ...); the names are unique across the CSI and registration
+services.  A method's fault spec, all keys optional:
+
+  delay      seconds to sleep before doing anything (every call, until cleared)
+  errors     queue of {"code": "UNAVAILABLE"|14, "message": str,
+                       "when": "before"|"after"}; each call pops one.
+             "before": return the error without doing the work;
+             "after": do the work (mount, ...) and then return the error,
+             as a driver whose reply was lost or that timed out late does.
+  hang       number of upcoming calls that block until released (-1: all)
+  hang_when  "before" (default) or "after" the work
+  crash      "before" | "after": os._exit(CRASH_EXIT_CODE) during the next
+             call, before or after the work (one shot: the process is gone)
+  oversize   {"bytes": N, "field": "node_id" | "topology"}: NodeGetInfo
+             only; pads the response beyond N bytes (receive-limit tests)
+"""
+import collections
+import json
+import os
+import threading
+import time
+
+import grpc
+
+CRASH_EXIT_CODE = 86
+
+
+def parse_code(code):
+    """Accept "NOT_FOUND", "not_found", 5 or "5"; return a grpc.StatusCode."""
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int) or (isinstance(code, str) and code.isdigit()):
+        n = int(code)
+        for c in grpc.StatusCode:
+            if c.value[0] == n:
+                return c
+        raise ValueError("unknown status code %r" % code)
+    return grpc.StatusCode[str(code).upper()]
+
+
+class FaultTable:
+    def __init__(self):
+        self._lock = threading.Condition()
+        self._faults = {}
+        self._release_gen = collections.Counter()  # method -> releases so far
+        self._hung = collections.Counter()  # method -> calls now blocked
+
+    @staticmethod
+    def _new_entry():
+        return {"delay": 0.0, "errors": collections.deque(), "hang": 0, "hang_when": "before",
+                "crash": None, "oversize": None}
+
+    def _entry(self, method):
+        return self._faults.setdefault(method, self._new_entry())
+
+    def set(self, method, spec):
+        """Merge spec into the method's faults; "errors" are appended to the queue."""
+        with self._lock:
+            # Apply to a copy: a bad spec must leave the table untouched.
+            cur = self._entry(method) if method in self._faults else None
+            e = dict(cur or self._new_entry(), errors=collections.deque((cur or {}).get("errors", ())))
+            for key, val in spec.items():
+                if key == "errors":
+                    for err in val:
+                        parse_code(err.get("code"))  # validate now, not at call time
+                        when = err.get("when", "before")
+                        if when not in ("before", "after"):
+                            raise ValueError("errors[].when must be before|after")
+                        e["errors"].append({"code": parse_code(err["code"]).name,
+                                            "message": err.get("message", ""), "when": when})
+                elif key == "delay":
+                    e["delay"] = float(val)
+                elif key == "hang":
+                    e["hang"] = -1 if val is True else int(val)
+                elif key == "hang_when":
+                    if val not in ("before", "after"):
+                        raise ValueError("hang_when must be before|after")
+                    e["hang_when"] = val
+                elif key == "crash":
+                    if val not in (None, "before", "after"):
+                        raise ValueError("crash must be before|after|null")
+                    e["crash"] = val
+                elif key == "oversize":
+                    if val is not None and val.get("field", "node_id") not in ("node_id", "topology"):
+                        raise ValueError("oversize.field must be node_id|topology")
+                    e["oversize"] = val
+                else:
+                    raise ValueError("unknown fault key %r" % key)
+            self._faults[method] = e
+
+    def clear(self, method=None):
+        with self._lock:
+            if method is None:
+                self._faults.clear()
+            else:
+                self._faults.pop(method, None)
+        self.release(method)
+
+    def release(self, method=None):
+        """Unblock the calls hanging now (all methods if None); returns how many."""
+        with self._lock:
+            methods = [method] if method else list(self._hung)
+            n = 0
+            for m in methods:
+                n += self._hung[m]
+                self._release_gen[m] += 1
+            self._lock.notify_all()
+            return n
+
+    def hung(self):
+        with self._lock:
+            return {m: n for m, n in self._hung.items() if n}
+
+    def snapshot(self):
+        with self._lock:
+            return {m: dict(e, errors=list(e["errors"])) for m, e in self._faults.items()}
+
+    def begin(self, method):
+        """Called at the start of a call: returns the plan for this call."""
+        with self._lock:
+            e = self._faults.get(method)
+            if not e:
+                return {}
+            plan = {"delay": e["delay"], "crash": e["crash"], "oversize": e["oversize"]}
+            if e["errors"]:
+                plan["error"] = e["errors"].popleft()
+            if e["hang"]:
+                plan["hang"] = e["hang_when"]
+                if e["hang"] > 0:
+                    e["hang"] -= 1
+            return plan
+
+    def block(self, method):
+        """Block until release(method) or release(None) is called."""
+        with self._lock:
+            gen = self._release_gen[method]
+            self._hung[method] += 1
+            try:
+                while self._release_gen[method] == gen:
+                    self._lock.wait()
+            finally:
+                self._hung[method] -= 1
+
+
+def _redact(msg, secret_ext):
+    """Replace the values of every csi_secret field (maps) by their keys, in place."""
+    for field, value in msg.ListFields():
+        opts = field.GetOptions()
+        if secret_ext is not None and opts.Extensions[secret_ext]:
+            if field.message_type is not None and field.message_type.GetOptions().map_entry:
+                for k in list(value.keys()):
+                    value[k] = k
+            elif field.type == field.TYPE_STRING:
+                setattr(msg, field.name, "<redacted>")
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            if field.label == field.LABEL_REPEATED:
+                for sub in value:
+                    _redact(sub, secret_ext)
+            else:
+                _redact(value, secret_ext)
+
+
+class CallLog:
+    """Append-only JSON lines: one object per finished (or crashing) call."""
+
+    def __init__(self, path, secret_ext):
+        self.path = path
+        self._secret_ext = secret_ext
+        self._lock = threading.Lock()
+
+    def request_json(self, request):
+        from google.protobuf import json_format
+        copy = type(request)()
+        copy.CopyFrom(request)
+        _redact(copy, self._secret_ext)
+        return json_format.MessageToDict(copy, preserving_proto_field_name=True)
+
+    def record(self, entry):
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self._lock:
+            # O_APPEND + one write per line: a crash never leaves half a line
+            # that a reader would choke on (short of the disk filling up).
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    def read(self, method=None):
+        return read_call_log(self.path, method)
+
+    def clear(self):
+        with self._lock:
+            open(self.path, "w").close()
+
+
+def read_call_log(path, method=None):
+    try:
+        with open(path) as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+    except FileNotFoundError:
+        return []
+    return [l for l in lines if method is None or l["method"] == method]
+
+
+def now():
+    return time.time()

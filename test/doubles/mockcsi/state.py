@@ -1,0 +1,59 @@
+"""The driver's on-disk state: one JSON file in the state dir.
+
+Written with write-to-temp + fsync + rename, so a SIGKILL at any instant
+leaves either the old or the new file, never a torn one: the driver (or the
+cleanup helper) started afterwards must know every loop device and mount
+the dead process made.
+
+Layout (all paths absolute):
+{
+  "version": 1,
+  "volumes": {
+    "<volume_id>": {
+      "backing": "<state>/volumes/<sha>.img",   # sparse file (loop) or data dir (tmpfs)
+      "kind": "loop" | "tmpfs",
+      "size": bytes,
+      "fs_type": "ext4" | "" (never formatted / block),
+      "device": "/dev/loopN" | "<state>/tmpfs/<sha>" | null,   # while held
+      "staged": null | {"path", "block", "fs_type", "mount_flags", "access_mode",
+                        "volume_mount_group", "created_dir"},
+      "published": {"<target>": {"readonly", "block", "fs_type", "mount_flags",
+                                 "access_mode", "staging_path", "direct", "created"}}
+    }
+  },
+  "ephemeral": {"<volume_id>": {"target", "size", "created", "readonly"}}
+}
+"""
+import json
+import os
+
+STATE_FILE = "state.json"
+
+
+def empty():
+    return {"version": 1, "volumes": {}, "ephemeral": {}}
+
+
+def path(state_dir):
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def load(state_dir):
+    try:
+        with open(path(state_dir)) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return empty()
+    base = empty()
+    base.update(data)
+    return base
+
+
+def save(state_dir, data):
+    p = path(state_dir)
+    tmp = p + ".tmp.%d" % os.getpid()
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, p)

@@ -1,0 +1,248 @@
+"""The mock CSI driver does the real work a driver does: loop devices, ext4,
+bind mounts, block device files, tmpfs — checked against the kernel's tables."""
+import os
+
+import grpc
+import pytest
+
+from doubles.mockcsi import mounts
+
+MiB = 1024 * 1024
+
+
+def backing_of(drv, vid):
+    return drv.state()["volumes"][vid]["backing"]
+
+
+def kubelet_dirs(tmp_path, spec="pv-1"):
+    """Directories kubelet creates before calling the driver (kubelet-facts §1)."""
+    staging = tmp_path / "plugins" / "sha" / "globalmount"
+    staging.mkdir(parents=True)
+    pod = tmp_path / "pods" / "uid1" / "volumes" / "kubernetes.io~csi" / spec
+    pod.mkdir(parents=True)
+    return str(staging), str(pod / "mount")
+
+
+def test_fs_round_trip_and_data_survives_restage(mock_csi, tmp_path):
+    c = mock_csi.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("vol-1", staging, fs_type="ext4")
+    st = mounts.mount_entry(staging)
+    assert st["fstype"] == "ext4"
+    loop = st["source"]
+    assert loop.startswith("/dev/loop")
+    assert mounts.loop_backing_files()[loop] == backing_of(mock_csi, "vol-1")
+
+    c.publish("vol-1", target, staging_path=staging)
+    pub = mounts.mount_entry(target)
+    assert (pub["fstype"], pub["source"], pub["options"].split(",")[0]) == ("ext4", loop, "rw")
+    with open(os.path.join(target, "hello"), "w") as f:
+        f.write("persisted")
+
+    c.unpublish("vol-1", target)
+    assert not mounts.is_mount_point(target)
+    assert not os.path.exists(target)  # the driver created it, the driver removes it
+    c.unstage("vol-1", staging)
+    assert not mounts.is_mount_point(staging)
+    assert os.path.isdir(staging)  # kubelet's dir: left alone
+    assert mounts.loops_for(backing_of(mock_csi, "vol-1")) == []
+    assert os.path.getsize(backing_of(mock_csi, "vol-1")) == 64 * MiB  # the "disk" persists
+
+    c.stage("vol-1", staging, fs_type="ext4")
+    c.publish("vol-1", target, staging_path=staging)
+    with open(os.path.join(target, "hello")) as f:
+        assert f.read() == "persisted"
+    assert [(e["method"], e["code"]) for e in mock_csi.calls()] == [
+        (m, "OK") for m in ("NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume",
+                            "NodeUnstageVolume", "NodeStageVolume", "NodePublishVolume")]
+    c.unpublish("vol-1", target)
+    c.unstage("vol-1", staging)
+
+
+def test_block_write_through_published_file_reads_back_from_loop(mock_csi, tmp_path):
+    c = mock_csi.csi
+    staging = tmp_path / "volumeDevices" / "staging" / "pv-b"
+    staging.mkdir(parents=True)
+    (tmp_path / "volumeDevices" / "publish" / "pv-b").mkdir(parents=True)
+    target = str(tmp_path / "volumeDevices" / "publish" / "pv-b" / "pod-uid")
+    c.stage("blk-1", str(staging), block=True, volume_context={"size": "8Mi"})
+    loop = mock_csi.state()["volumes"]["blk-1"]["device"]
+    assert loop.startswith("/dev/loop")
+    assert not mounts.is_mount_point(str(staging))
+
+    c.publish("blk-1", target, staging_path=str(staging), block=True)
+    assert os.path.isfile(target) is False and os.path.exists(target)  # a device node now
+    assert os.major(os.stat(target).st_rdev) == os.major(os.stat(loop).st_rdev) == 7
+    assert os.stat(target).st_rdev == os.stat(loop).st_rdev
+    payload = os.urandom(4096)
+    fd = os.open(target, os.O_WRONLY)
+    os.pwrite(fd, payload, 8192)
+    os.fsync(fd)
+    os.close(fd)
+    fd = os.open(loop, os.O_RDONLY)
+    assert os.pread(fd, 4096, 8192) == payload
+    os.close(fd)
+
+    c.unpublish("blk-1", target)
+    assert not os.path.exists(target)  # the file the driver created is gone
+    c.unstage("blk-1", str(staging))
+    assert mounts.loops_for(backing_of(mock_csi, "blk-1")) == []
+    with open(backing_of(mock_csi, "blk-1"), "rb") as f:  # it really went to the disk
+        f.seek(8192)
+        assert f.read(4096) == payload
+    assert os.path.getsize(backing_of(mock_csi, "blk-1")) == 8 * MiB
+
+
+def test_block_publish_creates_missing_parent_and_records_violation(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(allow_violations=True)
+    staging = tmp_path / "stg"
+    staging.mkdir()
+    target = str(tmp_path / "publish" / "pv" / "uid")
+    drv.csi.stage("blk", str(staging), block=True, volume_context={"size": "4Mi"})
+    drv.csi.publish("blk", target, staging_path=str(staging), block=True)
+    assert os.path.exists(target)
+    assert [v["message"] for v in drv.violations()] == [
+        "NodePublishVolume blk: parent of target_path %s did not exist" % target]
+    drv.csi.unpublish("blk", target)
+    drv.csi.unstage("blk", str(staging))
+
+
+def test_readonly_publish_refuses_writes(mock_csi, tmp_path):
+    c = mock_csi.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("ro", staging)
+    with open(os.path.join(staging, "f"), "w") as f:
+        f.write("x")
+    c.publish("ro", target, staging_path=staging, readonly=True)
+    assert "ro" in mounts.mount_entry(target)["options"].split(",")
+    with pytest.raises(OSError) as e:
+        open(os.path.join(target, "new"), "w")
+    assert e.value.errno == 30  # EROFS
+    with open(os.path.join(target, "f")) as f:
+        assert f.read() == "x"
+    c.unpublish("ro", target)
+    c.unstage("ro", staging)
+
+
+def test_mount_flags_apply_to_stage_and_publish(mock_csi, tmp_path):
+    c = mock_csi.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("mf", staging, mount_flags=["noatime"])
+    assert "noatime" in mounts.mount_entry(staging)["options"].split(",")
+    c.publish("mf", target, staging_path=staging, mount_flags=["noexec"])
+    assert "noexec" in mounts.mount_entry(target)["options"].split(",")
+    c.unpublish("mf", target)
+    c.unstage("mf", staging)
+
+
+@pytest.mark.parametrize("context", [{"csi.storage.k8s.io/ephemeral": "true"}, {}],
+                         ids=["ephemeral-flag", "unknown-volume-no-staging"])
+def test_ephemeral_volume_is_a_fresh_tmpfs(mock_csi, tmp_path, context):
+    c = mock_csi.csi
+    _, target = kubelet_dirs(tmp_path)
+    vid = "csi-" + "a" * 64
+    c.publish(vid, target, volume_context=dict(context, size="2Mi"))
+    m = mounts.mount_entry(target)
+    assert m["fstype"] == "tmpfs"
+    assert os.statvfs(target).f_blocks * os.statvfs(target).f_frsize == 2 * MiB
+    assert os.listdir(target) == []
+    c.publish(vid, target, volume_context=dict(context, size="2Mi"))  # idempotent
+    c.unpublish(vid, target)
+    assert not os.path.exists(target)
+    assert mock_csi.state()["ephemeral"] == {}
+    assert mock_csi.state()["volumes"] == {}  # no disk was made for it
+
+
+def test_tmpfs_mode_round_trip_keeps_data(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(tmpfs=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("t1", staging, fs_type="ext4")
+    assert mounts.mount_entry(staging)["fstype"] == "tmpfs"
+    c.publish("t1", target, staging_path=staging)
+    assert mounts.mount_entry(target)["fstype"] == "tmpfs"
+    with open(os.path.join(target, "keep"), "w") as f:
+        f.write("tmpfs data")
+    c.unpublish("t1", target)
+    c.unstage("t1", staging)
+    assert mounts.loops_under(drv.state_dir) == []
+    c.stage("t1", staging)
+    with open(os.path.join(staging, "keep")) as f:
+        assert f.read() == "tmpfs data"
+    c.unstage("t1", staging)
+
+
+def test_no_stage_publishes_device_directly(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(stage=False)
+    c = drv.csi
+    assert c.caps() == ["EXPAND_VOLUME", "GET_VOLUME_STATS"]
+    _, target = kubelet_dirs(tmp_path)
+    with pytest.raises(grpc.RpcError) as e:
+        c.stage("d1", str(tmp_path))
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    c.publish("d1", target)
+    m = mounts.mount_entry(target)
+    assert m["fstype"] == "ext4" and m["source"].startswith("/dev/loop")
+    c.unpublish("d1", target)
+    assert mounts.loops_for(backing_of(drv, "d1")) == []
+
+
+def test_volume_mount_group_sets_gid_and_setgid(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(caps=["STAGE_UNSTAGE_VOLUME", "VOLUME_MOUNT_GROUP"])
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("g1", staging, volume_mount_group="4321")
+    c.publish("g1", target, staging_path=staging, volume_mount_group="4321")
+    st = os.stat(target)
+    assert st.st_gid == 4321
+    assert st.st_mode & 0o2070 == 0o2070
+    c.unpublish("g1", target)
+    c.unstage("g1", staging)
+
+
+def test_stats_and_expand(mock_csi, tmp_path):
+    c = mock_csi.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("e1", staging)
+    c.publish("e1", target, staging_path=staging)
+    usage = {u.unit: u for u in c.stats("e1", target).usage}
+    pb = c.pb.VolumeUsage
+    before = usage[pb.BYTES].total
+    assert 40 * MiB < before <= 64 * MiB
+    assert usage[pb.BYTES].used + usage[pb.BYTES].available <= before
+    assert usage[pb.INODES].total > 0
+    assert c.expand("e1", target, 128 * MiB).capacity_bytes == 128 * MiB
+    assert os.path.getsize(backing_of(mock_csi, "e1")) == 128 * MiB
+    assert c.expand("e1", target, 32 * MiB).capacity_bytes == 128 * MiB  # never shrinks
+    if mock_csi.state()["volumes"]["e1"].get("resize_pending"):
+        # No CAP_SYS_RESOURCE here: online ext4 growth is impossible, the
+        # driver grows the fs offline at the next stage.
+        assert not has_cap_sys_resource()
+        c.unpublish("e1", target)
+        c.unstage("e1", staging)
+        c.stage("e1", staging)
+        c.publish("e1", target, staging_path=staging)
+    assert has_cap_sys_resource() or not mock_csi.state()["volumes"]["e1"]["resize_pending"]
+    after = {u.unit: u for u in c.stats("e1", staging).usage}[pb.BYTES].total
+    assert after > before + 50 * MiB
+    c.unpublish("e1", target)
+    c.unstage("e1", staging)
+
+
+def test_expand_in_tmpfs_mode_is_immediate(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(tmpfs=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("te", staging, volume_context={"size": "8Mi"})
+    c.publish("te", target, staging_path=staging)
+    assert c.expand("te", target, 16 * MiB).capacity_bytes == 16 * MiB
+    s = os.statvfs(target)
+    assert s.f_blocks * s.f_frsize == 16 * MiB
+    c.unpublish("te", target)
+    c.unstage("te", staging)
+
+
+def has_cap_sys_resource():
+    with open("/proc/self/status") as f:
+        eff = int([l for l in f if l.startswith("CapEff:")][0].split()[1], 16)
+    return bool(eff & (1 << 24))

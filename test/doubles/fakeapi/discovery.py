@@ -1,0 +1,61 @@
+"""The legacy (unaggregated) discovery documents: /version, /api, /apis,
+/apis/<group>, /api/v1 and /apis/<group>/<version>.
+
+kubectl asks /api and /apis for the aggregated format first
+(application/json;g=apidiscovery.k8s.io;v=v2) and falls back to these when
+the answer's Content-Type is plain application/json.
+"""
+from . import resources
+
+VERSION = {
+    "major": "1", "minor": "32", "gitVersion": "v1.32.0-fakeapi",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean", "buildDate": "2024-12-11T00:00:00Z",
+    "goVersion": "go1.23.3", "compiler": "gc", "platform": "linux/amd64",
+}
+
+
+def api_versions(server_address):
+    return {"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+
+
+def _group(name):
+    versions = sorted({r.version for r in resources.RESOURCES if r.group == name})
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def api_group_list():
+    return {"kind": "APIGroupList", "apiVersion": "v1",
+            "groups": [_group(g) for g in resources.groups()]}
+
+
+def api_group(name):
+    if name not in resources.groups():
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
+
+
+def api_resource_list(group, version):
+    members = resources.in_group_version(group, version)
+    if not members:
+        return None
+    entries = []
+    for r in members:
+        entry = {"name": r.plural, "singularName": r.singular,
+                 "namespaced": r.namespaced, "kind": r.kind,
+                 "verbs": list(resources.STANDARD_VERBS)}
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r.categories:
+            entry["categories"] = list(r.categories)
+        entries.append(entry)
+        if r.has_status:
+            entries.append({"name": f"{r.plural}/status", "singularName": "",
+                            "namespaced": r.namespaced, "kind": r.kind,
+                            "verbs": ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries}

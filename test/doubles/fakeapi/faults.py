@@ -1,0 +1,60 @@
+"""Faults a test injects into the API port: failed requests, slow responses."""
+import threading
+import time
+
+from . import errors
+
+
+class _Rule:
+    def __init__(self, path_prefix, method):
+        self.path_prefix = path_prefix
+        self.method = method.upper() if method else None
+
+    def matches(self, method, path):
+        return (not self.path_prefix or path.startswith(self.path_prefix)) \
+            and (not self.method or self.method == method)
+
+
+class Faults:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._failures = []      # [rule, remaining count, ApiError]
+        self._delays = []        # (rule, seconds)
+
+    def fail_next(self, count, status=500, retry_after=None, path_prefix=None,
+                  method=None):
+        """The next `count` requests that match answer `status` (500, 429
+        with Retry-After, 503, or any other code as an InternalError)."""
+        with self._lock:
+            self._failures.append([_Rule(path_prefix, method), int(count),
+                                   errors.injected(int(status), retry_after)])
+
+    def set_delay(self, seconds, path_prefix=None, method=None):
+        """Every matching request waits `seconds` before it is handled;
+        seconds=0 removes the delays."""
+        with self._lock:
+            if not seconds:
+                self._delays = []
+            else:
+                self._delays.append((_Rule(path_prefix, method), float(seconds)))
+
+    def clear(self):
+        with self._lock:
+            self._failures, self._delays = [], []
+
+    def apply(self, method, path):
+        """Sleeps for the matching delays, then raises the injected error if
+        a failure rule still has requests to fail."""
+        with self._lock:
+            delay = sum(s for rule, s in self._delays if rule.matches(method, path))
+            error = None
+            for entry in self._failures:
+                if entry[1] > 0 and entry[0].matches(method, path):
+                    entry[1] -= 1
+                    error = entry[2]
+                    break
+            self._failures = [e for e in self._failures if e[1] > 0]
+        if delay:
+            time.sleep(delay)
+        if error:
+            raise error

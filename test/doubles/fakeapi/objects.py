@@ -1,0 +1,140 @@
+"""What the registry does to an object on create and update: validation of
+identity and name, server-owned metadata, and the status subresource split."""
+import copy
+import datetime
+import random
+import re
+import uuid
+
+from . import errors
+
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+    "characters, '-' or '.', and must start and end with an alphanumeric "
+    "character (e.g. 'example.com', regex used for validation is "
+    r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+# The alphabet of k8s.io/apimachinery/pkg/util/rand.String (no vowels).
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+# Metadata that only the server sets; a client's value is ignored.
+_SERVER_OWNED = ("uid", "creationTimestamp", "deletionTimestamp",
+                 "deletionGracePeriodSeconds", "generation")
+
+
+def timestamp(offset_seconds=0):
+    t = datetime.datetime.now(datetime.timezone.utc) \
+        + datetime.timedelta(seconds=offset_seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def meta(obj):
+    return obj.setdefault("metadata", {})
+
+
+def check_identity(resource, body):
+    if not isinstance(body, dict):
+        raise errors.bad_request("the object provided is not a JSON object")
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if api_version and api_version != resource.api_version:
+        raise errors.bad_request(
+            f"the API version in the data ({api_version}) does not match the "
+            f"expected API version ({resource.api_version})")
+    if kind and kind != resource.kind:
+        raise errors.bad_request(
+            f'{kind} in version "{resource.version}" cannot be handled as a '
+            f'{resource.kind}: the kind in the data does not match the URL')
+    if not isinstance(body.get("metadata", {}), dict):
+        raise errors.bad_request("metadata must be a JSON object")
+
+
+def _check_namespace(resource, body, namespace):
+    m = meta(body)
+    if not resource.namespaced:
+        m.pop("namespace", None)
+        return
+    if m.get("namespace") and m["namespace"] != namespace:
+        raise errors.bad_request(
+            "the namespace of the provided object does not match the "
+            "namespace sent on the request")
+    m["namespace"] = namespace
+
+
+def _check_name(resource, name):
+    if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+        raise errors.invalid(resource, name, [(
+            "metadata.name", "FieldValueInvalid",
+            f'Invalid value: "{name}": {_DNS1123_MSG}')])
+
+
+def prepare_create(resource, namespace, body):
+    check_identity(resource, body)
+    obj = {"kind": resource.kind, "apiVersion": resource.api_version}
+    obj.update((k, copy.deepcopy(v)) for k, v in body.items()
+               if k not in ("kind", "apiVersion"))
+    _check_namespace(resource, obj, namespace)
+    m = meta(obj)
+    if not m.get("name"):
+        if not m.get("generateName"):
+            raise errors.invalid(resource, "", [(
+                "metadata.name", "FieldValueRequired",
+                "Required value: name or generateName is required")])
+        m["name"] = m["generateName"] + "".join(
+            random.choice(_GENERATE_ALPHABET) for _ in range(5))
+    _check_name(resource, m["name"])
+    for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
+                "managedFields", "resourceVersion"):
+        m.pop(key, None)
+    m["uid"] = str(uuid.uuid4())
+    m["creationTimestamp"] = timestamp()
+    m["generation"] = 1
+    return obj
+
+
+def prepare_update(resource, old, body, scope, url_name):
+    """The object a PUT (scope "main" or "status") or a test's direct write
+    (scope "all") stores.  Raises ApiError for a body the server refuses."""
+    check_identity(resource, body)
+    name = (body.get("metadata") or {}).get("name")
+    if name != url_name:
+        raise errors.bad_request(
+            f"the name of the object ({name}) does not match the name on the "
+            f"URL ({url_name})")
+    new = {"kind": resource.kind, "apiVersion": resource.api_version}
+    new.update((k, copy.deepcopy(v)) for k, v in body.items()
+               if k not in ("kind", "apiVersion"))
+    _check_namespace(resource, new, old["metadata"].get("namespace"))
+    m = meta(new)
+    for key in _SERVER_OWNED:
+        if key in old["metadata"]:
+            m[key] = old["metadata"][key]
+        else:
+            m.pop(key, None)
+    m.pop("selfLink", None)
+    m.pop("managedFields", None)
+    if resource.has_status and scope == "status":
+        # The status endpoint writes status and metadata only.
+        new = {k: m if k == "metadata" else copy.deepcopy(v)
+               for k, v in old.items() if k != "status"}
+        if "status" in body:
+            new["status"] = copy.deepcopy(body["status"])
+    elif resource.has_status and scope == "main":
+        new.pop("status", None)
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+    if _spec_of(new) != _spec_of(old):
+        m["generation"] = old["metadata"].get("generation", 0) + 1
+    return new
+
+
+def _spec_of(obj):
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+def same_ignoring_version(a, b):
+    def strip(o):
+        o = dict(o)
+        o["metadata"] = {k: v for k, v in o.get("metadata", {}).items()
+                         if k != "resourceVersion"}
+        return o
+    return strip(a) == strip(b)

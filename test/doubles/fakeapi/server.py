@@ -1,0 +1,281 @@
+"""FakeApiServer: the fake kube-apiserver and the handle tests drive it by."""
+import json
+import os
+import secrets
+import ssl
+
+import yaml
+
+from . import certs, resources
+from .apihandler import ApiHandler
+from .auth import Authenticator
+from .control import ControlHandler
+from .faults import Faults
+from .listener import Listener
+from .requestlog import RequestLog
+from .store import Store
+
+DEFAULT_NAMESPACE = "default"
+
+
+def _write_atomic(path, text, mode=0o600):
+    tmp = path + ".tmp"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode),
+              "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+class FakeApiServer:
+    def __init__(self, workdir, port=0, control_port=0, bookmark_interval=1.0,
+                 default_watch_timeout=1800.0, pod_graceful_delete=True):
+        """control_port=None: no control port (in-process use only).
+        default_watch_timeout: for watches without timeoutSeconds (the real
+        server picks 1800-3600 s)."""
+        self.workdir = os.path.abspath(workdir)
+        self.store = Store(pod_graceful_delete)
+        self.faults = Faults()
+        self.log = RequestLog()
+        self.token = secrets.token_hex(16)
+        self.auth = Authenticator([self.token])
+        self.bookmark_interval = float(bookmark_interval)
+        self.default_watch_timeout = float(default_watch_timeout)
+        self._port, self._control_port = port, control_port
+        self._api = self._control = None
+        self.ca_path = os.path.join(self.workdir, "ca.crt")
+        self.token_path = os.path.join(self.workdir, "token")
+        self.kubeconfig_path = os.path.join(self.workdir, "kubeconfig")
+        self.client_cert_path = os.path.join(self.workdir, "client.crt")
+        self.client_key_path = os.path.join(self.workdir, "client.key")
+        self.endpoints_path = os.path.join(self.workdir, "endpoints.json")
+
+    # -- life cycle ----------------------------------------------------------
+
+    def start(self):
+        os.makedirs(self.workdir, exist_ok=True)
+        pki = certs.write_pki(self.workdir)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(pki["server.crt"], pki["server.key"])
+        ctx.load_verify_locations(pki["ca.crt"])
+        ctx.verify_mode = ssl.CERT_OPTIONAL     # a client cert, or a token
+        ctx.set_alpn_protocols(["http/1.1"])    # HTTP/2 is not modelled
+        self._api = Listener("127.0.0.1", self._port, ApiHandler, self, ctx)
+        self._api.start()
+        if self._control_port is not None:
+            self._control = Listener("127.0.0.1", self._control_port,
+                                     ControlHandler, self)
+            self._control.start()
+        self._write_client_files()
+        return self
+
+    def stop(self):
+        self.store.close_watches()
+        for listener in (self._api, self._control):
+            if listener is not None:
+                listener.stop()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def port(self):
+        return self._api.port
+
+    @property
+    def server_url(self):
+        return f"https://127.0.0.1:{self._api.port}"
+
+    @property
+    def control_url(self):
+        return f"http://127.0.0.1:{self._control.port}" if self._control else None
+
+    def endpoints(self):
+        return {"server": self.server_url, "control": self.control_url,
+                "ca": self.ca_path, "token": self.token_path,
+                "kubeconfig": self.kubeconfig_path,
+                "clientCert": self.client_cert_path,
+                "clientKey": self.client_key_path}
+
+    def _write_client_files(self):
+        q = json.dumps     # a JSON string is a valid YAML double-quoted scalar
+        kubeconfig = f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fakeapi
+  cluster:
+    server: {q(self.server_url)}
+    certificate-authority: {q(self.ca_path)}
+users:
+- name: fakeapi-token
+  user:
+    token: {q(self.token)}
+- name: fakeapi-cert
+  user:
+    client-certificate: {q(self.client_cert_path)}
+    client-key: {q(self.client_key_path)}
+contexts:
+- name: fakeapi
+  context:
+    cluster: fakeapi
+    user: fakeapi-token
+    namespace: {DEFAULT_NAMESPACE}
+- name: fakeapi-cert
+  context:
+    cluster: fakeapi
+    user: fakeapi-cert
+    namespace: {DEFAULT_NAMESPACE}
+current-context: fakeapi
+"""
+        _write_atomic(self.token_path, self.token + "\n")
+        _write_atomic(self.kubeconfig_path, kubeconfig)
+        _write_atomic(self.endpoints_path, json.dumps(self.endpoints()) + "\n",
+                      0o644)
+
+    # -- objects -------------------------------------------------------------
+
+    @staticmethod
+    def _resource_of(obj):
+        res = resources.by_api_version_kind(obj.get("apiVersion"), obj.get("kind"))
+        if res is None:
+            raise KeyError(f"no resource for apiVersion {obj.get('apiVersion')!r}"
+                           f" kind {obj.get('kind')!r}")
+        return res
+
+    @staticmethod
+    def _namespace(res, namespace):
+        return (namespace or DEFAULT_NAMESPACE) if res.namespaced else None
+
+    def create(self, obj):
+        """Creates obj (kind and apiVersion required) as a POST would, but
+        with its status kept; returns the stored object."""
+        res = self._resource_of(obj)
+        ns = self._namespace(res, (obj.get("metadata") or {}).get("namespace"))
+        return self.store.create(res, ns, obj)
+
+    def update(self, obj):
+        """Writes obj whole, status included; a metadata.resourceVersion in
+        obj is a precondition (409 Conflict if stale), none means
+        unconditional."""
+        res = self._resource_of(obj)
+        m = obj.get("metadata") or {}
+        return self.store.update(res, self._namespace(res, m.get("namespace")),
+                                 m.get("name"), obj, scope="all")
+
+    def get(self, resource, namespace, name):
+        res = resources.lookup(resource)
+        return self.store.get(res, self._namespace(res, namespace), name)
+
+    def list(self, resource, namespace=None):
+        """(items, resourceVersion); namespace None = all namespaces."""
+        return self.store.list(resources.lookup(resource), namespace)
+
+    def delete(self, resource, namespace, name, grace_period_seconds=None):
+        """As a DELETE request: (object, removed); finalizers and a bound
+        pod's grace period leave the object in place, marked."""
+        res = resources.lookup(resource)
+        return self.store.delete(res, self._namespace(res, namespace), name,
+                                 grace_period_seconds)
+
+    def remove(self, resource, namespace, name):
+        """Removes the object for good (DELETED event), finalizers or not."""
+        res = resources.lookup(resource)
+        return self.store.remove(res, self._namespace(res, namespace), name)
+
+    def load(self, path):
+        """Creates every object of a JSON or (multi-document) YAML file;
+        `kind: List` documents are unpacked."""
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        created = []
+        for doc in docs:
+            for obj in doc.get("items", []) if doc.get("kind") == "List" else [doc]:
+                created.append(self.create(obj))
+        return created
+
+    @property
+    def resource_version(self):
+        return self.store.resource_version
+
+    # -- requests and auth ---------------------------------------------------
+
+    def requests(self):
+        """Every API request so far: dicts with time, method, path, query
+        (name -> last value), headers (authorization, content-type, accept,
+        user-agent, accept-encoding), body (parsed JSON or text), status,
+        user (None if unauthenticated), watch (True for a watch stream)."""
+        return self.log.entries()
+
+    def clear_requests(self):
+        self.log.clear()
+
+    def tokens(self):
+        return self.auth.tokens()
+
+    def set_tokens(self, tokens):
+        self.auth.set_tokens(tokens)
+
+    def add_token(self, token):
+        self.auth.add_token(token)
+
+    def rotate_token(self, revoke_old=True):
+        """A new valid token, written to the token file and the kubeconfig;
+        the old one stops working unless revoke_old is False."""
+        old, self.token = self.token, secrets.token_hex(16)
+        self.auth.add_token(self.token)
+        if revoke_old:
+            self.auth.set_tokens(t for t in self.auth.tokens() if t != old)
+        self._write_client_files()
+        return self.token
+
+    # -- faults --------------------------------------------------------------
+
+    def fail_next(self, count, status=500, retry_after=None, path_prefix=None,
+                  method=None):
+        """The next `count` authenticated requests matching path_prefix and
+        method get `status` (429 and 503 carry Retry-After: retry_after)."""
+        self.faults.fail_next(count, status, retry_after, path_prefix, method)
+
+    def set_delay(self, seconds, path_prefix=None, method=None):
+        """Matching requests wait `seconds` first; 0 removes every delay."""
+        self.faults.set_delay(seconds, path_prefix, method)
+
+    def clear_faults(self):
+        self.faults.clear()
+        self._api.reset_until = 0.0
+
+    def refuse_connections(self, seconds, mode="refuse"):
+        """For `seconds`, "refuse": nothing listens (ECONNREFUSED); "reset":
+        connections are accepted and closed at once.  Open connections,
+        watches included, are cut."""
+        self._api.refuse(seconds, mode)
+
+    def close_watches(self, abrupt=False):
+        """Ends every open watch now (abrupt: drop the connection instead of
+        ending the stream); returns how many there were."""
+        return self.store.close_watches(abrupt)
+
+    def compact(self):
+        """Watches from a resourceVersion older than the current one get 410
+        from now on; returns the compaction resourceVersion."""
+        return str(self.store.compact())
+
+    def configure(self, bookmarkInterval=None, defaultWatchTimeout=None,
+                  podGracefulDelete=None):
+        if bookmarkInterval is not None:
+            self.bookmark_interval = float(bookmarkInterval)
+        if defaultWatchTimeout is not None:
+            self.default_watch_timeout = float(defaultWatchTimeout)
+        if podGracefulDelete is not None:
+            self.store.pod_graceful_delete = bool(podGracefulDelete)
+
+    def state(self):
+        return {"resourceVersion": str(self.store.resource_version),
+                "compactedResourceVersion": str(self.store.compacted_version),
+                "watches": self.store.watch_count(),
+                "bookmarkInterval": self.bookmark_interval,
+                "defaultWatchTimeout": self.default_watch_timeout,
+                "podGracefulDelete": self.store.pod_graceful_delete,
+                "endpoints": self.endpoints()}

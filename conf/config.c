@@ -132,42 +132,7 @@ const char *config_format_duration(uint64_t usec, char buf[static 32]) {
 }
 
 int config_validate_listen_address(const char *s) {
-        _cleanup_free_ char *host = NULL;
-        const char *colon, *port;
-        char *end;
-        unsigned char addr[16];
-        unsigned long p;
-
-        if (isempty(s))
-                return -EINVAL;
-        if (s[0] == '[') {
-                const char *close = strchr(s, ']');
-                if (!close || close[1] != ':')
-                        return -EINVAL;
-                host = strndup(s + 1, close - s - 1);
-                if (!host)
-                        return -ENOMEM;
-                if (inet_pton(AF_INET6, host, addr) != 1)
-                        return -EINVAL;
-                port = close + 2;
-        } else {
-                colon = strrchr(s, ':');
-                if (!colon)
-                        return -EINVAL;
-                host = strndup(s, colon - s);
-                if (!host)
-                        return -ENOMEM;
-                if (!streq(host, "localhost") && inet_pton(AF_INET, host, addr) != 1)
-                        return -EINVAL;
-                port = colon + 1;
-        }
-        if (!isdigit((unsigned char) port[0]))
-                return -EINVAL;
-        errno = 0;
-        p = strtoul(port, &end, 10);
-        if (errno != 0 || *end || p > 65535)
-                return -EINVAL;
-        return 0;
+        return parse_listen_address(s, NULL, NULL);
 }
 
 static int default_node_name(char **ret) {

@@ -193,7 +193,9 @@ static int timer_cb(CURLM *multi, long timeout_ms, void *userp) {
         uint64_t when = now + (uint64_t) timeout_ms * USEC_PER_MSEC;
 
         if (!loop->timer) {
-                r = sd_event_add_time(loop->event, &loop->timer, CLOCK_MONOTONIC, when, 0, on_timer, loop);
+                /* Accuracy 1 µs: 0 would mean sd-event's default of 250 ms, and
+                 * every transfer would start up to a quarter second late. */
+                r = sd_event_add_time(loop->event, &loop->timer, CLOCK_MONOTONIC, when, 1, on_timer, loop);
                 if (r < 0) {
                         log_error_errno(r, "Failed to add the curl timer: %m");
                         return -1;
@@ -233,6 +235,10 @@ int curl_loop_new(sd_event *event, CurlLoop **ret) {
 CurlLoop *curl_loop_free(CurlLoop *loop) {
         if (!loop)
                 return NULL;
+        /* Removing handles makes curl re-arm its timer; on a finished loop that
+         * cannot work and needs not: curl is going away. */
+        if (loop->multi)
+                (void) curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, NULL);
         /* Transfers still running belong to their owners: detach them so that
          * curl_multi_cleanup() leaves their easy handles alone. */
         while (loop->transfers)

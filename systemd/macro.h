@@ -76,6 +76,12 @@ static inline int streq_ptr(const char *a, const char *b) {
 }
 #define streq(a, b) (strcmp((a), (b)) == 0)
 
+/* *ret = a copy of s, or NULL when s is NULL. */
+static inline int strdup_or_null(const char *s, char **ret) {
+        *ret = s ? strdup(s) : NULL;
+        return s && !*ret ? -ENOMEM : 0;
+}
+
 /* Replaces *p by a copy of s (or NULL), freeing the old value. */
 static inline int free_and_strdup(char **p, const char *s) {
         char *copy = NULL;

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/un.h>
 
 #include "systemd/macro.h"
@@ -28,6 +31,9 @@ int validate_dns1123_label(const char *s) {
         return validate_label_span(s, strlen(s));
 }
 
+/* As Kubernetes' IsDNS1123Subdomain: the pattern per dot-separated part and
+ * 253 characters in all, but no 63-character limit per part — object names
+ * such as "csi-" + 64 hex digits (VolumeAttachments) are valid. */
 int validate_dns1123_subdomain(const char *s) {
         size_t n;
 
@@ -39,8 +45,11 @@ int validate_dns1123_subdomain(const char *s) {
         for (const char *p = s;;) {
                 const char *dot = strchr(p, '.');
                 size_t len = dot ? (size_t) (dot - p) : strlen(p);
-                if (validate_label_span(p, len) < 0)
+                if (len == 0 || !is_lower_alnum(p[0]) || !is_lower_alnum(p[len - 1]))
                         return -EINVAL;
+                for (size_t i = 0; i < len; i++)
+                        if (!is_lower_alnum(p[i]) && p[i] != '-')
+                                return -EINVAL;
                 if (!dot)
                         return 0;
                 p = dot + 1;
@@ -110,5 +119,77 @@ int unix_endpoint_path(const char *s, const char **ret_path) {
                 return -ENAMETOOLONG;
         if (ret_path)
                 *ret_path = path;
+        return 0;
+}
+
+int validate_uid(const char *s) {
+        if (!s || strlen(s) != 36)
+                return -EINVAL;
+        for (size_t i = 0; i < 36; i++) {
+                char c = s[i];
+                if (i == 8 || i == 13 || i == 18 || i == 23) {
+                        if (c != '-')
+                                return -EINVAL;
+                } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+                        return -EINVAL;
+        }
+        return 0;
+}
+
+int parse_listen_address(const char *listen, struct sockaddr_storage *ret, socklen_t *ret_len) {
+        struct sockaddr_storage unused;
+        socklen_t unused_len;
+        _cleanup_free_ char *host = NULL;
+        const char *port;
+        char *end;
+        unsigned long p;
+
+        if (isempty(listen))
+                return -EINVAL;
+        if (listen[0] == '[') {
+                const char *close = strchr(listen, ']');
+                if (!close || close[1] != ':')
+                        return -EINVAL;
+                host = strndup(listen + 1, close - listen - 1);
+                port = close + 2;
+        } else {
+                const char *colon = strrchr(listen, ':');
+                if (!colon)
+                        return -EINVAL;
+                host = strndup(listen, colon - listen);
+                port = colon + 1;
+        }
+        if (!host)
+                return -ENOMEM;
+        if (!isdigit((unsigned char) port[0]))
+                return -EINVAL;
+        errno = 0;
+        p = strtoul(port, &end, 10);
+        if (errno != 0 || *end || p > 65535)
+                return -EINVAL;
+
+        if (!ret)
+                ret = &unused;
+        if (!ret_len)
+                ret_len = &unused_len;
+        *ret = (struct sockaddr_storage){};
+        if (listen[0] == '[') {
+                struct sockaddr_in6 *sa = (struct sockaddr_in6 *) ret;
+                if (inet_pton(AF_INET6, host, &sa->sin6_addr) != 1)
+                        return -EINVAL;
+                sa->sin6_family = AF_INET6;
+                sa->sin6_port = htons((uint16_t) p);
+                *ret_len = sizeof *sa;
+        } else {
+                struct sockaddr_in *sa = (struct sockaddr_in *) ret;
+                /* No resolver on purpose: "localhost" is loopback, whatever /etc/hosts says. */
+                if (streq(host, "localhost"))
+                        sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+                        return -EINVAL;
+                sa->sin_family = AF_INET;
+                sa->sin_port = htons((uint16_t) p);
+                *ret_len = sizeof *sa;
+        }
         return 0;
 }

@@ -7,9 +7,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 /* RFC 1123 subdomain as Kubernetes checks it: ≤253 chars, lowercase
- * alphanumerics, '-' and '.', each label starting and ending alphanumeric. */
+ * alphanumerics, '-' and '.', each part starting and ending alphanumeric
+ * (no per-part length limit, unlike DNS). */
 int validate_dns1123_subdomain(const char *s);
 /* RFC 1123 label: ≤63 chars, lowercase alphanumerics and '-', alphanumeric ends. */
 int validate_dns1123_label(const char *s);
@@ -26,3 +28,13 @@ int validate_absolute_path(const char *s);
 /* "unix:///abs/path" → the path, which must be absolute and fit sun_path.
  * *ret_path points into s. */
 int unix_endpoint_path(const char *s, const char **ret_path);
+
+/* A Kubernetes UID as the API server makes them: a UUID in its 36-character
+ * textual form (8-4-4-4-12 hex digits, lowercase).  Pod UIDs become path
+ * components under root-dir, so nothing else is accepted. */
+int validate_uid(const char *s);
+
+/* "HOST:PORT" with a numeric IPv4 host, "[IPv6]" or "localhost" (always
+ * 127.0.0.1, without asking a resolver); port 0 lets the kernel choose.
+ * ret/ret_len may be NULL to only validate.  0 or -EINVAL. */
+int parse_listen_address(const char *listen, struct sockaddr_storage *ret, socklen_t *ret_len);

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "k8s/auth.h"
+#include "k8s/base64.h"
+#include "systemd/log.h"
+
+K8sAuth *k8s_auth_free(K8sAuth *a) {
+        if (!a)
+                return NULL;
+        free(a->server);
+        free(a->ca_file);
+        free(a->ca_data);
+        if (a->token) {
+                explicit_bzero(a->token, strlen(a->token));
+                free(a->token);
+        }
+        free(a->token_file);
+        free(a->client_cert_file);
+        free(a->client_cert_data);
+        free(a->client_key_file);
+        if (a->client_key_data) {
+                explicit_bzero(a->client_key_data, a->client_key_data_size);
+                free(a->client_key_data);
+        }
+        free(a);
+        return NULL;
+}
+
+_printf_(2, 3) static int auth_fail(char **ret_error, const char *fmt, ...) {
+        va_list ap;
+
+        if (ret_error) {
+                va_start(ap, fmt);
+                if (vasprintf(ret_error, fmt, ap) < 0)
+                        *ret_error = NULL;
+                va_end(ap);
+        }
+        return -EINVAL;
+}
+
+/* --- a small view of a libyaml document ------------------------------------ */
+
+static yaml_node_t *yaml_map_get(yaml_document_t *doc, yaml_node_t *map, const char *key) {
+        if (!map || map->type != YAML_MAPPING_NODE)
+                return NULL;
+        for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+                yaml_node_t *k = yaml_document_get_node(doc, p->key);
+                if (k && k->type == YAML_SCALAR_NODE && streq((const char *) k->data.scalar.value, key))
+                        return yaml_document_get_node(doc, p->value);
+        }
+        return NULL;
+}
+
+/* A scalar's text, NULL when absent or not a scalar; "" and "null" count as absent. */
+static const char *yaml_map_scalar(yaml_document_t *doc, yaml_node_t *map, const char *key) {
+        yaml_node_t *n = yaml_map_get(doc, map, key);
+        const char *s;
+
+        if (!n || n->type != YAML_SCALAR_NODE)
+                return NULL;
+        s = (const char *) n->data.scalar.value;
+        if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && (streq(s, "null") || streq(s, "~")))
+                return NULL;
+        return *s ? s : NULL;
+}
+
+/* The "what" mapping of the entry of list "list" whose name is "name". */
+static yaml_node_t *yaml_named_entry(yaml_document_t *doc, yaml_node_t *root, const char *list, const char *name,
+                                     const char *what) {
+        yaml_node_t *seq = yaml_map_get(doc, root, list);
+
+        if (!seq || seq->type != YAML_SEQUENCE_NODE)
+                return NULL;
+        for (yaml_node_item_t *i = seq->data.sequence.items.start; i < seq->data.sequence.items.top; i++) {
+                yaml_node_t *e = yaml_document_get_node(doc, *i);
+                const char *n = yaml_map_scalar(doc, e, "name");
+                if (n && streq(n, name)) {
+                        yaml_node_t *inner = yaml_map_get(doc, e, what);
+                        return inner && inner->type == YAML_MAPPING_NODE ? inner : NULL;
+                }
+        }
+        return NULL;
+}
+
+static bool yaml_truthy(const char *s) {
+        return s && (streq(s, "true") || streq(s, "True") || streq(s, "TRUE"));
+}
+
+static int path_resolve(const char *base_dir, const char *p, char **ret) {
+        if (p[0] == '/' || !base_dir)
+                *ret = strdup(p);
+        else if (asprintf(ret, "%s/%s", base_dir, p) < 0)
+                *ret = NULL;
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int data_decode(const char *text, const char *field, uint8_t **ret, size_t *ret_size, char **ret_error) {
+        int r = k8s_base64_decode(text, ret, ret_size);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return auth_fail(ret_error, "kubeconfig: %s is not valid base64", field);
+        return 0;
+}
+
+static int kubeconfig_extract(yaml_document_t *doc, const char *base_dir, K8sAuth **ret, char **ret_error) {
+        _cleanup_(k8s_auth_freep) K8sAuth *a = NULL;
+        yaml_node_t *root = yaml_document_get_root_node(doc), *ctx, *cluster, *user;
+        const char *current, *cluster_name, *user_name, *s;
+        int r;
+
+        if (!root || root->type != YAML_MAPPING_NODE)
+                return auth_fail(ret_error, "kubeconfig: not a YAML mapping");
+        current = yaml_map_scalar(doc, root, "current-context");
+        if (!current)
+                return auth_fail(ret_error, "kubeconfig: no current-context");
+        ctx = yaml_named_entry(doc, root, "contexts", current, "context");
+        if (!ctx)
+                return auth_fail(ret_error, "kubeconfig: context \"%s\" not found", current);
+        cluster_name = yaml_map_scalar(doc, ctx, "cluster");
+        user_name = yaml_map_scalar(doc, ctx, "user");
+        if (!cluster_name)
+                return auth_fail(ret_error, "kubeconfig: context \"%s\" names no cluster", current);
+        cluster = yaml_named_entry(doc, root, "clusters", cluster_name, "cluster");
+        if (!cluster)
+                return auth_fail(ret_error, "kubeconfig: cluster \"%s\" not found", cluster_name);
+
+        a = calloc(1, sizeof *a);
+        if (!a)
+                return -ENOMEM;
+        s = yaml_map_scalar(doc, cluster, "server");
+        if (!s)
+                return auth_fail(ret_error, "kubeconfig: cluster \"%s\" has no server", cluster_name);
+        if (strncmp(s, "https://", 8) != 0 && strncmp(s, "http://", 7) != 0)
+                return auth_fail(ret_error, "kubeconfig: server \"%s\" is not an http(s) URL", s);
+        a->server = strdup(s);
+        if (!a->server)
+                return -ENOMEM;
+        a->server[strcspn(a->server + 8, "/") + 8] = '\0'; /* a path prefix is not supported: drop it */
+        a->insecure_skip_tls_verify = yaml_truthy(yaml_map_scalar(doc, cluster, "insecure-skip-tls-verify"));
+        if ((s = yaml_map_scalar(doc, cluster, "certificate-authority-data"))) {
+                r = data_decode(s, "certificate-authority-data", &a->ca_data, &a->ca_data_size, ret_error);
+                if (r < 0)
+                        return r;
+        } else if ((s = yaml_map_scalar(doc, cluster, "certificate-authority"))) {
+                if (path_resolve(base_dir, s, &a->ca_file) < 0)
+                        return -ENOMEM;
+        }
+
+        if (user_name) {
+                user = yaml_named_entry(doc, root, "users", user_name, "user");
+                if (!user)
+                        return auth_fail(ret_error, "kubeconfig: user \"%s\" not found", user_name);
+                if (yaml_map_get(doc, user, "exec"))
+                        return auth_fail(ret_error,
+                                         "kubeconfig: user \"%s\" uses an exec credential plugin, which is not "
+                                         "supported; use a token, tokenFile or client certificate",
+                                         user_name);
+                if (yaml_map_get(doc, user, "auth-provider"))
+                        return auth_fail(ret_error,
+                                         "kubeconfig: user \"%s\" uses an auth-provider, which is not supported; "
+                                         "use a token, tokenFile or client certificate",
+                                         user_name);
+                if ((s = yaml_map_scalar(doc, user, "token")) && !(a->token = strdup(s)))
+                        return -ENOMEM;
+                if ((s = yaml_map_scalar(doc, user, "tokenFile")) && path_resolve(base_dir, s, &a->token_file) < 0)
+                        return -ENOMEM;
+                if ((s = yaml_map_scalar(doc, user, "client-certificate-data"))) {
+                        r = data_decode(s, "client-certificate-data", &a->client_cert_data,
+                                        &a->client_cert_data_size, ret_error);
+                        if (r < 0)
+                                return r;
+                } else if ((s = yaml_map_scalar(doc, user, "client-certificate"))) {
+                        if (path_resolve(base_dir, s, &a->client_cert_file) < 0)
+                                return -ENOMEM;
+                }
+                if ((s = yaml_map_scalar(doc, user, "client-key-data"))) {
+                        r = data_decode(s, "client-key-data", &a->client_key_data, &a->client_key_data_size,
+                                        ret_error);
+                        if (r < 0)
+                                return r;
+                } else if ((s = yaml_map_scalar(doc, user, "client-key"))) {
+                        if (path_resolve(base_dir, s, &a->client_key_file) < 0)
+                                return -ENOMEM;
+                }
+                bool has_cert = a->client_cert_file || a->client_cert_data;
+                bool has_key = a->client_key_file || a->client_key_data;
+                if (has_cert != has_key)
+                        return auth_fail(ret_error, "kubeconfig: user \"%s\" has a client %s but no client %s",
+                                         user_name, has_cert ? "certificate" : "key",
+                                         has_cert ? "key" : "certificate");
+                if (yaml_map_get(doc, user, "username") || yaml_map_get(doc, user, "password"))
+                        return auth_fail(ret_error, "kubeconfig: user \"%s\" uses basic authentication, which is not supported",
+                                         user_name);
+        }
+        *ret = TAKE_PTR(a);
+        return 0;
+}
+
+int k8s_auth_from_kubeconfig_string(const char *text, size_t size, const char *base_dir, K8sAuth **ret,
+                                    char **ret_error) {
+        yaml_parser_t parser;
+        yaml_document_t doc;
+        int r;
+
+        if (ret_error)
+                *ret_error = NULL;
+        if (!yaml_parser_initialize(&parser))
+                return -ENOMEM;
+        yaml_parser_set_input_string(&parser, (const unsigned char *) text, size);
+        if (!yaml_parser_load(&parser, &doc)) {
+                r = auth_fail(ret_error, "kubeconfig: YAML error at line %zu: %s", parser.problem_mark.line + 1,
+                              strempty(parser.problem));
+                yaml_parser_delete(&parser);
+                return r;
+        }
+        r = kubeconfig_extract(&doc, base_dir, ret, ret_error);
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+        return r;
+}
+
+static int read_file(const char *path, char **ret, size_t *ret_size, size_t max) {
+        _cleanup_(fclosep) FILE *f = fopen(path, "re");
+        _cleanup_free_ char *buf = NULL;
+        size_t n;
+
+        if (!f)
+                return -errno;
+        buf = malloc(max + 1);
+        if (!buf)
+                return -ENOMEM;
+        n = fread(buf, 1, max + 1, f);
+        if (ferror(f))
+                return -EIO;
+        if (n > max)
+                return -EFBIG;
+        buf[n] = '\0';
+        *ret = TAKE_PTR(buf);
+        if (ret_size)
+                *ret_size = n;
+        return 0;
+}
+
+int k8s_auth_from_kubeconfig(const char *path, K8sAuth **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL, *copy = NULL, *msg = NULL;
+        size_t size = 0;
+        int r;
+
+        if (ret_error)
+                *ret_error = NULL;
+        r = read_file(path, &text, &size, 4 * 1024 * 1024);
+        if (r < 0) {
+                if (ret_error && asprintf(ret_error, "kubeconfig %s: %s", path, strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+        copy = strdup(path);
+        if (!copy)
+                return -ENOMEM;
+        r = k8s_auth_from_kubeconfig_string(text, size, dirname(copy), ret, &msg);
+        explicit_bzero(text, size); /* it may hold a token or key */
+        if (r < 0 && ret_error && msg && asprintf(ret_error, "%s: %s", path, msg) < 0)
+                *ret_error = NULL;
+        return r;
+}
+
+int k8s_auth_in_cluster(const char *dir, K8sAuth **ret, char **ret_error) {
+        _cleanup_(k8s_auth_freep) K8sAuth *a = NULL;
+        const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
+
+        if (ret_error)
+                *ret_error = NULL;
+        if (!dir)
+                dir = K8S_SERVICE_ACCOUNT_DIR;
+        if (isempty(host) || isempty(port))
+                return auth_fail(ret_error,
+                                 "no kubeconfig or server configured, and not in a cluster "
+                                 "(KUBERNETES_SERVICE_HOST/PORT unset)");
+        a = calloc(1, sizeof *a);
+        if (!a)
+                return -ENOMEM;
+        /* An IPv6 service host needs brackets in the URL. */
+        if (asprintf(&a->server, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host, port) < 0)
+                return -ENOMEM;
+        if (asprintf(&a->token_file, "%s/token", dir) < 0 || asprintf(&a->ca_file, "%s/ca.crt", dir) < 0)
+                return -ENOMEM;
+        if (access(a->token_file, R_OK) < 0)
+                return auth_fail(ret_error, "in-cluster: cannot read %s: %m", a->token_file);
+        *ret = TAKE_PTR(a);
+        return 0;
+}
+
+int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error) {
+        _cleanup_(k8s_auth_freep) K8sAuth *a = NULL;
+
+        if (!isempty(s->kubeconfig))
+                return k8s_auth_from_kubeconfig(s->kubeconfig, ret, ret_error);
+        if (isempty(s->server))
+                return k8s_auth_in_cluster(s->service_account_dir, ret, ret_error);
+
+        if (ret_error)
+                *ret_error = NULL;
+        if (strncmp(s->server, "https://", 8) != 0 && strncmp(s->server, "http://", 7) != 0)
+                return auth_fail(ret_error, "server \"%s\" is not an http(s) URL", s->server);
+        if (isempty(s->client_certificate) != isempty(s->client_key))
+                return auth_fail(ret_error, "client-certificate and client-key go together");
+        a = calloc(1, sizeof *a);
+        if (!a)
+                return -ENOMEM;
+        a->server = strdup(s->server);
+        if (!a->server)
+                return -ENOMEM;
+        size_t n = strlen(a->server);
+        while (n > 8 && a->server[n - 1] == '/')
+                a->server[--n] = '\0';
+        if ((!isempty(s->token_file) && !(a->token_file = strdup(s->token_file))) ||
+            (!isempty(s->certificate_authority) && !(a->ca_file = strdup(s->certificate_authority))) ||
+            (!isempty(s->client_certificate) && !(a->client_cert_file = strdup(s->client_certificate))) ||
+            (!isempty(s->client_key) && !(a->client_key_file = strdup(s->client_key))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(a);
+        return 0;
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* Where the API server is and how to authenticate to it: from a kubeconfig
+ * file, from explicit settings, or in-cluster from the service account
+ * directory.  Only the forms kvolumed supports are accepted; an "exec" or
+ * "auth-provider" user is refused with a message saying so. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "systemd/macro.h"
+
+#define K8S_SERVICE_ACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+typedef struct K8sAuth {
+        char *server; /* "https://host:port", no trailing '/' */
+        bool insecure_skip_tls_verify;
+        char *ca_file;          /* either a file ... */
+        uint8_t *ca_data;       /* ... or PEM bytes (certificate-authority-data) */
+        size_t ca_data_size;
+        char *token;            /* a fixed bearer token ... */
+        char *token_file;       /* ... or a file re-read when it changes */
+        char *client_cert_file;
+        uint8_t *client_cert_data;
+        size_t client_cert_data_size;
+        char *client_key_file;
+        uint8_t *client_key_data; /* wiped when freed */
+        size_t client_key_data_size;
+} K8sAuth;
+
+/* The [kubernetes] settings, passed in by whoever reads the configuration. */
+typedef struct K8sAuthSettings {
+        const char *kubeconfig;
+        const char *server;
+        const char *token_file;
+        const char *certificate_authority;
+        const char *client_certificate;
+        const char *client_key;
+        const char *service_account_dir; /* NULL: K8S_SERVICE_ACCOUNT_DIR */
+} K8sAuthSettings;
+
+K8sAuth *k8s_auth_free(K8sAuth *a);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sAuth *, k8s_auth_free);
+
+/* Kubeconfig text; relative file paths are resolved against base_dir (the
+ * kubeconfig's directory, as client-go does).  On failure returns -EINVAL (or
+ * -ENOMEM) and an explanation in *ret_error. */
+int k8s_auth_from_kubeconfig_string(const char *text, size_t size, const char *base_dir, K8sAuth **ret,
+                                    char **ret_error);
+int k8s_auth_from_kubeconfig(const char *path, K8sAuth **ret, char **ret_error);
+
+/* In-cluster: KUBERNETES_SERVICE_HOST/PORT and <dir>/{token,ca.crt}. */
+int k8s_auth_in_cluster(const char *service_account_dir, K8sAuth **ret, char **ret_error);
+
+/* Picks kubeconfig, explicit server, or in-cluster (both empty), per DESIGN §2. */
+int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error);

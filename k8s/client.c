@@ -1,0 +1,715 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "k8s/client.h"
+#include "k8s/json.h"
+#include "k8s/ratelimit.h"
+#include "systemd/curl-loop.h"
+#include "systemd/log.h"
+
+/* Buffered bodies larger than this are refused: a list of 5,000 pods is
+ * about 20 MiB, and informers page through lists in 500s anyway. */
+#define MAX_BODY_SIZE (256u * 1024u * 1024u)
+#define MAX_TOKEN_SIZE (64u * 1024u)
+
+typedef enum RequestState {
+        REQUEST_QUEUED,
+        REQUEST_RUNNING,
+        REQUEST_FINISHING,
+} RequestState;
+
+struct K8sRequest {
+        K8sClient *client;
+        K8sRequest *prev, *next;
+        RequestState state;
+        bool watch;
+        bool retried_unauthorized;
+        char *method;
+        char *path;
+        char *content_type;
+        char *body;
+        uint64_t timeout_usec;
+        CURL *easy;
+        struct curl_slist *headers;
+        char *response;
+        size_t response_size, response_alloc;
+        k8s_data_t on_data;
+        k8s_response_t done;
+        void *userdata;
+        void (*destroy)(void *userdata);
+        char errbuf[CURL_ERROR_SIZE];
+        char *token_used; /* to notice a rotation on 401 */
+};
+
+typedef struct TokenFile {
+        char *path;
+        char *token;
+        dev_t dev;
+        ino_t ino;
+        struct timespec mtime;
+        off_t size;
+} TokenFile;
+
+struct K8sClient {
+        sd_event *event;
+        CurlLoop *loop;
+        K8sAuth *auth;
+        TokenFile token_file;
+        char *user_agent;
+        uint64_t request_timeout_usec;
+        K8sTokenBucket bucket;
+        sd_event_source *bucket_timer;
+        K8sRequest *queue_head, *queue_tail; /* waiting for the rate limit, FIFO */
+        K8sRequest *running;
+        unsigned n_queued, n_running;
+};
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* --- token file ----------------------------------------------------------- */
+
+static void token_file_clear(TokenFile *t) {
+        if (t->token) {
+                explicit_bzero(t->token, strlen(t->token));
+                t->token = mfree_str(t->token);
+        }
+}
+
+/* Re-reads the token when the file is another one or was modified: a stat
+ * per request is cheap next to the request, and projected service account
+ * tokens are replaced by a rename (new inode) before they expire. */
+static int token_file_refresh(TokenFile *t, bool force) {
+        struct stat st;
+        _cleanup_(fclosep) FILE *f = NULL;
+        char *buf;
+        size_t n;
+
+        if (!t->path)
+                return 0;
+        if (stat(t->path, &st) < 0)
+                return log_warning_errno(errno, "Cannot stat token file %s, keeping the previous token: %m", t->path);
+        if (!force && t->token && st.st_dev == t->dev && st.st_ino == t->ino && st.st_size == t->size &&
+            st.st_mtim.tv_sec == t->mtime.tv_sec && st.st_mtim.tv_nsec == t->mtime.tv_nsec)
+                return 0;
+        f = fopen(t->path, "re");
+        if (!f)
+                return log_warning_errno(errno, "Cannot open token file %s: %m", t->path);
+        buf = calloc(1, MAX_TOKEN_SIZE + 1);
+        if (!buf)
+                return -ENOMEM;
+        n = fread(buf, 1, MAX_TOKEN_SIZE + 1, f);
+        if (n > MAX_TOKEN_SIZE) {
+                explicit_bzero(buf, MAX_TOKEN_SIZE + 1);
+                free(buf);
+                return log_warning_errno(EFBIG, "Token file %s is too large", t->path);
+        }
+        /* Trailing whitespace (a newline) is not part of the token, as in client-go. */
+        while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
+                buf[--n] = '\0';
+        if (n > 0 && t->token && !streq(t->token, buf))
+                log_info("Token file %s changed, using the new token", t->path);
+        token_file_clear(t);
+        t->token = buf;
+        t->dev = st.st_dev;
+        t->ino = st.st_ino;
+        t->size = st.st_size;
+        t->mtime = st.st_mtim;
+        return 1;
+}
+
+static const char *client_token(K8sClient *c) {
+        if (c->token_file.path)
+                return c->token_file.token;
+        return c->auth->token;
+}
+
+/* --- requests --------------------------------------------------------------- */
+
+static void request_unlink(K8sRequest *r) {
+        K8sClient *c = r->client;
+
+        if (r->state == REQUEST_QUEUED) {
+                if (r->prev)
+                        r->prev->next = r->next;
+                else
+                        c->queue_head = r->next;
+                if (r->next)
+                        r->next->prev = r->prev;
+                else
+                        c->queue_tail = r->prev;
+                c->n_queued--;
+        } else if (r->state == REQUEST_RUNNING) {
+                if (r->prev)
+                        r->prev->next = r->next;
+                else
+                        c->running = r->next;
+                if (r->next)
+                        r->next->prev = r->prev;
+                c->n_running--;
+        }
+        r->prev = r->next = NULL;
+}
+
+static void request_free(K8sRequest *r) {
+        if (!r)
+                return;
+        if (r->easy)
+                curl_easy_cleanup(r->easy);
+        curl_slist_free_all(r->headers);
+        free(r->method);
+        free(r->path);
+        free(r->content_type);
+        if (r->body) {
+                explicit_bzero(r->body, strlen(r->body));
+                free(r->body);
+        }
+        if (r->response) {
+                /* Responses may carry Secrets. */
+                explicit_bzero(r->response, r->response_size);
+                free(r->response);
+        }
+        if (r->token_used) {
+                explicit_bzero(r->token_used, strlen(r->token_used));
+                free(r->token_used);
+        }
+        free(r);
+}
+
+void k8s_request_cancel(K8sRequest *r) {
+        if (!r || r->state == REQUEST_FINISHING)
+                return;
+        if (r->state == REQUEST_RUNNING && r->easy)
+                (void) curl_loop_cancel(r->client->loop, r->easy);
+        request_unlink(r);
+        if (r->destroy)
+                r->destroy(r->userdata);
+        request_free(r);
+}
+
+static int response_append(K8sRequest *r, const char *data, size_t size) {
+        if (r->response_size + size + 1 > r->response_alloc) {
+                size_t want = MAX(r->response_alloc * 2, r->response_size + size + 1);
+                char *p;
+                if (want < 4096)
+                        want = 4096;
+                if (r->response_size + size > MAX_BODY_SIZE)
+                        return -EFBIG;
+                p = realloc(r->response, want);
+                if (!p)
+                        return -ENOMEM;
+                r->response = p;
+                r->response_alloc = want;
+        }
+        memcpy(r->response + r->response_size, data, size);
+        r->response_size += size;
+        r->response[r->response_size] = '\0';
+        return 0;
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *userdata) {
+        K8sRequest *r = userdata;
+        size_t len = size * nmemb;
+        long status = 0;
+
+        if (r->watch && r->on_data) {
+                (void) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+                if (status == 200)
+                        return r->on_data(r->client, data, len, r->userdata) < 0 ? 0 : len;
+        }
+        return response_append(r, data, len) < 0 ? 0 : len;
+}
+
+char *k8s_status_message(const char *body, size_t size) {
+        _cleanup_(cJSON_Deletep) cJSON *j = NULL;
+        const cJSON *m;
+        char *s = NULL;
+
+        if (!body || size == 0)
+                return NULL;
+        j = cJSON_ParseWithLength(body, size);
+        m = cJSON_GetObjectItemCaseSensitive(j, "message");
+        if (cJSON_IsString(m) && m->valuestring)
+                s = strndup(m->valuestring, 1024);
+        return s;
+}
+
+static const char *describe_status(long status) {
+        switch (status) {
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 409: return "Conflict";
+        case 410: return "Gone";
+        case 422: return "Unprocessable Entity";
+        case 429: return "Too Many Requests";
+        case 500: return "Internal Server Error";
+        case 503: return "Service Unavailable";
+        case 504: return "Gateway Timeout";
+        default: return "";
+        }
+}
+
+static char *request_failure_message(K8sRequest *r, CURLcode code, long status) {
+        K8sClient *c = r->client;
+        _cleanup_free_ char *status_msg = NULL;
+        char *m = NULL;
+        int n = -1;
+
+        if (code != CURLE_OK) {
+                const char *detail = r->errbuf[0] ? r->errbuf : curl_easy_strerror(code);
+                switch (code) {
+                case CURLE_PEER_FAILED_VERIFICATION:
+                case CURLE_SSL_CACERT_BADFILE:
+                case CURLE_SSL_CONNECT_ERROR:
+                case CURLE_SSL_CERTPROBLEM:
+                        n = asprintf(&m, "TLS connection to API server %s failed (check the certificate authority "
+                                     "and client certificate): %s", c->auth->server, detail);
+                        break;
+                default:
+                        n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path, c->auth->server,
+                                     detail);
+                }
+        } else if (status == 401) {
+                n = asprintf(&m, "API server %s answered 401 Unauthorized to %s %s: the bearer token%s%s is %s",
+                             c->auth->server, r->method, r->path, c->token_file.path ? " from " : "",
+                             strempty(c->token_file.path), client_token(c) ? "not accepted" : "missing");
+        } else if (status >= 300 || status < 200) {
+                status_msg = k8s_status_message(r->response, r->response_size);
+                n = asprintf(&m, "API server %s answered %ld %s to %s %s%s%s", c->auth->server, status,
+                             describe_status(status), r->method, r->path, status_msg ? ": " : "",
+                             strempty(status_msg));
+        }
+        return n < 0 ? NULL : m;
+}
+
+static int request_start(K8sRequest *r);
+
+static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
+        K8sRequest *r = userdata;
+        K8sClient *c = r->client;
+        _cleanup_free_ char *message = NULL;
+        curl_off_t retry_after = 0;
+        long status = 0;
+        K8sResponse resp;
+
+        (void) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+        (void) curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
+
+        request_unlink(r);
+
+        /* A rotated token: read the file again and retry once. */
+        if (code == CURLE_OK && status == 401 && c->token_file.path && !r->retried_unauthorized) {
+                (void) token_file_refresh(&c->token_file, true);
+                if (client_token(c) && !streq_ptr(client_token(c), r->token_used)) {
+                        r->retried_unauthorized = true;
+                        curl_easy_cleanup(r->easy);
+                        r->easy = NULL;
+                        curl_slist_free_all(r->headers);
+                        r->headers = NULL;
+                        r->response_size = 0;
+                        if (request_start(r) >= 0)
+                                return;
+                }
+        }
+
+        r->state = REQUEST_FINISHING;
+        if (code != CURLE_OK || status < 200 || status >= 300)
+                message = request_failure_message(r, code, status);
+        resp = (K8sResponse) {
+                .error = code == CURLE_OK ? 0 : (code == CURLE_WRITE_ERROR && r->watch ? -ECANCELED : curl_code_to_errno(code)),
+                .status = code == CURLE_OK ? status : 0,
+                .body = r->response ? r->response : "",
+                .size = r->response_size,
+                .retry_after_usec = retry_after > 0 ? (uint64_t) retry_after * USEC_PER_SEC : 0,
+                .message = message,
+        };
+        if (resp.error == 0 && status >= 400)
+                log_debug("%s", message);
+        r->done(c, &resp, r->userdata);
+        request_free(r);
+}
+
+static int request_setup(K8sRequest *r) {
+        K8sClient *c = r->client;
+        K8sAuth *a = c->auth;
+        _cleanup_free_ char *url = NULL, *bearer = NULL;
+        struct curl_slist *h;
+        const char *token;
+        CURL *e;
+
+        if (asprintf(&url, "%s%s", a->server, r->path) < 0)
+                return -ENOMEM;
+        e = r->easy = curl_easy_init();
+        if (!e)
+                return -ENOMEM;
+
+        (void) token_file_refresh(&c->token_file, false);
+        token = client_token(c);
+        /* No "Expect: 100-continue" on HTTP/1.1 bodies: it costs a round trip
+         * (or curl's 1 s wait on servers that never answer it). */
+        h = curl_slist_append(NULL, "Accept: application/json");
+        if (h) {
+                struct curl_slist *h0 = curl_slist_append(h, "Expect:");
+                if (!h0) {
+                        curl_slist_free_all(h);
+                        h = NULL;
+                } else
+                        h = h0;
+        }
+        if (h && token) {
+                if (asprintf(&bearer, "Authorization: Bearer %s", token) < 0)
+                        bearer = NULL;
+                if (!bearer)
+                        h = NULL;
+                else {
+                        struct curl_slist *h2 = curl_slist_append(h, bearer);
+                        if (!h2) {
+                                curl_slist_free_all(h);
+                                h = NULL;
+                        } else
+                                h = h2;
+                        explicit_bzero(bearer, strlen(bearer));
+                }
+                free(r->token_used);
+                r->token_used = strdup(token);
+        }
+        if (h && r->content_type) {
+                _cleanup_free_ char *ct = NULL;
+                if (asprintf(&ct, "Content-Type: %s", r->content_type) < 0)
+                        ct = NULL;
+                struct curl_slist *h2 = ct ? curl_slist_append(h, ct) : NULL;
+                if (!h2) {
+                        curl_slist_free_all(h);
+                        h = NULL;
+                } else
+                        h = h2;
+        }
+        if (!h)
+                return -ENOMEM;
+        r->headers = h;
+
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+        curl_easy_setopt(e, CURLOPT_USERAGENT, c->user_agent);
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+        r->errbuf[0] = '\0';
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
+        /* Wait for an HTTP/2 connection to multiplex on rather than open another. */
+        curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L);
+        curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 10L);
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) (r->timeout_usec / USEC_PER_MSEC));
+        if (!r->watch)
+                curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+
+        if (a->insecure_skip_tls_verify) {
+                curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+                curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+        } else {
+                curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+                curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+        }
+        if (a->ca_data) {
+                struct curl_blob blob = { .data = a->ca_data, .len = a->ca_data_size, .flags = CURL_BLOB_COPY };
+                curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &blob);
+        } else if (a->ca_file)
+                curl_easy_setopt(e, CURLOPT_CAINFO, a->ca_file);
+        if (a->client_cert_data) {
+                struct curl_blob blob = { .data = a->client_cert_data, .len = a->client_cert_data_size,
+                                          .flags = CURL_BLOB_COPY };
+                curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &blob);
+                curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+        } else if (a->client_cert_file)
+                curl_easy_setopt(e, CURLOPT_SSLCERT, a->client_cert_file);
+        if (a->client_key_data) {
+                struct curl_blob blob = { .data = a->client_key_data, .len = a->client_key_data_size,
+                                          .flags = CURL_BLOB_COPY };
+                curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &blob);
+                curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+        } else if (a->client_key_file)
+                curl_easy_setopt(e, CURLOPT_SSLKEY, a->client_key_file);
+
+        if (!streq(r->method, "GET"))
+                curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+        if (r->body) {
+                curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long) strlen(r->body));
+                curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
+        }
+        return 0;
+}
+
+static int request_start(K8sRequest *r) {
+        K8sClient *c = r->client;
+        int k;
+
+        k = request_setup(r);
+        if (k < 0)
+                return k;
+        k = curl_loop_add(c->loop, r->easy, on_done, r);
+        if (k < 0)
+                return k;
+        r->state = REQUEST_RUNNING;
+        r->prev = NULL;
+        r->next = c->running;
+        if (c->running)
+                c->running->prev = r;
+        c->running = r;
+        c->n_running++;
+        return 0;
+}
+
+/* Fails a request that could not start, from the loop rather than inside the
+ * caller's call, so that callbacks never run re-entrantly. */
+static void request_fail_now(K8sRequest *r, int error) {
+        K8sClient *c = r->client;
+        _cleanup_free_ char *m = NULL;
+        K8sResponse resp;
+
+        r->state = REQUEST_FINISHING;
+        if (asprintf(&m, "%s %s on API server %s could not start: %s", r->method, r->path, c->auth->server,
+                     strerror(-error)) < 0)
+                m = NULL;
+        resp = (K8sResponse) { .error = error, .body = "", .message = m };
+        r->done(c, &resp, r->userdata);
+        request_free(r);
+}
+
+static int on_bucket_timer(sd_event_source *s, uint64_t usec, void *userdata);
+
+static void queue_pump(K8sClient *c) {
+        while (c->queue_head) {
+                K8sRequest *r = c->queue_head;
+                uint64_t wait, now = now_usec();
+                int k;
+
+                wait = k8s_token_bucket_wait_usec(&c->bucket, now);
+                if (wait > 0) {
+                        uint64_t when;
+                        (void) sd_event_now(c->event, CLOCK_MONOTONIC, &when);
+                        if (sd_event_source_set_time(c->bucket_timer, when + wait) >= 0)
+                                (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_ONESHOT);
+                        return;
+                }
+                (void) k8s_token_bucket_take(&c->bucket, now);
+                request_unlink(r);
+                k = request_start(r);
+                if (k < 0)
+                        request_fail_now(r, k);
+        }
+}
+
+static int on_bucket_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        queue_pump(userdata);
+        return 0;
+}
+
+static int request_new(K8sClient *c, const char *method, const char *path, const char *content_type,
+                       const char *body, K8sRequest **ret) {
+        K8sRequest *r;
+
+        if (!path || path[0] != '/')
+                return -EINVAL;
+        r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->client = c;
+        r->state = REQUEST_FINISHING; /* not linked yet */
+        r->method = strdup(method);
+        r->path = strdup(path);
+        r->content_type = content_type ? strdup(content_type) : NULL;
+        r->body = body ? strdup(body) : NULL;
+        if (!r->method || !r->path || (content_type && !r->content_type) || (body && !r->body)) {
+                request_free(r);
+                return -ENOMEM;
+        }
+        *ret = r;
+        return 0;
+}
+
+int k8s_client_request(K8sClient *c, const char *method, const char *path, const char *content_type,
+                       const char *body, k8s_response_t done, void *userdata, K8sRequest **ret) {
+        K8sRequest *r;
+        int k;
+
+        k = request_new(c, method, path, content_type, body, &r);
+        if (k < 0)
+                return k;
+        r->done = done;
+        r->userdata = userdata;
+        r->timeout_usec = c->request_timeout_usec;
+
+        /* Everything goes through the queue, so order is kept under the limit. */
+        r->state = REQUEST_QUEUED;
+        r->prev = c->queue_tail;
+        r->next = NULL;
+        if (c->queue_tail)
+                c->queue_tail->next = r;
+        else
+                c->queue_head = r;
+        c->queue_tail = r;
+        c->n_queued++;
+        if (ret)
+                *ret = r;
+        if (c->n_queued == 1) {
+                /* Start now when a token is there; never call back from here. */
+                uint64_t now = now_usec();
+                if (k8s_token_bucket_wait_usec(&c->bucket, now) == 0) {
+                        (void) k8s_token_bucket_take(&c->bucket, now);
+                        request_unlink(r);
+                        k = request_start(r);
+                        if (k < 0) {
+                                request_free(r);
+                                if (ret)
+                                        *ret = NULL;
+                                return k;
+                        }
+                } else
+                        queue_pump(c);
+        }
+        return 0;
+}
+
+int k8s_client_watch(K8sClient *c, const char *path, uint64_t timeout_usec, k8s_data_t on_data, k8s_response_t done,
+                     void *userdata, K8sRequest **ret) {
+        K8sRequest *r;
+        int k;
+
+        k = request_new(c, "GET", path, NULL, NULL, &r);
+        if (k < 0)
+                return k;
+        r->watch = true;
+        r->on_data = on_data;
+        r->done = done;
+        r->userdata = userdata;
+        r->timeout_usec = timeout_usec;
+        k = request_start(r);
+        if (k < 0) {
+                request_free(r);
+                return k;
+        }
+        if (ret)
+                *ret = r;
+        return 0;
+}
+
+int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8sClient **ret) {
+        _cleanup_(k8s_client_freep) K8sClient *c = NULL;
+        static const K8sClientOptions defaults = {};
+        int r;
+
+        if (!o)
+                o = &defaults;
+        c = calloc(1, sizeof *c);
+        if (!c) {
+                k8s_auth_free(auth);
+                return -ENOMEM;
+        }
+        c->auth = auth;
+        c->event = sd_event_ref(event);
+        c->request_timeout_usec = o->request_timeout_usec ?: 60 * USEC_PER_SEC;
+        if (asprintf(&c->user_agent, "%s", o->user_agent ?: "kvolumed/" KVOLUMED_VERSION) < 0)
+                return -ENOMEM;
+        k8s_token_bucket_init(&c->bucket, o->qps > 0 ? o->qps : K8S_DEFAULT_QPS,
+                          (double) (o->burst > 0 ? o->burst : K8S_DEFAULT_BURST), now_usec());
+
+        if (auth->insecure_skip_tls_verify)
+                log_warning("TLS verification of API server %s is off (insecure-skip-tls-verify): "
+                            "anyone on the path can impersonate it", auth->server);
+        if (strncmp(auth->server, "http://", 7) == 0)
+                log_warning("API server %s is reached over plain HTTP", auth->server);
+        if (auth->token_file) {
+                c->token_file.path = strdup(auth->token_file);
+                if (!c->token_file.path)
+                        return -ENOMEM;
+                r = token_file_refresh(&c->token_file, true);
+                if (r < 0)
+                        return log_error_errno(r, "Cannot read the bearer token file %s for API server %s: %m",
+                                               auth->token_file, auth->server);
+        }
+
+        r = curl_loop_new(event, &c->loop);
+        if (r < 0)
+                return r;
+        (void) curl_multi_setopt(curl_loop_multi(c->loop), CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
+        r = sd_event_add_time(event, &c->bucket_timer, CLOCK_MONOTONIC, 0, 1, on_bucket_timer, c);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_OFF);
+        (void) sd_event_source_set_description(c->bucket_timer, "k8s-rate-limit");
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+K8sClient *k8s_client_free(K8sClient *c) {
+        if (!c)
+                return NULL;
+        while (c->queue_head)
+                k8s_request_cancel(c->queue_head);
+        while (c->running)
+                k8s_request_cancel(c->running);
+        sd_event_source_disable_unref(c->bucket_timer);
+        curl_loop_free(c->loop);
+        token_file_clear(&c->token_file);
+        free(c->token_file.path);
+        k8s_auth_free(c->auth);
+        free(c->user_agent);
+        sd_event_unref(c->event);
+        free(c);
+        return NULL;
+}
+
+sd_event *k8s_client_event(K8sClient *c) {
+        return c->event;
+}
+
+const char *k8s_client_server(K8sClient *c) {
+        return c->auth->server;
+}
+
+unsigned k8s_client_queued(K8sClient *c) {
+        return c->n_queued;
+}
+
+unsigned k8s_client_running(K8sClient *c) {
+        return c->n_running;
+}
+
+char *k8s_escape(const char *s) {
+        static const char hex[] = "0123456789ABCDEF";
+        size_t n = strlen(s);
+        char *out = malloc(n * 3 + 1), *p = out;
+
+        if (!out)
+                return NULL;
+        for (const unsigned char *i = (const unsigned char *) s; *i; i++) {
+                if ((*i >= 'a' && *i <= 'z') || (*i >= 'A' && *i <= 'Z') || (*i >= '0' && *i <= '9') ||
+                    strchr("-._~", *i))
+                        *p++ = (char) *i;
+                else {
+                        *p++ = '%';
+                        *p++ = hex[*i >> 4];
+                        *p++ = hex[*i & 15];
+                }
+        }
+        *p = '\0';
+        return out;
+}
+
+void k8s_request_set_destroy(K8sRequest *r, void (*destroy)(void *userdata)) {
+        r->destroy = destroy;
+}

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The API objects kvolumed reads, decoded from JSON into plain structs that
+ * hold only the fields it uses; no cJSON tree is kept.  Absent optional
+ * fields get the API server's defaults.  Names are NOT validated here (the
+ * fixtures of the API use names such as "nameValue"): whoever turns a name
+ * into a path checks it first, see k8s_pod_validate_names(). */
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "k8s/json.h"
+#include "systemd/macro.h"
+
+/* First member of every typed object, so generic code (store, informer) can
+ * read any object through a K8sMeta pointer. */
+typedef struct K8sMeta {
+        char *uid;
+        char *namespace; /* NULL for cluster-scoped objects */
+        char *name;
+        char *resource_version;
+        char *deletion_timestamp; /* NULL unless being deleted */
+} K8sMeta;
+
+typedef struct K8sSecretRef {
+        char *name; /* NULL: no reference */
+        char *namespace;
+} K8sSecretRef;
+
+typedef struct K8sPodCsiSource {
+        char *driver;
+        bool read_only;
+        char *fs_type; /* NULL: not set */
+        K8sStringMap volume_attributes;
+        char *node_publish_secret_name; /* in the pod's namespace */
+} K8sPodCsiSource;
+
+typedef struct K8sPodVolume {
+        char *name;
+        /* At most one source is set in a valid pod; the decoder does not
+         * insist, and keeps each one it recognises. */
+        K8sPodCsiSource *csi;  /* inline CSI volume */
+        char *claim_name;      /* persistentVolumeClaim.claimName */
+        bool claim_read_only;  /* persistentVolumeClaim.readOnly */
+        bool ephemeral;        /* generic ephemeral: PVC "<pod>-<volume>" */
+} K8sPodVolume;
+
+typedef struct K8sVolumeMount {
+        char *name;
+        char *path; /* mountPath or devicePath */
+        bool read_only;
+} K8sVolumeMount;
+
+typedef struct K8sContainer {
+        char *name;
+        K8sVolumeMount *mounts; /* volumeMounts */
+        size_t n_mounts;
+        K8sVolumeMount *devices; /* volumeDevices */
+        size_t n_devices;
+} K8sContainer;
+
+typedef struct K8sContainerStatus {
+        char *name;
+        bool running;
+        bool terminated;
+        int64_t exit_code; /* valid when terminated */
+} K8sContainerStatus;
+
+typedef struct K8sPod {
+        K8sMeta meta;
+        char *node_name;
+        char *phase; /* "Pending", "Running", "Succeeded", "Failed", "Unknown"; NULL if unset */
+        char *service_account_name;
+        bool has_fs_group;
+        int64_t fs_group;
+        char *fs_group_change_policy; /* NULL: not set (Always) */
+        K8sPodVolume *volumes;
+        size_t n_volumes;
+        K8sContainer *containers;
+        size_t n_containers;
+        K8sContainer *init_containers;
+        size_t n_init_containers;
+        K8sContainerStatus *container_statuses;
+        size_t n_container_statuses;
+        K8sContainerStatus *init_container_statuses;
+        size_t n_init_container_statuses;
+} K8sPod;
+
+typedef struct K8sPersistentVolumeClaim {
+        K8sMeta meta;
+        char *volume_name; /* NULL: not bound */
+        char *phase;
+        char **access_modes; /* spec.accessModes */
+        char *volume_mode;   /* defaults to "Filesystem" */
+} K8sPersistentVolumeClaim;
+
+typedef struct K8sPvCsiSource {
+        char *driver;
+        char *volume_handle;
+        bool read_only;
+        char *fs_type;
+        K8sStringMap volume_attributes;
+        K8sSecretRef controller_publish_secret;
+        K8sSecretRef node_stage_secret;
+        K8sSecretRef node_publish_secret;
+        K8sSecretRef node_expand_secret;
+        K8sSecretRef controller_expand_secret;
+} K8sPvCsiSource;
+
+typedef struct K8sPersistentVolume {
+        K8sMeta meta;
+        K8sPvCsiSource *csi; /* NULL: not a CSI volume */
+        char *volume_mode;   /* defaults to "Filesystem" */
+        char **mount_options;
+        char **access_modes;
+        char *claim_namespace; /* spec.claimRef */
+        char *claim_name;
+        char *claim_uid;
+        char *phase;
+} K8sPersistentVolume;
+
+typedef struct K8sTokenRequest {
+        char *audience; /* "" allowed: the API server's audience */
+        bool has_expiration_seconds;
+        int64_t expiration_seconds;
+} K8sTokenRequest;
+
+/* Defaults from kubelet-facts.md §4 when a field is absent. */
+typedef struct K8sCSIDriver {
+        K8sMeta meta;
+        bool attach_required;          /* true */
+        bool pod_info_on_mount;        /* false */
+        char **volume_lifecycle_modes; /* ["Persistent"] */
+        bool storage_capacity;         /* false */
+        char *fs_group_policy;         /* "ReadWriteOnceWithFSType" */
+        K8sTokenRequest *token_requests;
+        size_t n_token_requests;
+        bool requires_republish;       /* false */
+        bool se_linux_mount;           /* false */
+        bool has_node_allocatable_update_period_seconds;
+        int64_t node_allocatable_update_period_seconds;
+        bool service_account_token_in_secrets; /* false (unset) */
+} K8sCSIDriver;
+
+typedef struct K8sVolumeAttachment {
+        K8sMeta meta;
+        char *attacher;
+        char *node_name;
+        char *persistent_volume_name;
+        bool attached;
+        K8sStringMap attachment_metadata;
+        char *attach_error_message; /* NULL: no attach error */
+        bool has_attach_error_code;
+        int64_t attach_error_code;
+} K8sVolumeAttachment;
+
+typedef struct K8sAttachedVolume {
+        char *name;        /* "kubernetes.io/csi/<driver>^<handle>" */
+        char *device_path;
+} K8sAttachedVolume;
+
+typedef struct K8sNode {
+        K8sMeta meta;
+        K8sStringMap annotations;
+        K8sAttachedVolume *volumes_attached;
+        size_t n_volumes_attached;
+        char **volumes_in_use;
+} K8sNode;
+
+typedef struct K8sSecretEntry {
+        char *key;
+        uint8_t *value; /* decoded bytes, NUL-terminated for convenience */
+        size_t size;
+} K8sSecretEntry;
+
+/* Wiped when freed; keep only for the call that needs it. */
+typedef struct K8sSecret {
+        K8sMeta meta;
+        char *type;
+        K8sSecretEntry *data;
+        size_t n_data;
+} K8sSecret;
+
+/* What the store and informer need to know of a kind. */
+typedef struct K8sKind {
+        const char *kind;       /* "Pod" */
+        const char *api_prefix; /* "/api/v1" or "/apis/storage.k8s.io/v1" */
+        const char *plural;     /* "pods" */
+        bool namespaced;
+        int (*decode)(const cJSON *j, void **ret, K8sDecodeError *error);
+        void (*free)(void *obj);
+} K8sKind;
+
+extern const K8sKind k8s_kind_pod;
+extern const K8sKind k8s_kind_pvc;
+extern const K8sKind k8s_kind_pv;
+extern const K8sKind k8s_kind_csidriver;
+extern const K8sKind k8s_kind_volume_attachment;
+extern const K8sKind k8s_kind_node;
+extern const K8sKind k8s_kind_secret;
+
+/* Decoders: 0, -EBADMSG with *error naming the field, or -ENOMEM. */
+int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error);
+int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeError *error);
+int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *error);
+int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *error);
+int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K8sDecodeError *error);
+int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error);
+int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error);
+
+/* Parses JSON text and decodes it as "kind"; the error names "(json)" for
+ * text that does not parse. */
+int k8s_object_decode(const K8sKind *kind, const char *text, size_t size, void **ret, K8sDecodeError *error);
+
+K8sPod *k8s_pod_free(K8sPod *p);
+K8sPersistentVolumeClaim *k8s_pvc_free(K8sPersistentVolumeClaim *p);
+K8sPersistentVolume *k8s_pv_free(K8sPersistentVolume *p);
+K8sCSIDriver *k8s_csidriver_free(K8sCSIDriver *d);
+K8sVolumeAttachment *k8s_volume_attachment_free(K8sVolumeAttachment *va);
+K8sNode *k8s_node_free(K8sNode *n);
+K8sSecret *k8s_secret_free(K8sSecret *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPod *, k8s_pod_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPersistentVolumeClaim *, k8s_pvc_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPersistentVolume *, k8s_pv_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sCSIDriver *, k8s_csidriver_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sVolumeAttachment *, k8s_volume_attachment_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sNode *, k8s_node_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sSecret *, k8s_secret_free);
+
+const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key);
+
+/* Checks the names of a pod that become path components or API paths:
+ * UID UUID-shaped, namespace a DNS-1123 label, name a DNS-1123 subdomain,
+ * every volume name a DNS-1123 label.  -EINVAL with *ret_field naming the
+ * first bad one. */
+int k8s_pod_validate_names(const K8sPod *p, const char **ret_field);
+
+/* "namespace/name" or "name"; for log lines. */
+const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size);

@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdio.h>
+#include <string.h>
+
+#include "k8s/json.h"
+#include "k8s/writers.h"
+#include "systemd/log.h"
+#include "systemd/validate.h"
+
+#define MERGE_PATCH "application/merge-patch+json"
+#define JSON "application/json"
+
+/* --- GET ------------------------------------------------------------------ */
+
+typedef struct GetOp {
+        const K8sKind *kind;
+        k8s_get_done_t done;
+        void *userdata;
+} GetOp;
+
+static void on_get(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        GetOp *op = userdata;
+        K8sDecodeError err = {};
+        void *obj = NULL;
+        _cleanup_free_ char *m = NULL;
+        int r;
+
+        if (resp->error < 0 || resp->status != 200)
+                op->done(c, resp->error < 0 ? resp->error : -EIO, resp->status, resp->message, NULL, op->userdata);
+        else {
+                r = k8s_object_decode(op->kind, resp->body, resp->size, &obj, &err);
+                if (r < 0) {
+                        if (asprintf(&m, "%s from API server %s does not decode: field %s: %s", op->kind->kind,
+                                     k8s_client_server(c), err.field, strempty(err.problem)) < 0)
+                                m = NULL;
+                        log_warning("%s", strempty(m));
+                }
+                op->done(c, r, resp->status, m, obj, op->userdata);
+        }
+        free(op);
+}
+
+static int object_path(const K8sKind *kind, const char *namespace, const char *name, const char *sub, char **ret) {
+        int n;
+
+        /* Names become URL path segments: only what the API could hold. */
+        if (validate_dns1123_subdomain(name) < 0 && validate_path_component(name) < 0)
+                return -EINVAL;
+        if (kind->namespaced) {
+                if (validate_dns1123_label(namespace) < 0)
+                        return -EINVAL;
+                n = asprintf(ret, "%s/namespaces/%s/%s/%s%s%s", kind->api_prefix, namespace, kind->plural, name,
+                             sub ? "/" : "", strempty(sub));
+        } else
+                n = asprintf(ret, "%s/%s/%s%s%s", kind->api_prefix, kind->plural, name, sub ? "/" : "",
+                             strempty(sub));
+        return n < 0 ? -ENOMEM : 0;
+}
+
+int k8s_get_object(K8sClient *c, const K8sKind *kind, const char *namespace, const char *name,
+                   k8s_get_done_t done, void *userdata) {
+        _cleanup_free_ char *path = NULL, *esc = k8s_escape(strempty(name));
+        K8sRequest *req;
+        GetOp *op;
+        int r;
+
+        if (!esc)
+                return -ENOMEM;
+        if (!streq(esc, strempty(name)))
+                return -EINVAL;
+        r = object_path(kind, namespace, name, NULL, &path);
+        if (r < 0)
+                return r;
+        op = calloc(1, sizeof *op);
+        if (!op)
+                return -ENOMEM;
+        *op = (GetOp) { .kind = kind, .done = done, .userdata = userdata };
+        r = k8s_client_request(c, "GET", path, NULL, NULL, on_get, op, &req);
+        if (r < 0) {
+                free(op);
+                return r;
+        }
+        k8s_request_set_destroy(req, free);
+        return 0;
+}
+
+/* --- volumesInUse -------------------------------------------------------- */
+
+typedef struct SimpleOp {
+        k8s_write_done_t done;
+        void *userdata;
+} SimpleOp;
+
+static void on_simple(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        SimpleOp *op = userdata;
+        bool ok = resp->error == 0 && resp->status >= 200 && resp->status < 300;
+
+        if (op->done)
+                op->done(c, ok ? 0 : resp->error < 0 ? resp->error : -EIO, ok ? NULL : resp->message, op->userdata);
+        free(op);
+}
+
+static int simple_request(K8sClient *c, const char *method, const char *path, const char *content_type,
+                          const char *body, k8s_write_done_t done, void *userdata) {
+        SimpleOp *op = calloc(1, sizeof *op);
+        K8sRequest *req;
+        int r;
+
+        if (!op)
+                return -ENOMEM;
+        *op = (SimpleOp) { .done = done, .userdata = userdata };
+        r = k8s_client_request(c, method, path, content_type, body, on_simple, op, &req);
+        if (r < 0) {
+                free(op);
+                return r;
+        }
+        k8s_request_set_destroy(req, free);
+        return 0;
+}
+
+int k8s_node_patch_volumes_in_use(K8sClient *c, const char *node, char *const *volumes, k8s_write_done_t done,
+                                  void *userdata) {
+        _cleanup_(cJSON_Deletep) cJSON *patch = cJSON_CreateObject();
+        _cleanup_free_ char *path = NULL, *body = NULL;
+        cJSON *status, *list;
+        int r;
+
+        r = object_path(&k8s_kind_node, NULL, node, "status", &path);
+        if (r < 0)
+                return r;
+        if (!patch || !(status = cJSON_AddObjectToObject(patch, "status")) ||
+            !(list = cJSON_AddArrayToObject(status, "volumesInUse")))
+                return -ENOMEM;
+        for (size_t i = 0; volumes && volumes[i]; i++) {
+                cJSON *s = cJSON_CreateString(volumes[i]);
+                if (!s || !cJSON_AddItemToArray(list, s)) {
+                        cJSON_Delete(s);
+                        return -ENOMEM;
+                }
+        }
+        body = cJSON_PrintUnformatted(patch);
+        if (!body)
+                return -ENOMEM;
+        return simple_request(c, "PATCH", path, MERGE_PATCH, body, done, userdata);
+}
+
+/* --- node annotations ------------------------------------------------------ */
+
+int k8s_node_id_annotation_update(const char *old, const char *driver, const char *node_id, char **ret) {
+        _cleanup_(cJSON_Deletep) cJSON *map = old ? cJSON_Parse(old) : NULL;
+        cJSON *cur;
+        bool changed = false;
+
+        *ret = NULL;
+        if (!cJSON_IsObject(map)) {
+                cJSON_Delete(map);
+                map = cJSON_CreateObject();
+                if (!map)
+                        return -ENOMEM;
+                changed = old != NULL;
+        }
+        cur = cJSON_GetObjectItemCaseSensitive(map, driver);
+        if (node_id) {
+                if (!cJSON_IsString(cur) || !streq(cur->valuestring, node_id)) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
+                        if (!cJSON_AddStringToObject(map, driver, node_id))
+                                return -ENOMEM;
+                        changed = true;
+                }
+        } else if (cur) {
+                cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
+                changed = true;
+        }
+        if (cJSON_GetArraySize(map) == 0)
+                return changed ? 1 : 0; /* *ret NULL: remove the annotation */
+        *ret = cJSON_PrintUnformatted(map);
+        if (!*ret)
+                return -ENOMEM;
+        return changed ? 1 : 0;
+}
+
+typedef enum OpKind {
+        OP_NODE_ID,
+        OP_CSINODE,
+} OpKind;
+
+typedef enum OpStep {
+        STEP_GET,
+        STEP_WRITE,
+        STEP_GET_NODE, /* CSINode missing: the Node's UID for the owner reference */
+        STEP_CREATE,
+} OpStep;
+
+typedef struct RmwOp {
+        K8sClient *client;
+        OpKind kind;
+        OpStep step;
+        char *node;
+        char *driver;
+        char *node_id;
+        char **topology_keys;
+        int64_t allocatable_count;
+        unsigned attempts;
+        k8s_write_done_t done;
+        void *userdata;
+} RmwOp;
+
+static void rmw_free(void *p) {
+        RmwOp *op = p;
+        if (!op)
+                return;
+        free(op->node);
+        free(op->driver);
+        free(op->node_id);
+        k8s_strv_free(op->topology_keys);
+        free(op);
+}
+
+static void rmw_finish(RmwOp *op, int error, const char *message) {
+        if (op->done)
+                op->done(op->client, error, message, op->userdata);
+        rmw_free(op);
+}
+
+static void on_rmw(K8sClient *c, const K8sResponse *resp, void *userdata);
+
+static int rmw_send_raw(RmwOp *op, OpStep step, const char *method, const char *path, const char *content_type,
+                        const char *body) {
+        K8sRequest *req;
+        int r;
+
+        op->step = step;
+        r = k8s_client_request(op->client, method, path, content_type, body, on_rmw, op, &req);
+        if (r < 0)
+                return r;
+        k8s_request_set_destroy(req, rmw_free);
+        return 0;
+}
+
+static void rmw_send(RmwOp *op, OpStep step, const char *method, const char *path, const char *content_type,
+                     const char *body) {
+        int r = rmw_send_raw(op, step, method, path, content_type, body);
+        if (r < 0)
+                rmw_finish(op, r, "cannot start a request to the API server");
+}
+
+static int rmw_get_raw(RmwOp *op) {
+        _cleanup_free_ char *path = NULL;
+
+        if (++op->attempts > K8S_WRITE_ATTEMPTS)
+                return -EBUSY;
+        if (op->kind == OP_NODE_ID)
+                (void) object_path(&k8s_kind_node, NULL, op->node, NULL, &path);
+        else if (asprintf(&path, "/apis/storage.k8s.io/v1/csinodes/%s", op->node) < 0)
+                path = NULL;
+        if (!path)
+                return -ENOMEM;
+        return rmw_send_raw(op, STEP_GET, "GET", path, NULL, NULL);
+}
+
+static void rmw_get(RmwOp *op) {
+        int r = rmw_get_raw(op);
+        if (r == -EBUSY)
+                rmw_finish(op, r, "gave up after repeated 409 Conflict answers");
+        else if (r < 0)
+                rmw_finish(op, r, "cannot start a request to the API server");
+}
+
+static void node_id_write(RmwOp *op, cJSON *node) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(node, "metadata");
+        const cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+        const cJSON *rv = cJSON_GetObjectItemCaseSensitive(md, "resourceVersion");
+        const cJSON *old = cJSON_GetObjectItemCaseSensitive(ann, K8S_ANNOTATION_NODE_ID);
+        const cJSON *managed = cJSON_GetObjectItemCaseSensitive(ann, K8S_ANNOTATION_CONTROLLER_MANAGED);
+        _cleanup_(cJSON_Deletep) cJSON *patch = cJSON_CreateObject();
+        _cleanup_free_ char *value = NULL, *body = NULL, *path = NULL;
+        cJSON *pmd, *pann;
+        bool changed = false;
+        int r = 0;
+
+        if (!patch || !(pmd = cJSON_AddObjectToObject(patch, "metadata")) ||
+            !(pann = cJSON_AddObjectToObject(pmd, "annotations"))) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        if (op->driver) {
+                r = k8s_node_id_annotation_update(cJSON_IsString(old) ? old->valuestring : NULL, op->driver,
+                                                  op->node_id, &value);
+                if (r < 0) {
+                        rmw_finish(op, r, NULL);
+                        return;
+                }
+                if (r > 0) {
+                        changed = true;
+                        if (value ? !cJSON_AddStringToObject(pann, K8S_ANNOTATION_NODE_ID, value)
+                                  : !cJSON_AddNullToObject(pann, K8S_ANNOTATION_NODE_ID)) {
+                                rmw_finish(op, -ENOMEM, NULL);
+                                return;
+                        }
+                }
+        }
+        if (!cJSON_IsString(managed) || !streq(managed->valuestring, "true")) {
+                changed = true;
+                if (!cJSON_AddStringToObject(pann, K8S_ANNOTATION_CONTROLLER_MANAGED, "true")) {
+                        rmw_finish(op, -ENOMEM, NULL);
+                        return;
+                }
+        }
+        if (!changed) {
+                rmw_finish(op, 0, NULL);
+                return;
+        }
+        /* The resourceVersion makes the merge patch conditional: a 409 means
+         * someone else changed the annotation meanwhile, so read it again. */
+        if (cJSON_IsString(rv) && !cJSON_AddStringToObject(pmd, "resourceVersion", rv->valuestring)) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        body = cJSON_PrintUnformatted(patch);
+        if (!body || object_path(&k8s_kind_node, NULL, op->node, NULL, &path) < 0) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        rmw_send(op, STEP_WRITE, "PATCH", path, MERGE_PATCH, body);
+}
+
+static cJSON *csinode_driver_entry(const char *driver, const char *node_id, char *const *topology_keys,
+                                   int64_t allocatable_count) {
+        cJSON *e = cJSON_CreateObject(), *keys;
+        size_t n = k8s_strv_length(topology_keys);
+        _cleanup_free_ char **sorted = NULL;
+
+        if (!e || !cJSON_AddStringToObject(e, "name", driver) || !cJSON_AddStringToObject(e, "nodeID", node_id))
+                goto fail;
+        /* kubelet sorts the topology keys. */
+        keys = cJSON_AddArrayToObject(e, "topologyKeys");
+        if (!keys)
+                goto fail;
+        if (n > 0) {
+                sorted = calloc(n, sizeof(char *));
+                if (!sorted)
+                        goto fail;
+                memcpy(sorted, topology_keys, n * sizeof(char *));
+                for (size_t i = 1; i < n; i++)
+                        for (size_t k = i; k > 0 && strcmp(sorted[k - 1], sorted[k]) > 0; k--) {
+                                char *t = sorted[k];
+                                sorted[k] = sorted[k - 1];
+                                sorted[k - 1] = t;
+                        }
+                for (size_t i = 0; i < n; i++)
+                        if (!cJSON_AddItemToArray(keys, cJSON_CreateString(sorted[i])))
+                                goto fail;
+        }
+        if (allocatable_count > 0) {
+                cJSON *alloc = cJSON_AddObjectToObject(e, "allocatable");
+                if (!alloc || !cJSON_AddNumberToObject(alloc, "count",
+                                                       (double) MIN(allocatable_count, (int64_t) INT32_MAX)))
+                        goto fail;
+        }
+        return e;
+fail:
+        cJSON_Delete(e);
+        return NULL;
+}
+
+int k8s_csinode_update_drivers(cJSON *csinode, const char *driver, const char *node_id, char *const *topology_keys,
+                               int64_t allocatable_count) {
+        cJSON *spec = cJSON_GetObjectItemCaseSensitive(csinode, "spec"), *drivers, *e, *found = NULL;
+        int index = 0, found_index = -1;
+
+        if (!cJSON_IsObject(spec)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(csinode, "spec");
+                spec = cJSON_AddObjectToObject(csinode, "spec");
+                if (!spec)
+                        return -ENOMEM;
+        }
+        drivers = cJSON_GetObjectItemCaseSensitive(spec, "drivers");
+        if (!cJSON_IsArray(drivers)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(spec, "drivers");
+                drivers = cJSON_AddArrayToObject(spec, "drivers");
+                if (!drivers)
+                        return -ENOMEM;
+        }
+        cJSON_ArrayForEach(e, drivers) {
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+                if (cJSON_IsString(name) && streq(name->valuestring, driver)) {
+                        found = e;
+                        found_index = index;
+                        break;
+                }
+                index++;
+        }
+        if (!node_id) {
+                if (!found)
+                        return 0;
+                cJSON_DeleteItemFromArray(drivers, found_index);
+                return 1;
+        }
+        cJSON *entry = csinode_driver_entry(driver, node_id, topology_keys, allocatable_count);
+        if (!entry)
+                return -ENOMEM;
+        if (found) {
+                if (cJSON_Compare(found, entry, true)) {
+                        cJSON_Delete(entry);
+                        return 0;
+                }
+                if (!cJSON_ReplaceItemInArray(drivers, found_index, entry)) {
+                        cJSON_Delete(entry);
+                        return -ENOMEM;
+                }
+                return 1;
+        }
+        if (!cJSON_AddItemToArray(drivers, entry)) {
+                cJSON_Delete(entry);
+                return -ENOMEM;
+        }
+        return 1;
+}
+
+static void csinode_write(RmwOp *op, cJSON *csinode) {
+        _cleanup_free_ char *body = NULL, *path = NULL;
+        int r;
+
+        r = k8s_csinode_update_drivers(csinode, op->driver, op->node_id, op->topology_keys, op->allocatable_count);
+        if (r <= 0) {
+                rmw_finish(op, r, NULL);
+                return;
+        }
+        body = cJSON_PrintUnformatted(csinode); /* carries resourceVersion: a conditional update */
+        if (!body || asprintf(&path, "/apis/storage.k8s.io/v1/csinodes/%s", op->node) < 0) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        rmw_send(op, STEP_WRITE, "PUT", path, JSON, body);
+}
+
+static void csinode_create(RmwOp *op, cJSON *node) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(node, "metadata");
+        const cJSON *uid = cJSON_GetObjectItemCaseSensitive(md, "uid");
+        _cleanup_(cJSON_Deletep) cJSON *obj = cJSON_CreateObject();
+        _cleanup_free_ char *body = NULL;
+        cJSON *omd, *refs, *ref, *ann;
+
+        if (!cJSON_IsString(uid)) {
+                rmw_finish(op, -EBADMSG, "Node has no metadata.uid");
+                return;
+        }
+        if (!obj || !cJSON_AddStringToObject(obj, "apiVersion", "storage.k8s.io/v1") ||
+            !cJSON_AddStringToObject(obj, "kind", "CSINode") || !(omd = cJSON_AddObjectToObject(obj, "metadata")) ||
+            !cJSON_AddStringToObject(omd, "name", op->node) ||
+            !(ann = cJSON_AddObjectToObject(omd, "annotations")) ||
+            !cJSON_AddStringToObject(ann, "storage.alpha.kubernetes.io/migrated-plugins", "") ||
+            !(refs = cJSON_AddArrayToObject(omd, "ownerReferences")) || !(ref = cJSON_CreateObject()) ||
+            !cJSON_AddItemToArray(refs, ref) || !cJSON_AddStringToObject(ref, "apiVersion", "v1") ||
+            !cJSON_AddStringToObject(ref, "kind", "Node") || !cJSON_AddStringToObject(ref, "name", op->node) ||
+            !cJSON_AddStringToObject(ref, "uid", uid->valuestring)) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        if (k8s_csinode_update_drivers(obj, op->driver, op->node_id, op->topology_keys, op->allocatable_count) < 0 ||
+            !(body = cJSON_PrintUnformatted(obj))) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        rmw_send(op, STEP_CREATE, "POST", "/apis/storage.k8s.io/v1/csinodes", JSON, body);
+}
+
+static void on_rmw(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        RmwOp *op = userdata;
+        _cleanup_(cJSON_Deletep) cJSON *j = NULL;
+        _cleanup_free_ char *path = NULL;
+
+        if (resp->error < 0) {
+                rmw_finish(op, resp->error, resp->message);
+                return;
+        }
+        switch (op->step) {
+        case STEP_GET:
+                if (resp->status == 404 && op->kind == OP_CSINODE) {
+                        if (!op->node_id) {
+                                rmw_finish(op, 0, NULL); /* nothing to remove */
+                                return;
+                        }
+                        if (object_path(&k8s_kind_node, NULL, op->node, NULL, &path) < 0) {
+                                rmw_finish(op, -ENOMEM, NULL);
+                                return;
+                        }
+                        rmw_send(op, STEP_GET_NODE, "GET", path, NULL, NULL);
+                        return;
+                }
+                if (resp->status != 200) {
+                        rmw_finish(op, -EIO, resp->message);
+                        return;
+                }
+                j = cJSON_ParseWithLength(resp->body, resp->size);
+                if (!cJSON_IsObject(j)) {
+                        rmw_finish(op, -EBADMSG, "the API server's answer is not a JSON object");
+                        return;
+                }
+                if (op->kind == OP_NODE_ID)
+                        node_id_write(op, j);
+                else
+                        csinode_write(op, j);
+                return;
+        case STEP_GET_NODE:
+                if (resp->status != 200) {
+                        rmw_finish(op, -EIO, resp->message);
+                        return;
+                }
+                j = cJSON_ParseWithLength(resp->body, resp->size);
+                csinode_create(op, j);
+                return;
+        case STEP_WRITE:
+        case STEP_CREATE:
+                if (resp->status == 409) {
+                        /* Someone else wrote first (or created it): start over from a fresh read. */
+                        rmw_get(op);
+                        return;
+                }
+                if (resp->status < 200 || resp->status >= 300) {
+                        rmw_finish(op, -EIO, resp->message);
+                        return;
+                }
+                rmw_finish(op, 0, NULL);
+                return;
+        }
+}
+
+static int rmw_start(K8sClient *c, OpKind kind, const char *node, const char *driver, const char *node_id,
+                     char *const *topology_keys, int64_t allocatable_count, k8s_write_done_t done, void *userdata) {
+        RmwOp *op;
+
+        if (validate_dns1123_subdomain(node) < 0)
+                return -EINVAL;
+        if (driver && validate_csi_driver_name(driver) < 0)
+                return -EINVAL;
+        op = calloc(1, sizeof *op);
+        if (!op)
+                return -ENOMEM;
+        *op = (RmwOp) { .client = c, .kind = kind, .allocatable_count = allocatable_count, .done = done,
+                        .userdata = userdata };
+        if (!(op->node = strdup(node)) || (driver && !(op->driver = strdup(driver))) ||
+            (node_id && !(op->node_id = strdup(node_id)))) {
+                rmw_free(op);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; topology_keys && topology_keys[i]; i++) {
+                char **v = realloc(op->topology_keys, (i + 2) * sizeof(char *));
+                if (!v) {
+                        rmw_free(op);
+                        return -ENOMEM;
+                }
+                op->topology_keys = v;
+                v[i + 1] = NULL;
+                if (!(v[i] = strdup(topology_keys[i]))) {
+                        rmw_free(op);
+                        return -ENOMEM;
+                }
+        }
+        int r = rmw_get_raw(op); /* the callback comes later, from the loop */
+        if (r < 0)
+                rmw_free(op);
+        return r;
+}
+
+int k8s_node_set_driver_id(K8sClient *c, const char *node, const char *driver, const char *node_id,
+                           k8s_write_done_t done, void *userdata) {
+        return rmw_start(c, OP_NODE_ID, node, driver, node_id, NULL, 0, done, userdata);
+}
+
+int k8s_csinode_set_driver(K8sClient *c, const char *node, const char *driver, const char *node_id,
+                           char *const *topology_keys, int64_t allocatable_count, k8s_write_done_t done,
+                           void *userdata) {
+        if (!driver)
+                return -EINVAL;
+        return rmw_start(c, OP_CSINODE, node, driver, node_id, topology_keys, allocatable_count, done, userdata);
+}

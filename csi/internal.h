@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* What the files of csi/ share among themselves; nothing outside csi/ (except
+ * its unit tests) includes this. */
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "csi/csi.h"
+#include "csi/grpc.h"
+
+#define CSI_DEFAULT_CALL_TIMEOUT_USEC (2 * USEC_PER_MINUTE)
+#define CSI_DEFAULT_MAX_PARALLEL 64u
+#define CSI_DEFAULT_REGISTRATION_TIMEOUT_USEC USEC_PER_SEC
+
+typedef struct CsiRegistration CsiRegistration;
+
+typedef struct CsiDriver {
+        char *name;
+        GrpcChannel *channel;
+        char *registration_socket; /* NULL: configured statically */
+        char *version;
+        struct CsiDriver *next;
+} CsiDriver;
+
+struct CsiClient {
+        sd_event *event;
+        GrpcTransport *transport;
+        uint64_t call_timeout_usec;
+        uint64_t registration_timeout_usec;
+        unsigned max_parallel;
+        char *registration_dir;
+
+        CsiDriver *static_drivers;
+        CsiDriver *registered_drivers;
+        CsiCall *calls; /* not yet completed */
+
+        csi_metrics_hook_t metrics_hook;
+        void *metrics_userdata;
+        CsiRegistrationCallbacks registration_cb;
+        void *registration_userdata;
+        CsiRegistration *registration;
+};
+
+/* Registered drivers come first: their endpoint is the live one. */
+CsiDriver *csi_client_find_driver(CsiClient *c, const char *name);
+/* Adds (or replaces) a registered driver, which takes its own reference on the channel. */
+int csi_client_add_registered(CsiClient *c, const char *name, GrpcChannel *ch, const char *registration_socket,
+                              const char *version);
+/* Removes the registered driver "name" if it came from "registration_socket". */
+bool csi_client_remove_registered(CsiClient *c, const char *name, const char *registration_socket);
+
+/* The calls the registration flow makes before a driver is callable by name. */
+int csi_get_plugin_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, csi_plugin_info_done_t done,
+                           void *userdata, CsiCall **ret_call);
+int csi_node_get_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, csi_node_info_done_t done,
+                         void *userdata, CsiCall **ret_call);
+
+/* registration.c */
+int csi_registration_new(CsiClient *c, const char *dir, CsiRegistration **ret);
+CsiRegistration *csi_registration_free(CsiRegistration *r);
+DEFINE_TRIVIAL_CLEANUP_FUNC(CsiRegistration *, csi_registration_free);
+/* "1.0.0", "v1.2", "1" → highest supported 1.x in *ret (points into versions);
+ * -ENOENT when none is. */
+int csi_highest_supported_version(char *const *versions, size_t n, const char **ret);
+
+/* describe.c */
+bool csi_field_is_secret(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f);
+/* "{volume_id:"v", secrets:<2 redacted>, ...}"; NULL on ENOMEM. */
+char *csi_describe_message(const ProtobufCMessage *m);

@@ -1,0 +1,177 @@
+"""csi/ against three independent gRPC server implementations: Python grpcio
+(Debian), Node @grpc/grpc-js (npm registry) and grpc-go 1.33 (Debian, built
+offline), each serving the same canned CSI plugin from test/interop/, with
+this machine's libcurl and with libcurl 8 (see test_csi_client.py).
+
+The toolchains are installed by the test when missing (apt-get for Go, npm
+into /var/tmp for Node); a server is skipped, with the reason, only when its
+toolchain cannot be installed.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from integration.test_csi_client import TEST_DIR, Harness, curl8_libdir
+
+INTEROP = os.path.join(TEST_DIR, "interop")
+REFERENCE = os.environ.get("KVOLUMED_REFERENCE_DIR",
+                           os.path.join(os.path.dirname(os.path.dirname(TEST_DIR)), "shared", "reference"))
+CACHE = "/var/tmp/kvolumed-interop"
+GO_PACKAGES = ["golang-1.19-go", "golang-google-grpc-dev", "golang-goprotobuf-dev", "protobuf-compiler"]
+DRIVER = "interop.csi"
+
+_built = {}
+
+
+def _run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def server_command(kind):
+    """argv prefix to start the server of "kind" (the socket path is appended), or skip."""
+    if kind in _built:
+        if isinstance(_built[kind], str):
+            pytest.skip(_built[kind])
+        return _built[kind]
+    try:
+        if kind == "python":
+            cmd = ["/usr/bin/python3", os.path.join(INTEROP, "python", "server.py")]
+        elif kind == "node":
+            d = os.path.join(CACHE, "node")
+            if not os.path.isdir(os.path.join(d, "node_modules", "@grpc", "grpc-js")):
+                if not shutil.which("npm"):
+                    raise RuntimeError("npm is not installed")
+                os.makedirs(d, exist_ok=True)
+                shutil.copy(os.path.join(INTEROP, "node", "package.json"), d)
+                p = _run(["npm", "install", "--no-audit", "--no-fund"], cwd=d, timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError("npm install failed: %s" % p.stderr[-1000:])
+            cmd = ["env", "NODE_PATH=" + os.path.join(d, "node_modules"), "node",
+                   os.path.join(INTEROP, "node", "server.js"), REFERENCE]
+        elif kind == "go":
+            if not os.path.exists("/usr/lib/go-1.19/bin/go") or not os.path.exists("/usr/bin/protoc-gen-go"):
+                p = _run(["apt-get", "install", "-y", "--no-install-recommends"] + GO_PACKAGES, timeout=900)
+                if p.returncode != 0:
+                    raise RuntimeError("cannot install %s: %s" % (" ".join(GO_PACKAGES), p.stderr[-1000:]))
+            d = os.path.join(CACHE, "go")
+            shutil.rmtree(d, ignore_errors=True)
+            p = _run([os.path.join(INTEROP, "go", "build.sh"), REFERENCE, d], timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError("go build failed: %s" % p.stderr[-2000:])
+            cmd = [p.stdout.strip()]
+        else:
+            raise ValueError(kind)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        _built[kind] = "%s gRPC server unavailable: %s" % (kind, e)
+        pytest.skip(_built[kind])
+    _built[kind] = cmd
+    return cmd
+
+
+class Server:
+    def __init__(self, cmd):
+        self.dir = tempfile.mkdtemp(prefix="kvinterop", dir="/tmp")
+        self.socket = os.path.join(self.dir, "csi.sock")
+        env = dict(os.environ, PYTHONPATH=TEST_DIR)
+        self.out = open(os.path.join(self.dir, "out"), "w+")
+        self.proc = subprocess.Popen(cmd + [self.socket], stdout=self.out, stderr=subprocess.STDOUT, env=env)
+        end = time.time() + 60
+        while time.time() < end:
+            self.out.seek(0)
+            if "READY" in self.out.read():
+                return
+            assert self.proc.poll() is None, "server died: %s" % self.output()
+            time.sleep(0.05)
+        raise AssertionError("server did not start: %s" % self.output())
+
+    def output(self):
+        self.out.seek(0)
+        return self.out.read()[-3000:]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.out.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(params=["python", "node", "go"])
+def server(request):
+    s = Server(server_command(request.param))
+    s.kind = request.param
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["system", "curl8"])
+def harness(request, server, tmp_path):
+    if request.param == "curl8":
+        curl8_libdir()
+    h = Harness(["--driver=%s=unix://%s" % (DRIVER, server.socket), "--call-timeout-ms=3000"],
+                libcurl=request.param, log_path=str(tmp_path / "harness.log"))
+    assert h.ready["reuse"] == (request.param == "curl8")
+    yield h
+    assert h.close() == 0
+
+
+def call(h, method, request=None):
+    return h.call(method, request, driver=DRIVER, timeout=20)
+
+
+def test_round_trip(server, harness):
+    h = harness
+    r = call(h, "GetPluginInfo")
+    assert r["code"] == "OK", r
+    assert r["response"] == {"name": "%s.csi.kvolumed.io" % server.kind, "vendor_version": "%s-1" % {
+        "python": "py", "node": "js", "go": "go"}[server.kind],
+        "manifest": {"impl": {"python": "grpcio", "node": "grpc-js", "go": "grpc-go"}[server.kind]}}
+    r = call(h, "GetPluginCapabilities")["response"]
+    assert r["volume_accessibility_constraints"] and r["volume_expansion"] == 1 and not r["controller_service"]
+    assert call(h, "Probe")["response"] == {"ready": True}
+    assert call(h, "NodeGetCapabilities")["response"] == {"capabilities": ["STAGE_UNSTAGE_VOLUME",
+                                                                          "VOLUME_MOUNT_GROUP"]}
+    assert call(h, "NodeGetInfo")["response"] == {"node_id": "node-%s" % server.kind, "max_volumes_per_node": 9,
+                                                  "accessible_topology": {"zone": "a"}}
+    cap = {"mount": {"fs_type": "xfs", "mount_flags": ["ro", "noatime"]}, "access_mode": "SINGLE_NODE_MULTI_WRITER"}
+    assert call(h, "NodeStageVolume", {"volume_id": "v", "staging_target_path": "/s", "volume_capability": cap,
+                                       "secrets": {"key": "value"}})["code"] == "OK"
+    r = call(h, "NodePublishVolume", {"volume_id": "v", "target_path": "/target", "readonly": True,
+                                      "secrets": {"key": "value"}, "volume_capability": cap})
+    assert r["code"] == "OK", r
+    assert call(h, "NodeUnpublishVolume", {"volume_id": "v", "target_path": "/target"})["code"] == "OK"
+    assert call(h, "NodeUnstageVolume", {"volume_id": "v", "staging_target_path": "/s"})["code"] == "OK"
+    r = call(h, "NodeGetVolumeStats", {"volume_id": "v", "volume_path": "/target"})["response"]
+    assert r == {"usage": [{"available": 1, "total": 3, "used": 2, "unit": "BYTES"}],
+                 "volume_condition": {"abnormal": True, "message": "bad"}}
+    r = call(h, "NodeExpandVolume", {"volume_id": "v", "volume_path": "/target",
+                                     "capacity_range": {"required_bytes": 5 << 30}})
+    assert r["response"] == {"capacity_bytes": 5 << 30}
+
+
+def test_error_codes_and_messages(server, harness):
+    names = ["OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound", "AlreadyExists",
+             "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
+             "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated"]
+    ids = {code: harness.start("NodeUnpublishVolume", {"volume_id": "fail-%d" % code, "target_path": "/t"},
+                               driver=DRIVER) for code in range(1, 17)}
+    for code, cid in ids.items():
+        r = harness.result(cid, timeout=20)
+        assert r["code"] == names[code], r
+        assert r["message"] == "failed: 100%% \"fail-%d\" caf\u00e9" % code, r
+        assert r["final"] == (code not in (1, 4, 8, 10, 14))
+
+
+def test_deadline(server, harness):
+    t0 = time.time()
+    r = call(harness, "NodeGetVolumeStats", {"volume_id": "hang", "volume_path": "/x"})
+    assert r["code"] == "DeadlineExceeded", r
+    assert 2.9 < time.time() - t0 < 4.5
+
+
+def test_parallel(server, harness):
+    ids = [harness.start("NodeGetInfo", driver=DRIVER) for _ in range(100)]
+    assert all(harness.result(i, timeout=30)["code"] == "OK" for i in ids)

@@ -9,12 +9,141 @@
 /* Settings that are applied while running; every other change needs a restart. */
 static const char *const live_settings[] = { "log.level" };
 
+static void on_volumes_stopped(VolumeManager *m, void *userdata) {
+        Agent *a = userdata;
+        (void) sd_event_exit(a->event, 0);
+}
+
 static int on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
         Agent *a = userdata;
 
+        if (a->stopping) {
+                log_warning("Received %s again, stopping without waiting for operations in flight",
+                            strsignal((int) si->ssi_signo));
+                return sd_event_exit(a->event, 0);
+        }
+        a->stopping = true;
         log_info("Received %s, stopping; volumes stay as they are", strsignal((int) si->ssi_signo));
         (void) notify_stopping();
-        return sd_event_exit(a->event, 0);
+        /* CSI calls in flight finish (or time out) first, so that no volume is
+         * left in a state nobody recorded. */
+        volume_manager_stop(a->volumes, on_volumes_stopped, a);
+        return 0;
+}
+
+static int connect_clients(Agent *a) {
+        const Config *c = a->config;
+        _cleanup_free_ char *error = NULL;
+        _cleanup_free_ CsiDriverEndpoint *drivers = NULL;
+        K8sAuth *auth = NULL;
+        int r;
+
+        r = k8s_auth_resolve(&(K8sAuthSettings){ .kubeconfig = c->kubeconfig,
+                                                 .server = c->server,
+                                                 .token_file = c->token_file,
+                                                 .certificate_authority = c->certificate_authority,
+                                                 .client_certificate = c->client_certificate,
+                                                 .client_key = c->client_key,
+                                                 .service_account_dir = getenv("KVOLUMED_SERVICE_ACCOUNT_DIR") },
+                             &auth, &error);
+        if (r < 0)
+                return log_error_errno(r, "Cannot reach the API server: %s", error ? error : strerror(-r));
+        r = k8s_client_new(a->event, auth, &(K8sClientOptions){}, &a->k8s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the API client: %m");
+
+        drivers = calloc(c->n_drivers + 1, sizeof *drivers);
+        if (!drivers)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_drivers; i++)
+                drivers[i] = (CsiDriverEndpoint){ c->drivers[i].name, c->drivers[i].endpoint };
+        r = csi_client_new(a->event,
+                           &(CsiClientOptions){ .call_timeout_usec = c->call_timeout_usec,
+                                                .max_parallel = c->max_parallel,
+                                                .registration_dir = c->registration_dir,
+                                                .drivers = drivers,
+                                                .n_drivers = c->n_drivers },
+                           &a->csi);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the CSI client: %m");
+
+        r = volume_manager_new(a->event, a->k8s, a->csi,
+                               &(VolumeManagerOptions){ .node_name = c->node_name,
+                                                        .root_dir = c->root_dir,
+                                                        .resync_interval_usec = c->resync_interval_usec },
+                               &a->volumes);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the volume manager: %m");
+        return 0;
+}
+
+/* ---- the metrics and debug endpoint ----------------------------------------- */
+
+static void read_volume_stats(VolumeManagerStats *ret, void *userdata) {
+        Agent *a = userdata;
+        volume_manager_get_stats(a->volumes, ret);
+}
+
+static int serve_metrics(FILE *f, const char **content_type, void *userdata) {
+        Agent *a = userdata;
+        *content_type = METRICS_CONTENT_TYPE;
+        return metrics_write(a->metrics, f) < 0 ? -EIO : 200;
+}
+
+/* Answered from the loop, so a wedged loop fails the probe as well. */
+static int serve_healthz(FILE *f, const char **content_type, void *userdata) {
+        Agent *a = userdata;
+        if (a->stopping) {
+                fputs("stopping\n", f);
+                return 503;
+        }
+        fputs("ok", f);
+        return 200;
+}
+
+/* Placeholder for /volumes until the volume manager lists its volumes: the
+ * manager's counters, as JSON. */
+static int serve_volume_stats_json(FILE *f, const char **content_type, void *userdata) {
+        Agent *a = userdata;
+        VolumeManagerStats st = {};
+
+        volume_manager_get_stats(a->volumes, &st);
+        *content_type = "application/json";
+        fprintf(f,
+                "{\"pods\":%u,\"desired\":%u,\"waiting\":%u,\"published\":%u,\"uncertain\":%u,"
+                "\"staged\":%u,\"running\":%u}\n",
+                st.pods, st.desired, st.waiting, st.published, st.uncertain, st.staged, st.running);
+        return 200;
+}
+
+static int setup_metrics(Agent *a) {
+        int r;
+
+        r = metrics_new(&a->metrics);
+        if (r < 0)
+                return log_error_errno(r, "Failed to create the metrics registry: %m");
+        csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
+        volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
+        metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);
+
+        if (isempty(a->config->metrics_listen)) {
+                log_info("[metrics] listen is empty: no /metrics endpoint");
+                return 0;
+        }
+        /* A port that cannot be bound fails start-up: a scraper would otherwise
+         * see a silent node. */
+        r = http_server_new(a->event, a->config->metrics_listen, &a->http);
+        if (r < 0)
+                return r;
+        r = http_server_add_route(a->http, "/metrics", serve_metrics, a);
+        if (r >= 0)
+                r = http_server_add_route(a->http, "/healthz", serve_healthz, a);
+        if (r >= 0)
+                r = http_server_add_route(a->http, "/volumes", serve_volume_stats_json, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add the HTTP routes: %m");
+        log_info("Serving /metrics, /healthz, /volumes on %s", http_server_address(a->http));
+        return 0;
 }
 
 static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -60,6 +189,12 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
         r = notify_watchdog_setup(a->event);
         if (r < 0)
                 return r;
+        r = connect_clients(a);
+        if (r < 0)
+                return r;
+        r = setup_metrics(a);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(a);
         return 0;
@@ -71,6 +206,14 @@ Agent *agent_free(Agent *a) {
         sd_event_source_disable_unref(a->sigterm_source);
         sd_event_source_disable_unref(a->sigint_source);
         sd_event_source_disable_unref(a->sighup_source);
+        /* Its handlers read the manager and the metrics. */
+        http_server_free(a->http);
+        /* The manager borrows both clients: it goes first. */
+        volume_manager_free(a->volumes);
+        csi_client_free(a->csi);
+        k8s_client_free(a->k8s);
+        /* Last: cancelling calls above still reports them to the hooks. */
+        metrics_free(a->metrics);
         sd_event_unref(a->event);
         config_free(a->config);
         free(a->config_path);
@@ -140,8 +283,11 @@ int agent_reload(Agent *a) {
 int agent_run(Agent *a) {
         int r;
 
-        log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s", a->config->node_name,
-                 a->config->root_dir);
+        log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
+                 a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
+        r = volume_manager_start(a->volumes);
+        if (r < 0)
+                return r;
         (void) notify_ready();
         (void) notify_status("Running on node %s", a->config->node_name);
 

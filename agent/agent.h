@@ -6,17 +6,30 @@
 
 #include <systemd/sd-event.h>
 
+#include "agent/http.h"
+#include "agent/metrics.h"
 #include "conf/config.h"
+#include "csi/csi.h"
+#include "k8s/client.h"
 #include "systemd/macro.h"
+#include "volume/manager.h"
 
 typedef struct Agent {
         char *config_path;
         Config *config;
         sd_event *event;
         sd_event_source *sigterm_source, *sigint_source, *sighup_source;
+        K8sClient *k8s;
+        CsiClient *csi;
+        VolumeManager *volumes;
+        Metrics *metrics;
+        HttpServer *http; /* NULL when [metrics] listen is empty */
+        bool stopping;
 } Agent;
 
-/* Takes ownership of config.  Blocks the signals it handles. */
+/* Takes ownership of config.  Blocks the signals it handles, connects the
+ * API client and the CSI client, creates the volume manager, and serves
+ * /metrics, /healthz and /volumes when [metrics] listen is set. */
 int agent_new(const char *config_path, Config *config, Agent **ret);
 Agent *agent_free(Agent *a);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);

@@ -10,6 +10,7 @@ struct MountTable {
         size_t root_len;
         struct libmnt_monitor *monitor;
         sd_event_source *monitor_source;
+        sd_event_source *refresh_timer;
         mount_table_changed_t changed;
         void *userdata;
         char **targets; /* sorted, unique */
@@ -70,7 +71,8 @@ int mount_table_refresh(MountTable *t) {
                 }
                 n++;
         }
-        qsort(targets, n, sizeof *targets, cmp_str);
+        if (n > 0)
+                qsort(targets, n, sizeof *targets, cmp_str);
         /* Stacked mounts on one target count once. */
         size_t unique = 0;
         for (size_t i = 0; i < n; i++) {
@@ -94,10 +96,17 @@ out:
         return r;
 }
 
+static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        MountTable *t = userdata;
+        if (mount_table_refresh(t) >= 0 && t->changed)
+                t->changed(t, t->userdata);
+        return 0;
+}
+
 static int on_monitor(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         MountTable *t = userdata;
         const char *filename;
-        int type;
+        int type, enabled = SD_EVENT_OFF;
         bool changed = false;
 
         /* next_change() reads the pending events itself (and so drains the fd). */
@@ -105,8 +114,11 @@ static int on_monitor(sd_event_source *s, int fd, uint32_t revents, void *userda
                 changed = true;
         if (!changed)
                 return 0;
-        if (mount_table_refresh(t) >= 0 && t->changed)
-                t->changed(t, t->userdata);
+        (void) sd_event_source_get_enabled(t->refresh_timer, &enabled);
+        if (enabled != SD_EVENT_OFF)
+                return 0; /* a read is already due */
+        (void) sd_event_source_set_time_relative(t->refresh_timer, MOUNT_TABLE_REFRESH_USEC);
+        (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_ONESHOT);
         return 0;
 }
 
@@ -140,6 +152,11 @@ int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t
                 if (r < 0)
                         return log_error_errno(r, "Failed to watch the mount table monitor: %m");
                 (void) sd_event_source_set_description(t->monitor_source, "mount-table");
+                r = sd_event_add_time(event, &t->refresh_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
+                                      on_refresh_timer, t);
+                if (r < 0)
+                        return r;
+                (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_OFF);
         }
         r = mount_table_refresh(t);
         if (r < 0)
@@ -152,6 +169,7 @@ MountTable *mount_table_free(MountTable *t) {
         if (!t)
                 return NULL;
         sd_event_source_disable_unref(t->monitor_source);
+        sd_event_source_disable_unref(t->refresh_timer);
         mnt_unref_monitor(t->monitor);
         sd_event_unref(t->event);
         free_targets(t);

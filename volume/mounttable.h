@@ -2,9 +2,10 @@
 #pragma once
 
 /* The mount points under root-dir, from /proc/self/mountinfo through libmount,
- * kept current by libmount's kernel monitor on the event loop: the actual
- * state is checked against it, and a change (a driver mounting, someone
- * unmounting by hand) wakes the reconciler. */
+ * kept current by libmount's kernel monitor on the event loop.  Reading
+ * mountinfo costs the kernel real work per line, so a burst of mount changes
+ * is read once per MOUNT_TABLE_REFRESH_USEC, and the owner is told after
+ * each read, to compare what it holds mounted with what is. */
 
 #include <systemd/sd-event.h>
 
@@ -12,9 +13,12 @@
 
 typedef struct MountTable MountTable;
 
+#define MOUNT_TABLE_REFRESH_USEC (200 * USEC_PER_MSEC)
+
+/* Called after the table was read again because mounts changed. */
 typedef void (*mount_table_changed_t)(MountTable *t, void *userdata);
 
-/* Only mounts at or below root_dir (absolute) are tracked. */
+/* Only mounts below root_dir (absolute) are tracked. */
 int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t changed, void *userdata,
                     MountTable **ret);
 MountTable *mount_table_free(MountTable *t);

@@ -41,22 +41,8 @@ out:
         return r;
 }
 
-int validate_pod_uid(const char *uid) {
-        if (!uid || strlen(uid) != 36)
-                return -EINVAL;
-        for (int i = 0; i < 36; i++) {
-                char c = uid[i];
-                if (i == 8 || i == 13 || i == 18 || i == 23) {
-                        if (c != '-')
-                                return -EINVAL;
-                } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-                        return -EINVAL;
-        }
-        return 0;
-}
-
 int csi_ephemeral_handle(const char *pod_uid, const char *volume_name, char ret[static CSI_HASH_NAME_MAX]) {
-        if (validate_pod_uid(pod_uid) < 0 || isempty(volume_name))
+        if (validate_uid(pod_uid) < 0 || isempty(volume_name))
                 return -EINVAL;
         return hash_name(ret, pod_uid, volume_name, (const char *) NULL);
 }
@@ -86,13 +72,13 @@ static int make_path(char **ret, const char *format, ...) {
 }
 
 int path_pod_volume_dir(const char *pod_uid, const char *spec_name, char **ret) {
-        if (validate_pod_uid(pod_uid) < 0 || validate_path_component(spec_name) < 0)
+        if (validate_uid(pod_uid) < 0 || validate_path_component(spec_name) < 0)
                 return -EINVAL;
         return make_path(ret, "pods/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED "/%s", pod_uid, spec_name);
 }
 
 int path_publish_target(const char *pod_uid, const char *spec_name, char **ret) {
-        if (validate_pod_uid(pod_uid) < 0 || validate_path_component(spec_name) < 0)
+        if (validate_uid(pod_uid) < 0 || validate_path_component(spec_name) < 0)
                 return -EINVAL;
         return make_path(ret, "pods/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED "/%s/mount", pod_uid, spec_name);
 }
@@ -148,13 +134,13 @@ int path_block_staging(const char *spec_name, char **ret) {
 }
 
 int path_block_publish(const char *spec_name, const char *pod_uid, char **ret) {
-        if (validate_path_component(spec_name) < 0 || validate_pod_uid(pod_uid) < 0)
+        if (validate_path_component(spec_name) < 0 || validate_uid(pod_uid) < 0)
                 return -EINVAL;
         return make_path(ret, BLOCK_DIR "/publish/%s/%s", spec_name, pod_uid);
 }
 
 int path_pod_device_dir(const char *pod_uid, char **ret) {
-        if (validate_pod_uid(pod_uid) < 0)
+        if (validate_uid(pod_uid) < 0)
                 return -EINVAL;
         return make_path(ret, "pods/%s/volumeDevices/" CSI_PLUGIN_NAME_ESCAPED, pod_uid);
 }

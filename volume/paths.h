@@ -27,9 +27,6 @@ int csi_attachment_name(const char *handle, const char *driver, const char *node
  * "kubernetes.io/csi/<driver>^<handle>". */
 int csi_unique_volume_name(const char *driver, const char *handle, char **ret);
 
-/* A pod UID as the API server makes it: 36 chars, 8-4-4-4-12 lowercase hex. */
-int validate_pod_uid(const char *uid);
-
 /* pods/<uid>/volumes/kubernetes.io~csi/<specName> — the per-pod volume dir,
  * holding vol_data.json and the publish target "mount". */
 int path_pod_volume_dir(const char *pod_uid, const char *spec_name, char **ret);

@@ -80,15 +80,19 @@ def notify_socket(tmp_path):
     s.close()
 
 
-def write_config(path, root_dir, extra=""):
-    """A configuration for tests: a private root-dir, no metrics port, no
-    registration dir unless asked; `extra` is appended verbatim."""
+def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi=""):
+    """A configuration for tests: a private root-dir, the fake API server's
+    kubeconfig, no metrics port, no registration dir unless asked; `extra`
+    is appended verbatim."""
     text = (
         "[agent]\n"
-        "node-name = test-node\n"
+        f"node-name = {node}\n"
         f"root-dir = {root_dir}\n"
+        "[kubernetes]\n"
+        f"kubeconfig = {kubeconfig}\n"
         "[csi]\n"
         "registration-dir =\n"
+        + csi +
         "[metrics]\n"
         "listen =\n"
     ) + extra
@@ -97,11 +101,17 @@ def write_config(path, root_dir, extra=""):
     return str(path)
 
 
+def make_node(name="test-node"):
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}
+
+
 @pytest.fixture
-def agent_config(tmp_path):
+def agent_config(tmp_path, fake_api):
+    """A configuration against a running fake API server that knows the node."""
+    fake_api.create(make_node())
     root = tmp_path / "root"
     root.mkdir()
-    return write_config(tmp_path / "kvolumed.conf", str(root))
+    return write_config(tmp_path / "kvolumed.conf", str(root), fake_api.kubeconfig_path)
 
 
 class Agent:
@@ -163,3 +173,133 @@ def start_agent(kvolumed_bin):
     yield start
     for a in agents:
         a.stop()
+
+
+# --- a node with kvolumed, the fake API server and a mock CSI driver -----------
+
+DRIVER = "mock.csi.kvolumed.io"
+
+
+def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
+    """Polls predicate() until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class VolumeEnv:
+    """kvolumed on node "test-node" with a private root-dir, against the fake
+    API server and one mock CSI driver configured statically."""
+
+    def __init__(self, fake_api, driver, start_agent, tmp_path):
+        self.api = fake_api
+        self.driver = driver
+        self.start_agent = start_agent
+        self.tmp_path = tmp_path
+        self.root = str(tmp_path / "root")
+        os.makedirs(self.root, exist_ok=True)
+        self.agent = None
+        fake_api.create(make_node())
+
+    def start(self, extra="", csi=""):
+        config = write_config(self.tmp_path / "kvolumed.conf", self.root, self.api.kubeconfig_path,
+                              f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
+                              "[log]\nlevel = debug\n" + extra, csi=csi)
+        self.agent = self.start_agent(config)
+        return self.agent
+
+    # objects
+
+    def csidriver(self, **spec):
+        return self.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                                "metadata": {"name": DRIVER}, "spec": spec})
+
+    def pod(self, name, volumes, namespace="default", mounts=None, security_context=None, **spec):
+        mounts = mounts if mounts is not None else [{"name": v["name"], "mountPath": "/v/" + v["name"]}
+                                                    for v in volumes]
+        body = {"nodeName": "test-node", "volumes": volumes,
+                "containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}], **spec}
+        if security_context:
+            body["securityContext"] = security_context
+        return self.api.create({"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": name, "namespace": namespace}, "spec": body,
+                                "status": {"phase": "Running"}})
+
+    def pv(self, name, handle, claim=None, **csi):
+        spec = {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": DRIVER, "volumeHandle": handle, **csi}}
+        if claim:
+            spec["claimRef"] = {"namespace": "default", "name": claim}
+        return self.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                                "spec": spec})
+
+    def pvc(self, name, volume_name=None, namespace="default"):
+        obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": name, "namespace": namespace},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+               "status": {"phase": "Pending"}}
+        if volume_name:
+            obj["spec"]["volumeName"] = volume_name
+            obj["status"]["phase"] = "Bound"
+        return self.api.create(obj)
+
+    def bind(self, claim, volume_name, namespace="default"):
+        obj = self.api.get("persistentvolumeclaims", namespace, claim)
+        obj["spec"]["volumeName"] = volume_name
+        obj["status"] = {"phase": "Bound"}
+        obj["metadata"].pop("resourceVersion", None)
+        return self.api.update(obj)
+
+    # paths and state
+
+    def target(self, pod, spec_name):
+        return f"{self.root}/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~csi/{spec_name}/mount"
+
+    def staging(self, handle):
+        import hashlib
+        return (f"{self.root}/plugins/kubernetes.io/csi/{DRIVER}/"
+                f"{hashlib.sha256(handle.encode()).hexdigest()}/globalmount")
+
+    def calls(self, method=None):
+        return [c for c in self.driver.calls() if method is None or c["method"] == method]
+
+    def wait_calls(self, method, count=1, code=None, timeout=10.0):
+        """The driver logs a call after answering it, so a mount can be seen
+        before its call is in the log: wait for it."""
+        def enough():
+            calls = [c for c in self.calls(method) if code is None or c["code"] == code]
+            return calls if len(calls) >= count else None
+        return wait_until(enough, timeout, what=f"{count} {method} calls" + (f" with {code}" if code else ""))
+
+    def events(self, namespace="default"):
+        items, _ = self.api.list("events", namespace)
+        return items
+
+    def node(self):
+        return self.api.get("nodes", None, "test-node")
+
+    def wait_mounted(self, path, timeout=15.0):
+        return wait_until(lambda: os.path.ismount(path), timeout, what=f"{path} mounted\n"
+                          + (self.agent.output()[-4000:] if self.agent else ""))
+
+    def wait_gone(self, path, timeout=15.0):
+        return wait_until(lambda: not os.path.lexists(path), timeout, what=f"{path} gone\n"
+                          + (self.agent.output()[-4000:] if self.agent else ""))
+
+    def wait_event(self, reason, contains="", namespace="default", timeout=10.0):
+        def find():
+            return [e for e in self.events(namespace) if e.get("reason") == reason
+                    and contains in e.get("message", "")]
+        return wait_until(find, timeout, what=f"event {reason} containing {contains!r}")
+
+
+@pytest.fixture
+def volume_env(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """The node; the mock driver runs in tmpfs mode unless a test starts its own."""
+    driver = mock_csi_factory(name=DRIVER, tmpfs=True)
+    return VolumeEnv(fake_api, driver, start_agent, tmp_path)

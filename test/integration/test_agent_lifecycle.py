@@ -24,14 +24,14 @@ def test_ready_then_prompt_clean_stop(start_agent, agent_config, notify_socket, 
     assert "kvolumed stopped" in out
 
 
-def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_socket):
+def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_socket, agent_config, fake_api):
     root = tmp_path / "root"
-    root.mkdir()
-    config = write_config(tmp_path / "k.conf", str(root))
+    kc = fake_api.kubeconfig_path
+    config = write_config(tmp_path / "k.conf", str(root), kc)
     agent = start_agent(config, notify=notify_socket)
     notify_socket.wait_for("READY=1")
 
-    write_config(tmp_path / "k.conf", str(root), "[log]\nlevel = warning\n")
+    write_config(tmp_path / "k.conf", str(root), kc, "[log]\nlevel = warning\n")
     agent.signal(signal.SIGHUP)
     reloading = notify_socket.wait_for("RELOADING=1")
     assert any(line.startswith("MONOTONIC_USEC=") for line in reloading.split("\n"))
@@ -40,7 +40,7 @@ def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_sock
 
     # At level warning, the info line of the next reload is no longer written,
     # while a change that needs a restart is named as a warning.
-    write_config(tmp_path / "k.conf", str(tmp_path), "[log]\nlevel = warning\n")
+    write_config(tmp_path / "k.conf", str(tmp_path), kc, "[log]\nlevel = warning\n")
     agent.signal(signal.SIGHUP)
     notify_socket.wait_for("READY=1")
     agent.wait_for_log(f'warning: Configuration changed: "agent.root-dir = {tmp_path}" takes effect at the next restart')
@@ -48,17 +48,16 @@ def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_sock
     assert agent.proc.poll() is None
 
 
-def test_sighup_with_bad_config_keeps_running(start_agent, tmp_path, notify_socket):
+def test_sighup_with_bad_config_keeps_running(start_agent, tmp_path, notify_socket, agent_config, fake_api):
     root = tmp_path / "root"
-    root.mkdir()
-    config = write_config(tmp_path / "k.conf", str(root))
+    config = write_config(tmp_path / "k.conf", str(root), fake_api.kubeconfig_path)
     agent = start_agent(config, notify=notify_socket)
     notify_socket.wait_for("READY=1")
     with open(config, "a") as f:
         f.write("bogus = 1\n")
     agent.signal(signal.SIGHUP)
     notify_socket.wait_for("READY=1")
-    lines = 8  # write_config writes 7 lines; ours comes next
+    lines = 10  # write_config writes 9 lines; ours comes next
     agent.wait_for_log(f'err: Keeping the running configuration: {config}:{lines}: unknown key "bogus" in section [metrics]')
     assert agent.proc.poll() is None
     agent.signal(signal.SIGTERM)
@@ -81,3 +80,17 @@ def test_no_watchdog_pings_without_request(start_agent, agent_config, notify_soc
     notify_socket.wait_for("READY=1")
     messages = notify_socket.drain(0.5)
     assert not [m for m in messages if "WATCHDOG=1" in m.split("\n")]
+
+
+def test_unreachable_api_configuration_exits_2(kvolumed_bin, tmp_path):
+    """A kubeconfig that cannot be used is a failure at start-up (exit 2), with
+    a message naming the file; nothing under root-dir is touched."""
+    import subprocess
+    root = tmp_path / "root"
+    root.mkdir()
+    config = write_config(tmp_path / "k.conf", str(root), str(tmp_path / "missing-kubeconfig"))
+    r = subprocess.run([kvolumed_bin, "--config", config], capture_output=True, text=True, timeout=10,
+                       env={"KVOLUMED_LOG_TARGET": "stderr", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert "missing-kubeconfig" in r.stderr
+    assert list(root.iterdir()) == []

@@ -27,15 +27,6 @@ static void test_hash_names(void **state) {
         assert_int_equal(csi_unique_volume_name("bad/driver", "h", &s), -EINVAL);
 }
 
-static void test_pod_uid(void **state) {
-        assert_int_equal(validate_pod_uid(UID), 0);
-        assert_int_equal(validate_pod_uid("7A3B2C1D-0000-4a4a-8b8b-0123456789ab"), -EINVAL);
-        assert_int_equal(validate_pod_uid("7a3b2c1d-0000-4a4a-8b8b-0123456789a"), -EINVAL);
-        assert_int_equal(validate_pod_uid("7a3b2c1d00000-4a4a-8b8b-0123456789ab"), -EINVAL);
-        assert_int_equal(validate_pod_uid("../../../../etc/passwd-0000-00000000"), -EINVAL);
-        assert_int_equal(validate_pod_uid(NULL), -EINVAL);
-}
-
 static void test_layout(void **state) {
         char *p = NULL;
 
@@ -93,7 +84,6 @@ static void test_hostile_names_are_refused(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_hash_names),
-                cmocka_unit_test(test_pod_uid),
                 cmocka_unit_test(test_layout),
                 cmocka_unit_test(test_hostile_names_are_refused),
         };

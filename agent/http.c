@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <sys/epoll.h>
+
+#include <microhttpd.h>
+
+#include "agent/http.h"
+#include "systemd/log.h"
+#include "systemd/validate.h"
+
+/* Scrapers and probes are few; a cap keeps a misbehaving client from
+ * holding the loop's file descriptors, the timeout drops idle keep-alives. */
+#define HTTP_CONNECTION_LIMIT 32u
+#define HTTP_CONNECTION_TIMEOUT_SEC 30u
+
+typedef struct HttpRoute {
+        char *path;
+        http_handler_t handler;
+        void *userdata;
+} HttpRoute;
+
+struct HttpServer {
+        sd_event *event;
+        struct MHD_Daemon *daemon;
+        sd_event_source *io;
+        sd_event_source *timer;
+        HttpRoute *routes;
+        size_t n_routes;
+        char *address;
+        unsigned port;
+};
+
+static int format_address(const struct sockaddr_storage *sa, char **ret, unsigned *ret_port) {
+        char host[INET6_ADDRSTRLEN];
+        unsigned port;
+        int n;
+
+        if (sa->ss_family == AF_INET6) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *) sa;
+                if (!inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host))
+                        return -errno;
+                port = ntohs(in6->sin6_port);
+                n = asprintf(ret, "[%s]:%u", host, port);
+        } else {
+                const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
+                if (!inet_ntop(AF_INET, &in->sin_addr, host, sizeof host))
+                        return -errno;
+                port = ntohs(in->sin_port);
+                n = asprintf(ret, "%s:%u", host, port);
+        }
+        if (n < 0)
+                return -ENOMEM;
+        *ret_port = port;
+        return 0;
+}
+
+/* Binding here rather than in MHD gives the caller the real errno
+ * (EADDRINUSE, EADDRNOTAVAIL, EACCES) to report. */
+static int bind_listen_socket(const char *listen_address, char **ret_address, unsigned *ret_port) {
+        struct sockaddr_storage sa, bound = {};
+        socklen_t len, bound_len = sizeof bound;
+        _cleanup_close_ int fd = -1;
+        const int one = 1;
+        int r;
+
+        r = parse_listen_address(listen_address, &sa, &len);
+        if (r < 0)
+                return log_error_errno(r, "Invalid [metrics] listen address \"%s\"", listen_address);
+        fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create a socket for %s: %m", listen_address);
+        /* A restart must not wait for the previous process's TIME_WAIT
+         * connections; a live listener still makes bind() fail. */
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+                return log_error_errno(errno, "Failed to set SO_REUSEADDR for %s: %m", listen_address);
+        if (sa.ss_family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) < 0)
+                return log_error_errno(errno, "Failed to set IPV6_V6ONLY for %s: %m", listen_address);
+        if (bind(fd, (struct sockaddr *) &sa, len) < 0)
+                return log_error_errno(errno, "Failed to bind the metrics endpoint to %s: %m",
+                                       listen_address);
+        if (listen(fd, SOMAXCONN) < 0)
+                return log_error_errno(errno, "Failed to listen on %s: %m", listen_address);
+        if (getsockname(fd, (struct sockaddr *) &bound, &bound_len) < 0)
+                return log_error_errno(errno, "Failed to read the address bound for %s: %m", listen_address);
+        r = format_address(&bound, ret_address, ret_port);
+        if (r < 0)
+                return r;
+        return TAKE_FD(fd);
+}
+
+static const HttpRoute *find_route(const HttpServer *s, const char *path) {
+        for (size_t i = 0; i < s->n_routes; i++)
+                if (streq(s->routes[i].path, path))
+                        return &s->routes[i];
+        return NULL;
+}
+
+/* Queues body (freed here whatever happens when owned) with its status. */
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, char *body, size_t size,
+                               bool owned, const char *content_type, bool allow_header) {
+        struct MHD_Response *response;
+        enum MHD_Result ret;
+
+        response = MHD_create_response_from_buffer(size, body,
+                                                   owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+        if (!response) {
+                if (owned)
+                        free(body);
+                return MHD_NO;
+        }
+        if (MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES ||
+            (allow_header &&
+             MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD") != MHD_YES)) {
+                MHD_destroy_response(response);
+                return MHD_NO;
+        }
+        ret = MHD_queue_response(conn, status, response);
+        MHD_destroy_response(response);
+        return ret;
+}
+
+static enum MHD_Result respond_static(struct MHD_Connection *conn, unsigned status, const char *text,
+                                      bool allow_header) {
+        return respond(conn, status, (char *) text, strlen(text), false, "text/plain; charset=utf-8",
+                       allow_header);
+}
+
+static enum MHD_Result run_route(struct MHD_Connection *conn, const HttpRoute *route, const char *method) {
+        const char *content_type = "text/plain; charset=utf-8";
+        char *body = NULL;
+        size_t size = 0;
+        FILE *f;
+        int r;
+
+        f = open_memstream(&body, &size);
+        if (!f) {
+                log_warning_errno(errno, "Failed to answer %s %s: %m", method, route->path);
+                return respond_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal server error\n",
+                                      false);
+        }
+        r = route->handler(f, &content_type, route->userdata);
+        if (fclose(f) != 0 && r >= 0)
+                r = -errno;
+        if (r >= 0 && (r < 100 || r > 599))
+                r = -ERANGE;
+        if (r < 0) {
+                free(body);
+                log_warning_errno(r, "Failed to answer %s %s: %m", method, route->path);
+                return respond_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal server error\n",
+                                      false);
+        }
+        log_debug("HTTP %s %s: %d, %zu bytes", method, route->path, r, size);
+        return respond(conn, (unsigned) r, body, size, true, content_type, false);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+        HttpServer *s = cls;
+        const HttpRoute *route;
+
+        /* Every answer is queued on the first call: no route takes a body. */
+        if (!streq(method, MHD_HTTP_METHOD_GET) && !streq(method, MHD_HTTP_METHOD_HEAD)) {
+                log_debug("HTTP %s %s: 405", method, url);
+                return respond_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", true);
+        }
+        route = find_route(s, url);
+        if (!route) {
+                log_debug("HTTP %s %s: 404", method, url);
+                return respond_static(conn, MHD_HTTP_NOT_FOUND, "404 page not found\n", false);
+        }
+        /* MHD leaves the body out of a HEAD answer but keeps its length. */
+        return run_route(conn, route, method);
+}
+
+_printf_(2, 0) static void on_mhd_log(void *cls, const char *format, va_list ap) {
+        char text[512];
+        size_t n;
+
+        (void) vsnprintf(text, sizeof text, format, ap);
+        n = strlen(text);
+        while (n > 0 && text[n - 1] == '\n')
+                text[--n] = '\0';
+        /* MHD reports clients that misbehave or go away: not the agent's errors. */
+        log_debug("HTTP server: %s", text);
+}
+
+static int http_server_process(HttpServer *s);
+
+static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        return http_server_process(userdata);
+}
+
+static int on_timer(sd_event_source *source, uint64_t usec, void *userdata) {
+        return http_server_process(userdata);
+}
+
+/* MHD must run again within MHD_get_timeout(): at once when it has buffered
+ * work the epoll fd does not show, or to drop idle connections. */
+static int arm_timer(HttpServer *s) {
+        MHD_UNSIGNED_LONG_LONG timeout_ms;
+        uint64_t now;
+        int r;
+
+        if (MHD_get_timeout(s->daemon, &timeout_ms) != MHD_YES)
+                return s->timer ? sd_event_source_set_enabled(s->timer, SD_EVENT_OFF) : 0;
+        r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (r < 0)
+                return r;
+        uint64_t when = now + MIN((uint64_t) timeout_ms, UINT64_MAX / USEC_PER_MSEC / 2) * USEC_PER_MSEC;
+        if (!s->timer) {
+                /* Accuracy 1 µs: sd-event's default (0) lets a timer slip by up to
+                 * 250 ms, and "0 ms" from MHD means data is waiting now. */
+                r = sd_event_add_time(s->event, &s->timer, CLOCK_MONOTONIC, when, 1, on_timer, s);
+                if (r < 0)
+                        return r;
+                (void) sd_event_source_set_description(s->timer, "http-timer");
+                return 0;
+        }
+        r = sd_event_source_set_time(s->timer, when);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(s->timer, SD_EVENT_ONESHOT);
+}
+
+static int http_server_process(HttpServer *s) {
+        int r;
+
+        if (MHD_run(s->daemon) != MHD_YES)
+                log_debug("MHD_run() failed");
+        r = arm_timer(s);
+        if (r < 0)
+                /* Without the timer MHD still runs on every socket event: degraded, not dead. */
+                log_warning_errno(r, "Failed to arm the HTTP server timer: %m");
+        return 0;
+}
+
+int http_server_new(sd_event *event, const char *listen_address, HttpServer **ret) {
+        _cleanup_(http_server_freep) HttpServer *s = NULL;
+        const union MHD_DaemonInfo *info;
+        int fd, r;
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->event = sd_event_ref(event);
+
+        fd = bind_listen_socket(listen_address, &s->address, &s->port);
+        if (fd < 0)
+                return fd;
+        /* External epoll: no MHD thread, the agent's loop drives MHD_run().
+         * MHD owns the listening socket from here on, also when it fails. */
+        /* clang-format off */
+        s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+                                     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                                     MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
+                                     MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
+                                     MHD_OPTION_CONNECTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_SEC,
+                                     MHD_OPTION_END);
+        /* clang-format on */
+        if (!s->daemon)
+                return log_error_errno(EIO, "Failed to start the HTTP server on %s", s->address);
+        info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!info || info->epoll_fd < 0)
+                return log_error_errno(EIO, "The HTTP server on %s has no epoll fd", s->address);
+        r = sd_event_add_io(event, &s->io, info->epoll_fd, EPOLLIN, on_io, s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch the HTTP server on %s: %m", s->address);
+        (void) sd_event_source_set_description(s->io, "http-server");
+        r = arm_timer(s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to arm the HTTP server timer: %m");
+
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+HttpServer *http_server_free(HttpServer *s) {
+        if (!s)
+                return NULL;
+        sd_event_source_disable_unref(s->io);
+        sd_event_source_disable_unref(s->timer);
+        if (s->daemon)
+                MHD_stop_daemon(s->daemon);
+        for (size_t i = 0; i < s->n_routes; i++)
+                free(s->routes[i].path);
+        free(s->routes);
+        free(s->address);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+int http_server_add_route(HttpServer *s, const char *path, http_handler_t handler, void *userdata) {
+        HttpRoute *routes;
+        char *copy;
+
+        if (!s || isempty(path) || path[0] != '/' || !handler)
+                return -EINVAL;
+        if (find_route(s, path))
+                return -EEXIST;
+        copy = strdup(path);
+        if (!copy)
+                return -ENOMEM;
+        routes = reallocarray(s->routes, s->n_routes + 1, sizeof *routes);
+        if (!routes) {
+                free(copy);
+                return -ENOMEM;
+        }
+        s->routes = routes;
+        s->routes[s->n_routes++] = (HttpRoute){ .path = copy, .handler = handler, .userdata = userdata };
+        return 0;
+}
+
+const char *http_server_address(HttpServer *s) {
+        return s->address;
+}
+
+unsigned http_server_port(HttpServer *s) {
+        return s->port;
+}

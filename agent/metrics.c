@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <inttypes.h>
+#include <math.h>
+
+#include "agent/metrics.h"
+#include "systemd/log.h"
+
+/* kubelet's buckets for both volume histograms (pkg/volume/util/metrics.go).
+ * The bounds are written out as the Go client prints them, so that "le"
+ * values match kubelet's byte for byte. */
+static const double bucket_bounds[] = { .1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600 };
+static const char *const bucket_names[] = { "0.1", "0.25", "0.5", "1",   "2.5", "5",  "10",
+                                            "15",  "25",   "50",  "120", "300", "600" };
+#define N_BUCKETS ELEMENTSOF(bucket_bounds)
+_Static_assert(ELEMENTSOF(bucket_bounds) == ELEMENTSOF(bucket_names), "one name per bucket");
+
+#define MAX_LABELS 4
+
+typedef struct Series {
+        char *values[MAX_LABELS];
+        uint64_t in_bucket[N_BUCKETS]; /* not cumulative: cumulated when written */
+        uint64_t count;
+        double sum;
+} Series;
+
+typedef struct HistogramVec {
+        const char *name;
+        const char *help;
+        const char *labels[MAX_LABELS];
+        size_t n_labels;
+        Series **series; /* sorted by label values */
+        size_t n_series;
+} HistogramVec;
+
+struct Metrics {
+        HistogramVec csi_operations;
+        HistogramVec storage_operations;
+        HistogramVec reconcile;
+        metrics_volume_stats_t volume_stats;
+        void *volume_stats_userdata;
+};
+
+static Series *series_free(Series *s) {
+        if (!s)
+                return NULL;
+        for (size_t i = 0; i < MAX_LABELS; i++)
+                free(s->values[i]);
+        free(s);
+        return NULL;
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(Series *, series_free);
+
+static void histogram_vec_done(HistogramVec *h) {
+        for (size_t i = 0; i < h->n_series; i++)
+                series_free(h->series[i]);
+        free(h->series);
+        h->series = NULL;
+        h->n_series = 0;
+}
+
+static int compare_values(const HistogramVec *h, char *const *a, const char *const *b) {
+        for (size_t i = 0; i < h->n_labels; i++) {
+                int c = strcmp(a[i], b[i]);
+                if (c != 0)
+                        return c;
+        }
+        return 0;
+}
+
+/* The series for these label values, created (in order) if new.  Binary
+ * search: observations come with every CSI call. */
+static int histogram_vec_get(HistogramVec *h, const char *const *values, Series **ret) {
+        _cleanup_(series_freep) Series *s = NULL;
+        size_t lo = 0, hi = h->n_series;
+
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = compare_values(h, h->series[mid]->values, values);
+                if (c == 0) {
+                        *ret = h->series[mid];
+                        return 0;
+                }
+                if (c < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        for (size_t i = 0; i < h->n_labels; i++) {
+                s->values[i] = strdup(strempty(values[i]));
+                if (!s->values[i])
+                        return -ENOMEM;
+        }
+        Series **array = reallocarray(h->series, h->n_series + 1, sizeof *array);
+        if (!array)
+                return -ENOMEM;
+        h->series = array;
+        memmove(array + lo + 1, array + lo, (h->n_series - lo) * sizeof *array);
+        array[lo] = s;
+        h->n_series++;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+static void series_observe(Series *s, double seconds) {
+        for (size_t i = 0; i < N_BUCKETS; i++)
+                if (seconds <= bucket_bounds[i]) {
+                        s->in_bucket[i]++;
+                        break;
+                }
+        /* Above the last bound it counts only in +Inf, which is _count. */
+        s->count++;
+        s->sum += seconds;
+}
+
+static int histogram_vec_observe(HistogramVec *h, const char *const *values, double seconds) {
+        Series *s;
+        int r;
+
+        if (!isfinite(seconds) || seconds < 0)
+                return -EINVAL;
+        r = histogram_vec_get(h, values, &s);
+        if (r < 0)
+                return r;
+        series_observe(s, seconds);
+        return 0;
+}
+
+int metrics_new(Metrics **ret) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        Series *unused;
+        int r;
+
+        m = calloc(1, sizeof *m);
+        if (!m)
+                return -ENOMEM;
+        /* Help texts as kubelet's, with the stability prefix its registry adds. */
+        m->csi_operations = (HistogramVec){
+                .name = "csi_operations_seconds",
+                .help = "[ALPHA] Container Storage Interface operation duration with gRPC error code status "
+                        "total",
+                .labels = { "driver_name", "method_name", "grpc_status_code", "migrated" },
+                .n_labels = 4,
+        };
+        m->storage_operations = (HistogramVec){
+                .name = "storage_operation_duration_seconds",
+                .help = "[ALPHA] Storage operation duration",
+                .labels = { "volume_plugin", "operation_name", "status", "migrated" },
+                .n_labels = 4,
+        };
+        m->reconcile = (HistogramVec){
+                .name = "kvolumed_reconcile_seconds",
+                .help = "Duration of one reconciler pass of the volume manager, until it has issued its "
+                        "operations",
+        };
+        /* Without labels there is a single series, shown from the start as the
+         * Go client shows a plain histogram. */
+        r = histogram_vec_get(&m->reconcile, NULL, &unused);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+Metrics *metrics_free(Metrics *m) {
+        if (!m)
+                return NULL;
+        histogram_vec_done(&m->csi_operations);
+        histogram_vec_done(&m->storage_operations);
+        histogram_vec_done(&m->reconcile);
+        free(m);
+        return NULL;
+}
+
+int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code,
+                        double seconds) {
+        if (!m)
+                return 0;
+        return histogram_vec_observe(&m->csi_operations,
+                                     (const char *const[]){ driver, method, code, "false" }, seconds);
+}
+
+int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success,
+                            double seconds) {
+        if (!m)
+                return 0;
+        return histogram_vec_observe(
+                &m->storage_operations,
+                (const char *const[]){ plugin, operation, success ? "success" : "fail-unknown", "false" },
+                seconds);
+}
+
+void metrics_observe_reconcile(Metrics *m, double seconds) {
+        if (!m || !isfinite(seconds) || seconds < 0)
+                return;
+        series_observe(m->reconcile.series[0], seconds);
+}
+
+void metrics_csi_hook(const CsiCallMetrics *call, void *userdata) {
+        int r = metrics_observe_csi(userdata, call->driver, call->method, csi_code_name(call->code),
+                                    (double) call->duration_usec / USEC_PER_SEC);
+        if (r < 0)
+                log_debug_errno(r, "Dropped a csi_operations_seconds observation: %m");
+}
+
+void metrics_volume_hook(const char *plugin, const char *operation, bool success, uint64_t duration_usec,
+                         void *userdata) {
+        int r = metrics_observe_storage(userdata, plugin, operation, success,
+                                        (double) duration_usec / USEC_PER_SEC);
+        if (r < 0)
+                log_debug_errno(r, "Dropped a storage_operation_duration_seconds observation: %m");
+}
+
+void metrics_set_volume_stats_source(Metrics *m, metrics_volume_stats_t source, void *userdata) {
+        m->volume_stats = source;
+        m->volume_stats_userdata = userdata;
+}
+
+/* ---- text exposition format 0.0.4 ----------------------------------------- */
+
+/* The shortest text that reads back as the same double, as Go's
+ * strconv.FormatFloat(v, 'g', -1, 64) (the exponent threshold differs, which
+ * parsers do not mind). */
+static const char *format_double(double v, char buf[static 32]) {
+        if (isnan(v))
+                return "NaN";
+        if (isinf(v))
+                return v > 0 ? "+Inf" : "-Inf";
+        for (int precision = 1; precision <= 17; precision++) {
+                snprintf(buf, 32, "%.*g", precision, v);
+                if (strtod(buf, NULL) == v)
+                        break;
+        }
+        return buf;
+}
+
+/* HELP text escapes backslash and newline; label values also double quotes. */
+static void write_escaped(FILE *f, const char *s, bool label_value) {
+        for (; *s; s++)
+                switch (*s) {
+                case '\\':
+                        fputs("\\\\", f);
+                        break;
+                case '\n':
+                        fputs("\\n", f);
+                        break;
+                case '"':
+                        fputs(label_value ? "\\\"" : "\"", f);
+                        break;
+                default:
+                        fputc(*s, f);
+                }
+}
+
+static void write_header(FILE *f, const char *name, const char *help, const char *type) {
+        fprintf(f, "# HELP %s ", name);
+        write_escaped(f, help, false);
+        fprintf(f, "\n# TYPE %s %s\n", name, type);
+}
+
+/* "{a="x",b="y",le="0.1"}", or nothing when there is no label at all. */
+static void write_labels(FILE *f, const HistogramVec *h, const Series *s, const char *le) {
+        if (h->n_labels == 0 && !le)
+                return;
+        fputc('{', f);
+        for (size_t i = 0; i < h->n_labels; i++) {
+                fprintf(f, "%s%s=\"", i > 0 ? "," : "", h->labels[i]);
+                write_escaped(f, s->values[i], true);
+                fputc('"', f);
+        }
+        if (le)
+                fprintf(f, "%sle=\"%s\"", h->n_labels > 0 ? "," : "", le);
+        fputc('}', f);
+}
+
+static void write_histogram_vec(FILE *f, const HistogramVec *h) {
+        char buf[32];
+
+        if (h->n_series == 0)
+                return;
+        write_header(f, h->name, h->help, "histogram");
+        for (size_t i = 0; i < h->n_series; i++) {
+                const Series *s = h->series[i];
+                uint64_t cumulative = 0;
+
+                for (size_t b = 0; b < N_BUCKETS; b++) {
+                        cumulative += s->in_bucket[b];
+                        fprintf(f, "%s_bucket", h->name);
+                        write_labels(f, h, s, bucket_names[b]);
+                        fprintf(f, " %" PRIu64 "\n", cumulative);
+                }
+                fprintf(f, "%s_bucket", h->name);
+                write_labels(f, h, s, "+Inf");
+                fprintf(f, " %" PRIu64 "\n", s->count);
+                fprintf(f, "%s_sum", h->name);
+                write_labels(f, h, s, NULL);
+                fprintf(f, " %s\n", format_double(s->sum, buf));
+                fprintf(f, "%s_count", h->name);
+                write_labels(f, h, s, NULL);
+                fprintf(f, " %" PRIu64 "\n", s->count);
+        }
+}
+
+static void write_volumes_gauge(FILE *f, const Metrics *m) {
+        VolumeManagerStats st = {};
+
+        if (!m->volume_stats)
+                return;
+        m->volume_stats(&st, m->volume_stats_userdata);
+        /* Sorted by state, as every other series. */
+        const struct {
+                const char *state;
+                unsigned value;
+        } states[] = {
+                { "desired", st.desired },     { "published", st.published }, { "staged", st.staged },
+                { "uncertain", st.uncertain }, { "waiting", st.waiting },
+        };
+        write_header(f, "kvolumed_volumes",
+                     "Pod volumes known to kvolumed by state: desired (wanted by pods), waiting (of those, "
+                     "waiting for a claim, attachment or driver), published, uncertain, staged",
+                     "gauge");
+        for (size_t i = 0; i < ELEMENTSOF(states); i++)
+                fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", states[i].state, states[i].value);
+}
+
+int metrics_write(Metrics *m, FILE *f) {
+        /* Families by name: csi_..., kvolumed_reconcile_..., kvolumed_volumes, storage_... */
+        write_histogram_vec(f, &m->csi_operations);
+        write_histogram_vec(f, &m->reconcile);
+        write_volumes_gauge(f, m);
+        write_histogram_vec(f, &m->storage_operations);
+        if (fflush(f) != 0 || ferror(f))
+                return errno > 0 ? -errno : -EIO;
+        return 0;
+}

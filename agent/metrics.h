@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The agent's Prometheus registry: kubelet's two volume histograms
+ * (csi_operations_seconds, storage_operation_duration_seconds, names, labels
+ * and buckets as kubelet's, see DESIGN.md §2) plus kvolumed_reconcile_seconds
+ * and the kvolumed_volumes gauge.  One Metrics object, owned by the agent;
+ * everything runs on the event loop, so nothing is locked.
+ *
+ * metrics_write() renders text exposition format 0.0.4 in the order of
+ * Prometheus' Go client: families sorted by name, series sorted by label
+ * values.  A labelled histogram appears once it has a series; the reconcile
+ * histogram always appears; the gauge appears once a stats source is set. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "csi/csi.h"
+#include "systemd/macro.h"
+#include "volume/manager.h"
+
+typedef struct Metrics Metrics;
+
+/* Fills *ret at scrape time, for kvolumed_volumes{state}. */
+typedef void (*metrics_volume_stats_t)(VolumeManagerStats *ret, void *userdata);
+
+int metrics_new(Metrics **ret);
+Metrics *metrics_free(Metrics *m);
+DEFINE_TRIVIAL_CLEANUP_FUNC(Metrics *, metrics_free);
+
+/* The observe functions take m == NULL as "metrics off" and do nothing.  A
+ * non-finite or negative duration is ignored (-EINVAL): it can only come
+ * from a broken clock and would poison _sum. */
+
+/* csi_operations_seconds{driver_name,method_name,grpc_status_code,migrated="false"};
+ * method is the full gRPC method ("/csi.v1.Node/NodeStageVolume"), code the
+ * name from csi_code_name(). */
+int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code,
+                        double seconds);
+
+/* storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated="false"},
+ * status "success" or "fail-unknown" as kubelet's. */
+int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success,
+                            double seconds);
+
+/* kvolumed_reconcile_seconds: the wall time of one reconciler pass of the
+ * volume manager (from the start of the pass to the moment it has issued
+ * every operation it decided on, not until those operations finish).  Meant
+ * to be called by the volume manager once per pass. */
+void metrics_observe_reconcile(Metrics *m, double seconds);
+
+/* Adapters with the signatures of csi_client_set_metrics_hook() and
+ * volume_manager_set_metrics_hook(); userdata is the Metrics. */
+void metrics_csi_hook(const CsiCallMetrics *call, void *userdata);
+void metrics_volume_hook(const char *plugin, const char *operation, bool success, uint64_t duration_usec,
+                         void *userdata);
+
+/* Where kvolumed_volumes reads its values; NULL removes the gauge. */
+void metrics_set_volume_stats_source(Metrics *m, metrics_volume_stats_t source, void *userdata);
+
+/* Writes the whole registry in text format 0.0.4.  0 or -errno. */
+int metrics_write(Metrics *m, FILE *f);
+
+/* The content type of what metrics_write() produces. */
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"

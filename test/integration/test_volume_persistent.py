@@ -1,0 +1,220 @@
+"""Persistent CSI volumes through PVCs: staging once per node, publishing per
+pod, the attach wait and volumesInUse, failures, backoff and fsGroup."""
+import hashlib
+import os
+import stat
+import time
+
+from integration.agent_fixtures import DRIVER, wait_until
+
+UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
+
+
+def claim_volume(name, claim, read_only=False):
+    v = {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+    if read_only:
+        v["persistentVolumeClaim"]["readOnly"] = True
+    return v
+
+
+def attachment_name(handle):
+    return "csi-" + hashlib.sha256((handle + DRIVER + "test-node").encode()).hexdigest()
+
+
+def test_two_pods_share_one_pv(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pv("pv-shared", "vol-shared", claim="shared", fsType="ext4", volumeAttributes={"tier": "gold"})
+    env.api.update({**env.api.get("persistentvolumes", None, "pv-shared"),
+                    "spec": {**env.api.get("persistentvolumes", None, "pv-shared")["spec"],
+                             "mountOptions": ["noatime"], "accessModes": ["ReadWriteMany"]}})
+    env.pvc("shared", "pv-shared")
+    env.start()
+    a = env.pod("a", [claim_volume("data", "shared")])
+    b = env.pod("b", [claim_volume("data", "shared", read_only=True)])
+    env.wait_mounted(env.target(a, "pv-shared"))
+    env.wait_mounted(env.target(b, "pv-shared"))
+    staging = env.staging("vol-shared")
+
+    stages = env.wait_calls("NodeStageVolume")
+    env.wait_calls("NodePublishVolume", 2)
+    assert len(stages) == 1
+    s = stages[0]["request"]
+    assert s["volume_id"] == "vol-shared"
+    assert s["staging_target_path"] == staging
+    assert s["volume_context"] == {"tier": "gold"}
+    assert s["volume_capability"]["mount"] == {"fs_type": "ext4", "mount_flags": ["noatime"]}
+    assert s["volume_capability"]["access_mode"]["mode"] == "MULTI_NODE_MULTI_WRITER"
+    publishes = {c["request"]["target_path"]: c["request"] for c in env.calls("NodePublishVolume")}
+    assert set(publishes) == {env.target(a, "pv-shared"), env.target(b, "pv-shared")}
+    for req in publishes.values():
+        assert req["staging_target_path"] == staging
+        assert "csi.storage.k8s.io/pod.name" not in req.get("volume_context", {})  # podInfoOnMount off
+    assert publishes[env.target(b, "pv-shared")].get("readonly") is True
+    assert not publishes[env.target(a, "pv-shared")].get("readonly")
+    # No attach for attachRequired=false: volumesInUse never lists it.
+    assert UNIQUE + "vol-shared" not in (env.node().get("status") or {}).get("volumesInUse", [])
+
+    # A file written through one pod is seen through the other.
+    with open(os.path.join(env.target(a, "pv-shared"), "hello"), "w") as f:
+        f.write("from a")
+    assert open(os.path.join(env.target(b, "pv-shared"), "hello")).read() == "from a"
+
+    env.api.remove("pods", "default", "a")
+    env.wait_gone(os.path.dirname(env.target(a, "pv-shared")))
+    time.sleep(0.5)
+    assert not env.calls("NodeUnstageVolume"), "unstaged while pod b still uses the volume"
+    assert os.path.ismount(staging)
+
+    env.api.remove("pods", "default", "b")
+    env.wait_gone(os.path.dirname(staging))
+    env.wait_calls("NodeUnstageVolume")
+    calls = env.calls()
+    order = [c["method"] for c in calls if c["method"] in ("NodeUnpublishVolume", "NodeUnstageVolume")]
+    assert order == ["NodeUnpublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"]
+    assert not env.driver.violations()
+
+
+def test_attach_required_waits_for_attachment(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-att", "vol-att", claim="att")
+    env.pvc("att", "pv-att")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "att")])
+    unique = UNIQUE + "vol-att"
+
+    # Reported in use first, then nothing until the attachment is confirmed.
+    wait_until(lambda: unique in (env.node().get("status") or {}).get("volumesInUse", []), what="volumesInUse")
+    time.sleep(0.5)
+    assert not env.calls("NodeStageVolume")
+    node = env.node()
+    node["status"]["volumesAttached"] = [{"name": unique, "devicePath": ""}]
+    env.api.update(node)
+    time.sleep(0.5)
+    assert not env.calls("NodeStageVolume"), "staged before the VolumeAttachment said attached"
+    env.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                    "metadata": {"name": attachment_name("vol-att")},
+                    "spec": {"attacher": DRIVER, "nodeName": "test-node", "source": {"persistentVolumeName": "pv-att"}},
+                    "status": {"attached": True, "attachmentMetadata": {"lun": "3"}}})
+    env.wait_mounted(env.target(pod, "pv-att"))
+    assert env.wait_calls("NodeStageVolume")[0]["request"]["publish_context"] == {"lun": "3"}
+    assert env.wait_calls("NodePublishVolume")[0]["request"]["publish_context"] == {"lun": "3"}
+
+    # Teardown: volumesInUse is cleared only after NodeUnstageVolume succeeded.
+    env.api.remove("pods", "default", "web")
+    wait_until(lambda: unique not in (env.node().get("status") or {}).get("volumesInUse", []),
+               what="volumesInUse cleared")
+    unstage = [c for c in env.calls("NodeUnstageVolume") if c["code"] == "OK"]
+    assert unstage
+    patches = [r for r in env.api.requests() if r["method"] == "PATCH" and r["path"].endswith("/status")
+               and "volumesInUse" in str(r["body"]) and unique not in str(r["body"]) and r["time"] > unstage[0]["time"] - 5]
+    clearing = [r for r in patches if r["status"] == 200]
+    assert clearing and clearing[-1]["time"] >= unstage[0]["time"]
+
+
+def test_no_csidriver_then_non_attachable_driver_ends_the_wait(volume_env):
+    env = volume_env
+    env.pv("pv-1", "vol-1", claim="c1")
+    env.pvc("c1", "pv-1")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "c1")])
+    # Without a CSIDriver object the volume is treated as attachable and waits.
+    wait_until(lambda: UNIQUE + "vol-1" in (env.node().get("status") or {}).get("volumesInUse", []),
+               what="volumesInUse")
+    time.sleep(0.3)
+    assert not env.calls("NodeStageVolume")
+    env.csidriver(attachRequired=False)
+    env.wait_mounted(env.target(pod, "pv-1"))
+    # No longer attachable: it leaves volumesInUse.
+    wait_until(lambda: UNIQUE + "vol-1" not in (env.node().get("status") or {}).get("volumesInUse", []),
+               what="volumesInUse without the volume")
+
+
+def test_pvc_bound_late(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "late")])
+    env.wait_event("FailedMount", 'persistentvolumeclaim "late" not found')
+    env.pvc("late")
+    env.wait_event("FailedMount", 'persistentvolumeclaim "late" is not bound')
+    env.pv("pv-late", "vol-late", claim="late")
+    started = time.monotonic()
+    env.bind("late", "pv-late")
+    env.wait_mounted(env.target(pod, "pv-late"))
+    # Event-driven: no polling interval between the bind and the mount.
+    assert time.monotonic() - started < 3.0
+
+
+def test_publish_failing_then_succeeding_backs_off_and_aggregates_events(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.driver.control.fail_next("NodePublishVolume", "INTERNAL", "disk on fire", count=2)
+    env.start()
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    env.wait_mounted(env.target(pod, "scratch"))
+    publishes = env.wait_calls("NodePublishVolume", 3)
+    assert [c["code"] for c in publishes] == ["INTERNAL", "INTERNAL", "OK"]
+    # kubelet's backoff: 500 ms, then 1 s.
+    gaps = [publishes[i + 1]["time"] - publishes[i]["time"] for i in range(2)]
+    assert 0.45 <= gaps[0] < 1.5, gaps
+    assert 0.95 <= gaps[1] < 2.5, gaps
+    # A final failure leaves nothing behind, then the retry starts clean.
+    events = env.wait_event("FailedMount", "disk on fire")
+    assert len(events) == 1, "repeats must be aggregated into one Event"
+    wait_until(lambda: env.wait_event("FailedMount", "disk on fire")[0].get("count") == 2, what="count 2")
+    assert "MountVolume.SetUp failed for volume \"scratch\"" in events[0]["message"]
+
+
+def test_publish_timeout_then_pod_deleted_still_unpublishes(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.driver.control.hang("NodePublishVolume", count=1, when="after")
+    env.start(csi="call-timeout = 1s\n")
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "scratch")
+    env.agent.wait_for_log("DeadlineExceeded", timeout=10)
+    # The driver did mount (it hangs after the work): kvolumed must not forget it.
+    assert os.path.ismount(target)
+    env.api.remove("pods", "default", "web")
+    env.driver.control.release("NodePublishVolume")
+    env.wait_gone(os.path.dirname(target))
+    ok = env.wait_calls("NodeUnpublishVolume", code="OK")
+    assert ok and ok[-1]["request"]["target_path"] == target
+    assert not os.path.ismount(target)
+
+
+def test_fs_group_applied_per_policy(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False, fsGroupPolicy="File", volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 4242})
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    st = wait_until(lambda: (s := os.stat(target)).st_gid == 4242 and s, what="group 4242")
+    assert st.st_mode & stat.S_ISGID
+    assert st.st_mode & 0o070 == 0o070
+    assert "volume_mount_group" not in env.wait_calls("NodePublishVolume")[-1]["request"]["volume_capability"]["mount"]
+
+
+def test_fs_group_policy_none_changes_nothing(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False, fsGroupPolicy="None", volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 4242})
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    time.sleep(0.5)
+    assert os.stat(target).st_gid != 4242
+
+
+def test_fs_group_passed_as_volume_mount_group(volume_env, mock_csi_factory):
+    env = volume_env
+    env.driver.control.set_caps("STAGE_UNSTAGE_VOLUME", "VOLUME_MOUNT_GROUP")
+    env.csidriver(attachRequired=False, fsGroupPolicy="File", volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 4242})
+    env.wait_mounted(env.target(pod, "scratch"))
+    mount = env.wait_calls("NodePublishVolume")[-1]["request"]["volume_capability"]["mount"]
+    assert mount.get("volume_mount_group") == "4242"

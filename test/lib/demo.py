@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""The demo, run by test/demo inside a private mount namespace: kvolumed on a
+pretend node "demo-node", against the fake API server and the mock CSI
+driver (which registers through kubelet's plugin-registration directory).
+A pod with an inline volume and a pod with a PVC appear; their volumes are
+set up; the pods are deleted; their volumes go."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+from doubles.fakeapi import FakeApiServer  # noqa: E402
+
+DRIVER = "mock.csi.kvolumed.io"
+NODE = "demo-node"
+BUILD = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
+
+
+def say(text):
+    print(f"\n\033[1m==> {text}\033[0m", flush=True)
+
+
+def wait(predicate, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"demo: timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def mounts_under(root):
+    out = subprocess.run(["findmnt", "-rn", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS"], capture_output=True,
+                         text=True).stdout
+    return [line for line in out.splitlines() if line.startswith(root + "/")]
+
+
+def show_mounts(root):
+    lines = mounts_under(root)
+    for line in lines:
+        target, source, fstype, options = line.split(" ", 3)
+        print(f"   {target.replace(root, '<root>')}  {fstype}  ({source}, {options.split(',')[0]})")
+    if not lines:
+        print("   (nothing mounted under root-dir)")
+
+
+def stream(proc, prefix):
+    for line in proc.stderr:
+        print(f"{prefix}{line.rstrip()}", flush=True)
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="kvdemo.", dir="/tmp")
+    root = os.path.join(work, "root")
+    os.makedirs(os.path.join(root, "plugins_registry"))
+    procs = []
+    api = FakeApiServer(os.path.join(work, "api"), control_port=None).start()
+    try:
+        say(f"fake API server at {api.server_url}; node {NODE} and the CSIDriver object")
+        api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
+        api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
+                    "spec": {"attachRequired": False, "podInfoOnMount": True,
+                             "volumeLifecycleModes": ["Persistent", "Ephemeral"]}})
+
+        say("mock CSI driver (loop devices with ext4), registering in <root>/plugins_registry")
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "test"))
+        driver = subprocess.Popen(
+            ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{work}/csi.sock",
+             "--name", DRIVER, "--node-id", "demo-node-id", "--state-dir", os.path.join(work, "driver"),
+             "--registration-dir", os.path.join(root, "plugins_registry")],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(driver)
+        print("   " + driver.stdout.readline().strip())
+
+        config = os.path.join(work, "kvolumed.conf")
+        with open(config, "w") as f:
+            f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
+                    f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
+                    f"[csi]\nregistration-dir = {root}/plugins_registry\n"
+                    "[metrics]\nlisten =\n[log]\nlevel = info\n")
+        say("kvolumed (its log lines are prefixed with 'kvolumed |')")
+        agent = subprocess.Popen([os.path.join(BUILD, "agent", "kvolumed"), "--config", config],
+                                 env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),
+                                 stderr=subprocess.PIPE, text=True)
+        procs.append(agent)
+        threading.Thread(target=stream, args=(agent, "   kvolumed | "), daemon=True).start()
+
+        def csinode_ready():
+            try:
+                node = api.get("csinodes", None, NODE)
+            except Exception:
+                return False
+            return node and any(d.get("name") == DRIVER for d in node["spec"].get("drivers", []))
+        wait(csinode_ready, "the CSINode entry of the driver")
+        time.sleep(0.3)
+        say("the driver registered: CSINode and the node annotation say so")
+        print(f"   CSINode {NODE}: {api.get('csinodes', None, NODE)['spec']['drivers']}")
+        ann = api.get("nodes", None, NODE)["metadata"].get("annotations", {})
+        print(f"   Node annotations: {ann}")
+
+        say("a pod with an inline volume, and a pod with a PVC bound to a PV")
+        api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-data"},
+                    "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+                             "csi": {"driver": DRIVER, "volumeHandle": "vol-data", "fsType": "ext4"},
+                             "claimRef": {"namespace": "default", "name": "data"}}})
+        api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "namespace": "default"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-data",
+                             "resources": {"requests": {"storage": "64Mi"}}}, "status": {"phase": "Bound"}})
+        pods = []
+        for name, volume in (("scratch-pod", {"name": "scratch", "csi": {"driver": DRIVER}}),
+                             ("db", {"name": "data", "persistentVolumeClaim": {"claimName": "data"}})):
+            pods.append(api.create({"apiVersion": "v1", "kind": "Pod",
+                                    "metadata": {"name": name, "namespace": "default"},
+                                    "spec": {"nodeName": NODE, "volumes": [volume],
+                                             "containers": [{"name": "c", "image": "busybox",
+                                                             "volumeMounts": [{"name": volume["name"],
+                                                                               "mountPath": "/data"}]}]},
+                                    "status": {"phase": "Running"}}))
+        wait(lambda: len(mounts_under(root)) >= 3, "the volumes to be mounted")
+        time.sleep(0.5)
+        say("mounted under root-dir (kubelet's paths)")
+        show_mounts(root)
+        target = f"{root}/pods/{pods[1]['metadata']['uid']}/volumes/kubernetes.io~csi/pv-data/mount"
+        with open(os.path.join(target, "hello.txt"), "w") as f:
+            f.write("hello from the db pod\n")
+        print(f"   wrote {target.replace(root, '<root>')}/hello.txt")
+
+        say("deleting both pods")
+        for p in pods:
+            api.remove("pods", "default", p["metadata"]["name"])
+        wait(lambda: not mounts_under(root), "the volumes to go")
+        time.sleep(0.3)
+        say("after teardown")
+        show_mounts(root)
+        left = [d for d in os.listdir(os.path.join(root, "pods"))] if os.path.isdir(os.path.join(root, "pods")) else []
+        print(f"   pod directories left: {left or 'none'}")
+
+        say("stopping kvolumed (SIGTERM: volumes would stay; there are none left)")
+        agent.send_signal(signal.SIGTERM)
+        code = agent.wait(timeout=15)
+        time.sleep(0.2)
+        print(f"   kvolumed exited with status {code}")
+        return code
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        api.stop()
+        subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The Prometheus registry: exact exposition text, escaping, cumulative
+ * buckets, series order, and the hook adapters. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "agent/metrics.h"
+
+/* The exposition of m, as a string the caller frees. */
+static char *render(Metrics *m) {
+        char *text = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&text, &size);
+        assert_non_null(f);
+        assert_int_equal(metrics_write(m, f), 0);
+        assert_int_equal(fclose(f), 0);
+        return text;
+}
+
+/* The lines of text that start with prefix, joined with "\n". */
+static char *grep(const char *text, const char *prefix) {
+        char *out = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&out, &size);
+        assert_non_null(f);
+        for (const char *line = text; *line;) {
+                const char *end = strchrnul(line, '\n');
+                if (strncmp(line, prefix, strlen(prefix)) == 0)
+                        fprintf(f, "%.*s\n", (int) (end - line), line);
+                line = *end ? end + 1 : end;
+        }
+        assert_int_equal(fclose(f), 0);
+        return out;
+}
+
+static const char reconcile_empty[] =
+        "# HELP kvolumed_reconcile_seconds Duration of one reconciler pass of the volume manager, until it has "
+        "issued its operations\n"
+        "# TYPE kvolumed_reconcile_seconds histogram\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"0.1\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"0.25\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"0.5\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"1\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"2.5\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"5\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"10\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"15\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"25\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"50\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"120\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"300\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"600\"} 0\n"
+        "kvolumed_reconcile_seconds_bucket{le=\"+Inf\"} 0\n"
+        "kvolumed_reconcile_seconds_sum 0\n"
+        "kvolumed_reconcile_seconds_count 0\n";
+
+static void test_empty_registry(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        text = render(m);
+        /* Labelled families without a series and the gauge without a source
+         * are left out, as the Go client leaves out an empty vector. */
+        assert_string_equal(text, reconcile_empty);
+}
+
+#define CSI_LABELS                                                                                          \
+        "driver_name=\"d\",method_name=\"/csi.v1.Node/NodePublishVolume\",grpc_status_code=\"OK\","           \
+        "migrated=\"false\""
+#define ST_LABELS                                                                                           \
+        "volume_plugin=\"kubernetes.io/csi:d\",operation_name=\"volume_mount\",status=\"fail-unknown\","     \
+        "migrated=\"false\""
+
+static void test_small_registry_exact(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 0.3), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 0.1), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 700), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:d", "volume_mount", false, 12), 0);
+        metrics_observe_reconcile(m, 0.002);
+        metrics_observe_reconcile(m, 3);
+        text = render(m);
+        assert_string_equal(
+                text,
+                "# HELP csi_operations_seconds [ALPHA] Container Storage Interface operation duration with gRPC "
+                "error code status total\n"
+                "# TYPE csi_operations_seconds histogram\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"0.1\"} 1\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"0.25\"} 1\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"0.5\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"1\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"2.5\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"5\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"10\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"15\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"25\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"50\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"120\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"300\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"600\"} 2\n"
+                "csi_operations_seconds_bucket{" CSI_LABELS ",le=\"+Inf\"} 3\n"
+                "csi_operations_seconds_sum{" CSI_LABELS "} 700.4\n"
+                "csi_operations_seconds_count{" CSI_LABELS "} 3\n"
+                "# HELP kvolumed_reconcile_seconds Duration of one reconciler pass of the volume manager, until "
+                "it has issued its operations\n"
+                "# TYPE kvolumed_reconcile_seconds histogram\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"0.1\"} 1\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"0.25\"} 1\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"0.5\"} 1\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"1\"} 1\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"2.5\"} 1\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"5\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"10\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"15\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"25\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"50\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"120\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"300\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"600\"} 2\n"
+                "kvolumed_reconcile_seconds_bucket{le=\"+Inf\"} 2\n"
+                "kvolumed_reconcile_seconds_sum 3.002\n"
+                "kvolumed_reconcile_seconds_count 2\n"
+                "# HELP storage_operation_duration_seconds [ALPHA] Storage operation duration\n"
+                "# TYPE storage_operation_duration_seconds histogram\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"0.1\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"0.25\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"0.5\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"1\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"2.5\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"5\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"10\"} 0\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"15\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"25\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"50\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"120\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"300\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"600\"} 1\n"
+                "storage_operation_duration_seconds_bucket{" ST_LABELS ",le=\"+Inf\"} 1\n"
+                "storage_operation_duration_seconds_sum{" ST_LABELS "} 12\n"
+                "storage_operation_duration_seconds_count{" ST_LABELS "} 1\n"
+        );
+}
+
+static void test_bucket_bounds_inclusive(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *buckets = NULL;
+        /* One observation exactly on each bound, one just above the last. */
+        static const double bounds[] = { .1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600 };
+
+        assert_int_equal(metrics_new(&m), 0);
+        for (size_t i = 0; i < ELEMENTSOF(bounds); i++)
+                metrics_observe_reconcile(m, bounds[i]);
+        metrics_observe_reconcile(m, 600.000001);
+        metrics_observe_reconcile(m, 0);
+        text = render(m);
+        buckets = grep(text, "kvolumed_reconcile_seconds_bucket");
+        assert_string_equal(buckets,
+                            "kvolumed_reconcile_seconds_bucket{le=\"0.1\"} 2\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"0.25\"} 3\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"0.5\"} 4\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"1\"} 5\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"2.5\"} 6\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"5\"} 7\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"10\"} 8\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"15\"} 9\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"25\"} 10\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"50\"} 11\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"120\"} 12\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"300\"} 13\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"600\"} 14\n"
+                            "kvolumed_reconcile_seconds_bucket{le=\"+Inf\"} 15\n");
+        assert_non_null(strstr(text, "kvolumed_reconcile_seconds_count 15\n"));
+}
+
+static void test_label_escaping(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *count = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        assert_int_equal(metrics_observe_csi(m, "a\"b\\c\nd", "/m", "Unknown", 1), 0);
+        text = render(m);
+        count = grep(text, "csi_operations_seconds_count");
+        assert_string_equal(count, "csi_operations_seconds_count{driver_name=\"a\\\"b\\\\c\\nd\",method_name=\"/m\","
+                                   "grpc_status_code=\"Unknown\",migrated=\"false\"} 1\n");
+        /* Every sample line stays one line. */
+        assert_null(strstr(text, "c\nd"));
+}
+
+static void test_series_order(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *counts = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        /* Observed in an order unrelated to the output's. */
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_unmount", true, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", false, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_mount", true, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, 2), 0);
+        text = render(m);
+        counts = grep(text, "storage_operation_duration_seconds_count");
+        assert_string_equal(
+                counts,
+                "storage_operation_duration_seconds_count{volume_plugin=\"kubernetes.io/csi:a\",operation_name="
+                "\"volume_mount\",status=\"fail-unknown\",migrated=\"false\"} 1\n"
+                "storage_operation_duration_seconds_count{volume_plugin=\"kubernetes.io/csi:a\",operation_name="
+                "\"volume_mount\",status=\"success\",migrated=\"false\"} 2\n"
+                "storage_operation_duration_seconds_count{volume_plugin=\"kubernetes.io/csi:b\",operation_name="
+                "\"volume_mount\",status=\"success\",migrated=\"false\"} 1\n"
+                "storage_operation_duration_seconds_count{volume_plugin=\"kubernetes.io/csi:b\",operation_name="
+                "\"volume_unmount\",status=\"success\",migrated=\"false\"} 1\n");
+        /* Same registry, same text. */
+        _cleanup_free_ char *again = render(m);
+        assert_string_equal(text, again);
+}
+
+static void fake_stats(VolumeManagerStats *ret, void *userdata) {
+        unsigned *calls = userdata;
+        (*calls)++;
+        *ret = (VolumeManagerStats){
+                .pods = 9, .desired = 5, .waiting = 1, .published = 3,
+                .uncertain = 2, .staged = 4, .running = 7,
+        };
+}
+
+static void test_volumes_gauge(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *gauge = NULL;
+        unsigned calls = 0;
+
+        assert_int_equal(metrics_new(&m), 0);
+        metrics_set_volume_stats_source(m, fake_stats, &calls);
+        text = render(m);
+        assert_int_equal(calls, 1); /* read at scrape time */
+        gauge = grep(text, "kvolumed_volumes");
+        assert_string_equal(gauge, "kvolumed_volumes{state=\"desired\"} 5\n"
+                                   "kvolumed_volumes{state=\"published\"} 3\n"
+                                   "kvolumed_volumes{state=\"staged\"} 4\n"
+                                   "kvolumed_volumes{state=\"uncertain\"} 2\n"
+                                   "kvolumed_volumes{state=\"waiting\"} 1\n");
+        assert_non_null(strstr(text, "# TYPE kvolumed_volumes gauge\n"));
+        /* Between the reconcile histogram and storage_..., by name. */
+        assert_true(strstr(text, "# TYPE kvolumed_reconcile_seconds") <
+                    strstr(text, "# TYPE kvolumed_volumes"));
+
+        metrics_set_volume_stats_source(m, NULL, NULL);
+        free(text);
+        text = render(m);
+        assert_null(strstr(text, "kvolumed_volumes"));
+}
+
+static void test_hooks(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *csi = NULL, *storage = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        metrics_csi_hook(&(CsiCallMetrics){ .driver = "d",
+                                            .method = "/csi.v1.Node/NodeStageVolume",
+                                            .code = CSI_CODE_DEADLINE_EXCEEDED,
+                                            .duration_usec = 1500000 },
+                         m);
+        metrics_volume_hook("kubernetes.io/csi:d", "mount_device", true, 250000, m);
+        text = render(m);
+        csi = grep(text, "csi_operations_seconds_sum");
+        assert_string_equal(csi, "csi_operations_seconds_sum{driver_name=\"d\",method_name=\"/csi.v1.Node/"
+                                 "NodeStageVolume\",grpc_status_code=\"DeadlineExceeded\",migrated=\"false\"} 1.5\n");
+        storage = grep(text, "storage_operation_duration_seconds_bucket{volume_plugin=\"kubernetes.io/csi:d\","
+                             "operation_name=\"mount_device\",status=\"success\",migrated=\"false\",le=\"0.25\"}");
+        assert_string_equal(storage, "storage_operation_duration_seconds_bucket{volume_plugin=\"kubernetes.io/csi:d\","
+                                     "operation_name=\"mount_device\",status=\"success\",migrated=\"false\","
+                                     "le=\"0.25\"} 1\n");
+}
+
+static void test_invalid_observations(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL;
+
+        /* No registry: metrics are off, nothing fails. */
+        assert_int_equal(metrics_observe_csi(NULL, "d", "/m", "OK", 1), 0);
+        assert_int_equal(metrics_observe_storage(NULL, "p", "o", true, 1), 0);
+        metrics_observe_reconcile(NULL, 1);
+
+        assert_int_equal(metrics_new(&m), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", NAN), -EINVAL);
+        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", -1), -EINVAL);
+        assert_int_equal(metrics_observe_storage(m, "p", "o", true, INFINITY), -EINVAL);
+        metrics_observe_reconcile(m, NAN);
+        metrics_observe_reconcile(m, -0.5);
+        text = render(m);
+        assert_string_equal(text, reconcile_empty);
+}
+
+static void test_many_series(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL;
+        char driver[32];
+
+        assert_int_equal(metrics_new(&m), 0);
+        /* Interleaved inserts exercise the sorted insertion. */
+        for (int i = 0; i < 200; i++) {
+                snprintf(driver, sizeof driver, "d%03d", (i * 37) % 200);
+                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", 0.01), 0);
+                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", 0.01), 0);
+        }
+        text = render(m);
+        const char *prev = text;
+        for (int i = 0; i < 200; i++) {
+                char want[160];
+                snprintf(want, sizeof want,
+                         "csi_operations_seconds_count{driver_name=\"d%03d\",method_name=\"/m\","
+                         "grpc_status_code=\"OK\",migrated=\"false\"} 2\n",
+                         i);
+                const char *at = strstr(text, want);
+                assert_non_null(at);
+                assert_true(at >= prev);
+                prev = at;
+        }
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_empty_registry),
+                cmocka_unit_test(test_small_registry_exact),
+                cmocka_unit_test(test_bucket_bounds_inclusive),
+                cmocka_unit_test(test_label_escaping),
+                cmocka_unit_test(test_series_order),
+                cmocka_unit_test(test_volumes_gauge),
+                cmocka_unit_test(test_hooks),
+                cmocka_unit_test(test_invalid_observations),
+                cmocka_unit_test(test_many_series),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

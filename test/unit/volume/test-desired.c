@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "volume/desired.h"
+
+#define UID "0b6f1a2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
+
+static void *decode(const K8sKind *kind, const char *json) {
+        void *obj = NULL;
+        K8sDecodeError e = {};
+        int r = k8s_object_decode(kind, json, strlen(json), &obj, &e);
+        if (r < 0)
+                fail_msg("decode failed at %s: %s", e.field, e.problem);
+        return obj;
+}
+
+/* A tiny cluster: the PVCs and PVs a test puts in. */
+typedef struct Fake {
+        K8sPersistentVolumeClaim *pvcs[4];
+        K8sPersistentVolume *pvs[4];
+        bool pending; /* lookups not answered yet */
+} Fake;
+
+static int get_pvc(void *u, const char *ns, const char *name, const K8sPersistentVolumeClaim **ret) {
+        Fake *f = u;
+        *ret = NULL;
+        if (f->pending)
+                return -EAGAIN;
+        for (size_t i = 0; i < 4; i++)
+                if (f->pvcs[i] && streq(f->pvcs[i]->meta.namespace, ns) && streq(f->pvcs[i]->meta.name, name))
+                        *ret = f->pvcs[i];
+        return 0;
+}
+
+static int get_pv(void *u, const char *name, const K8sPersistentVolume **ret) {
+        Fake *f = u;
+        *ret = NULL;
+        for (size_t i = 0; i < 4; i++)
+                if (f->pvs[i] && streq(f->pvs[i]->meta.name, name))
+                        *ret = f->pvs[i];
+        return 0;
+}
+
+static void fake_free(Fake *f) {
+        for (size_t i = 0; i < 4; i++) {
+                k8s_pvc_free(f->pvcs[i]);
+                k8s_pv_free(f->pvs[i]);
+        }
+}
+
+static K8sPod *pod_with(const char *volumes, const char *mounts, const char *devices) {
+        char json[4096];
+        snprintf(json, sizeof json,
+                 "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\","
+                 "\"resourceVersion\":\"5\"},"
+                 "\"spec\":{\"nodeName\":\"node-a\",\"serviceAccountName\":\"sa\","
+                 "\"securityContext\":{\"fsGroup\":2000},"
+                 "\"volumes\":[%s],"
+                 "\"containers\":[{\"name\":\"c\",\"volumeMounts\":[%s],\"volumeDevices\":[%s]}]},"
+                 "\"status\":{\"phase\":\"Running\"}}",
+                 volumes, mounts, devices);
+        return decode(&k8s_kind_pod, json);
+}
+
+#define PVC(name, volume) \
+        "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"" name "\",\"resourceVersion\":\"1\"}," \
+        "\"spec\":{\"volumeName\":\"" volume "\"},\"status\":{\"phase\":\"Bound\"}}"
+#define PV_CSI(name, extra) \
+        "{\"metadata\":{\"uid\":\"p1\",\"name\":\"" name "\",\"resourceVersion\":\"1\"}," \
+        "\"spec\":{\"csi\":{\"driver\":\"hostpath.csi.k8s.io\",\"volumeHandle\":\"vol-1\",\"fsType\":\"ext4\"," \
+        "\"volumeAttributes\":{\"k\":\"v\"},\"nodeStageSecretRef\":{\"name\":\"st\",\"namespace\":\"sec\"}," \
+        "\"nodePublishSecretRef\":{\"name\":\"pu\",\"namespace\":\"sec\"}}," \
+        "\"accessModes\":[\"ReadWriteMany\"],\"mountOptions\":[\"noatime\",\"ro\"]" extra "}}"
+
+static void test_inline_volume(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f };
+        K8sPod *pod = pod_with("{\"name\":\"scratch\",\"csi\":{\"driver\":\"inline.example.com\",\"readOnly\":true,"
+                               "\"fsType\":\"xfs\",\"volumeAttributes\":{\"size\":\"1Gi\"},"
+                               "\"nodePublishSecretRef\":{\"name\":\"creds\"}}},"
+                               "{\"name\":\"unused\",\"csi\":{\"driver\":\"inline.example.com\"}}",
+                               "{\"name\":\"scratch\",\"mountPath\":\"/data\"}", "");
+        DesiredPod *p = NULL;
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_string_equal(p->key, "ns1/web");
+        assert_true(p->has_fs_group);
+        assert_int_equal(p->fs_group, 2000);
+        assert_string_equal(p->service_account, "sa");
+        assert_int_equal(p->n_volumes, 1); /* "unused" is in no container */
+        const DesiredVolume *v = desired_pod_find_volume(p, "scratch");
+        assert_non_null(v->spec);
+        assert_int_equal(v->spec->lifecycle, VOLUME_EPHEMERAL);
+        /* "csi-" + sha256(podUID + volume name), computed with Python's hashlib. */
+        assert_string_equal(v->spec->handle, "csi-775e2986faf8b06903da9456631ecb2da4cfe5dbd5643cb67c358dc5dc4cf77d");
+        assert_string_equal(v->spec->unique_name, "kubernetes.io/csi/" UID "-scratch");
+        assert_string_equal(v->spec->spec_name, "scratch");
+        assert_string_equal(v->spec->fs_type, "xfs");
+        assert_true(v->spec->read_only);
+        assert_string_equal(v->spec->access_mode, "ReadWriteOnce");
+        assert_string_equal(k8s_string_map_get(&v->spec->attributes, "size"), "1Gi");
+        /* The publish secret of an inline volume lives in the pod's namespace. */
+        assert_string_equal(v->spec->publish_secret.namespace, "ns1");
+        assert_string_equal(v->spec->publish_secret.name, "creds");
+        assert_null(v->spec->stage_secret.name);
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+}
+
+static void test_pvc_waits_then_resolves(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\",\"readOnly\":true}}",
+                               "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+        DesiredPod *p = NULL;
+
+        f.pending = true;
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_true(p->volumes[0].looking_up);
+        assert_string_equal(p->volumes[0].waiting, "looking up persistentvolumeclaim \"claim\"");
+        desired_pod_free(p);
+        f.pending = false;
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_false(p->volumes[0].looking_up);
+        assert_string_equal(p->volumes[0].waiting, "persistentvolumeclaim \"claim\" not found");
+        desired_pod_free(p);
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"claim\","
+                                          "\"resourceVersion\":\"1\"},\"spec\":{},\"status\":{\"phase\":\"Pending\"}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_string_equal(p->volumes[0].waiting, "persistentvolumeclaim \"claim\" is not bound");
+        desired_pod_free(p);
+        k8s_pvc_free(f.pvcs[0]);
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_string_equal(p->volumes[0].waiting, "persistentvolume \"pv-1\" of claim \"claim\" not found");
+        desired_pod_free(p);
+
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        const VolumeSpec *s = p->volumes[0].spec;
+        assert_non_null(s);
+        assert_null(p->volumes[0].waiting);
+        assert_int_equal(s->lifecycle, VOLUME_PERSISTENT);
+        assert_false(s->block);
+        assert_string_equal(s->spec_name, "pv-1");
+        assert_string_equal(s->handle, "vol-1");
+        assert_string_equal(s->unique_name, "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1");
+        assert_string_equal(s->access_mode, "ReadWriteMany");
+        assert_true(s->read_only); /* from the pod's claim */
+        assert_string_equal(s->mount_flags[0], "noatime");
+        assert_string_equal(s->mount_flags[1], "ro");
+        assert_null(s->mount_flags[2]);
+        assert_string_equal(s->stage_secret.namespace, "sec");
+        assert_string_equal(s->stage_secret.name, "st");
+        assert_string_equal(s->publish_secret.name, "pu");
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
+static void test_generic_ephemeral_and_non_csi(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f };
+        K8sPod *pod = pod_with("{\"name\":\"eph\",\"ephemeral\":{\"volumeClaimTemplate\":{\"spec\":{}}}},"
+                               "{\"name\":\"nfs\",\"persistentVolumeClaim\":{\"claimName\":\"nfs-claim\"}},"
+                               "{\"name\":\"cfg\",\"configMap\":{\"name\":\"x\"}}",
+                               "{\"name\":\"eph\",\"mountPath\":\"/e\"},{\"name\":\"nfs\",\"mountPath\":\"/n\"},"
+                               "{\"name\":\"cfg\",\"mountPath\":\"/c\"}",
+                               "");
+        DesiredPod *p = NULL;
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("web-eph", "pv-1"));
+        f.pvcs[1] = decode(&k8s_kind_pvc, PVC("nfs-claim", "pv-nfs"));
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ""));
+        f.pvs[1] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p2\",\"name\":\"pv-nfs\",\"resourceVersion\":\"1\"},"
+                                        "\"spec\":{\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        /* The generic ephemeral volume's claim is "<pod>-<volume>"; NFS and configMap are not ours. */
+        assert_int_equal(p->n_volumes, 1);
+        assert_string_equal(p->volumes[0].name, "eph");
+        assert_string_equal(p->volumes[0].spec->spec_name, "pv-1");
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
+static void test_mode_mismatch_and_other_claim(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}", "",
+                               "{\"name\":\"data\",\"devicePath\":\"/dev/xvda\"}");
+        DesiredPod *p = NULL;
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_string_equal(p->volumes[0].failed, "volume \"data\" has volumeMode Filesystem but is used in volumeDevices");
+        desired_pod_free(p);
+        k8s_pv_free(f.pvs[0]);
+
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ",\"volumeMode\":\"Block\""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_non_null(p->volumes[0].spec);
+        assert_true(p->volumes[0].spec->block);
+        desired_pod_free(p);
+        k8s_pv_free(f.pvs[0]);
+
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ",\"volumeMode\":\"Block\",\"claimRef\":{\"namespace\":\"ns1\","
+                                                       "\"name\":\"claim\",\"uid\":\"someone-else\"}"));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_string_equal(p->volumes[0].waiting, "persistentvolume \"pv-1\" is bound to another claim");
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
+static void test_malicious_names_refused(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f };
+        const char *field = NULL;
+        DesiredPod *p = NULL;
+        K8sPod *pod = pod_with("{\"name\":\"../../etc\",\"csi\":{\"driver\":\"d.example\"}}",
+                               "{\"name\":\"../../etc\",\"mountPath\":\"/x\"}", "");
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, &field), -EINVAL);
+        assert_null(p);
+        assert_string_equal(field, "spec.volumes[].name");
+        k8s_pod_free(pod);
+
+        /* A PV name that would be a path escape, via a PVC. */
+        pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
+                       "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", ".."));
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("..", ""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_string_equal(p->volumes[0].failed, "persistentvolume name \"..\" cannot be used as a path");
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
+static void test_pod_volumes_wanted(void **state) {
+        K8sPod *pod = pod_with("", "", "");
+        assert_true(pod_volumes_wanted(pod));
+        free(pod->phase);
+        pod->phase = strdup("Succeeded");
+        assert_false(pod_volumes_wanted(pod));
+        free(pod->phase);
+        pod->phase = strdup("Running");
+        pod->meta.deletion_timestamp = strdup("2026-11-22T01:00:00Z");
+        /* Deleted, no container status running: the volumes can go. */
+        assert_false(pod_volumes_wanted(pod));
+        k8s_pod_free(pod);
+
+        pod = decode(&k8s_kind_pod,
+                     "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\",\"resourceVersion\":\"5\","
+                     "\"deletionTimestamp\":\"2026-11-22T01:00:00Z\"},\"spec\":{\"containers\":[{\"name\":\"c\"}]},"
+                     "\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"c\",\"state\":"
+                     "{\"running\":{\"startedAt\":\"2026-11-22T00:00:00Z\"}}}]}}");
+        assert_true(pod_volumes_wanted(pod)); /* still running: keep */
+        k8s_pod_free(pod);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_inline_volume),
+                cmocka_unit_test(test_pvc_waits_then_resolves),
+                cmocka_unit_test(test_generic_ephemeral_and_non_csi),
+                cmocka_unit_test(test_mode_mismatch_and_other_claim),
+                cmocka_unit_test(test_malicious_names_refused),
+                cmocka_unit_test(test_pod_volumes_wanted),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

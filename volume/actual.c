@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdio.h>
+
+#include "volume/internal.h"
+
+static const char *const op_kind_names[_OP_KIND_MAX] = {
+        [OP_STAGE] = "stage",
+        [OP_PUBLISH] = "publish",
+        [OP_UNPUBLISH] = "unpublish",
+        [OP_UNSTAGE] = "unstage",
+};
+
+const char *op_kind_to_string(OpKind kind) {
+        return kind < _OP_KIND_MAX ? op_kind_names[kind] : "?";
+}
+
+ActualVolume *actual_volume_new(const VolumeSpec *spec) {
+        ActualVolume *av = calloc(1, sizeof *av);
+        if (!av)
+                return NULL;
+        av->lifecycle = spec->lifecycle;
+        av->unique_name = strdup(spec->unique_name);
+        av->driver = strdup(spec->driver);
+        av->handle = strdup(spec->handle);
+        av->spec_name = strdup(spec->spec_name);
+        av->publishes = hashmap_new();
+        av->backoffs = hashmap_new();
+        if (!av->unique_name || !av->driver || !av->handle || !av->spec_name || !av->publishes || !av->backoffs)
+                return actual_volume_free(av);
+        return av;
+}
+
+static void publish_free(ActualPublish *p) {
+        if (!p)
+                return;
+        free(p->pod_uid);
+        free(p->pod_key);
+        free(p->spec_name);
+        free(p->target);
+        free(p);
+}
+
+ActualVolume *actual_volume_free(ActualVolume *av) {
+        void *value;
+
+        if (!av)
+                return NULL;
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                publish_free(value);
+        hashmap_free(av->publishes);
+        for (size_t i = 0; hashmap_iterate(av->backoffs, &i, NULL, &value);)
+                free(value);
+        hashmap_free(av->backoffs);
+        free(av->unique_name);
+        free(av->driver);
+        free(av->handle);
+        free(av->spec_name);
+        free(av);
+        return NULL;
+}
+
+int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_name, const char *target,
+                       PublishState state) {
+        ActualPublish *p = hashmap_get(av->publishes, pod->uid);
+
+        if (p) {
+                p->state = state;
+                return 0;
+        }
+        p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        p->state = state;
+        p->pod_uid = strdup(pod->uid);
+        p->pod_key = strdup(pod->key);
+        p->spec_name = strdup(spec_name);
+        p->target = strdup(target);
+        if (!p->pod_uid || !p->pod_key || !p->spec_name || !p->target ||
+            hashmap_put(av->publishes, pod->uid, p, NULL) < 0) {
+                publish_free(p);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
+        publish_free(hashmap_remove(av->publishes, pod_uid));
+}
+
+static int backoff_key(OpKind kind, const char *pod_uid, char buf[static 64]) {
+        return snprintf(buf, 64, "%s/%s", op_kind_to_string(kind), strempty(pod_uid));
+}
+
+Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool create) {
+        char key[64];
+        Backoff *b;
+
+        backoff_key(kind, pod_uid, key);
+        b = hashmap_get(av->backoffs, key);
+        if (b || !create)
+                return b;
+        b = calloc(1, sizeof *b);
+        if (!b || hashmap_put(av->backoffs, key, b, NULL) < 0) {
+                free(b);
+                return NULL;
+        }
+        return b;
+}
+
+void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid) {
+        char key[64];
+        backoff_key(kind, pod_uid, key);
+        free(hashmap_remove(av->backoffs, key));
+}
+
+void pod_info_done(PodInfo *p) {
+        free(p->uid);
+        free(p->namespace);
+        free(p->name);
+        free(p->key);
+        free(p->service_account);
+        free(p->fs_group_change_policy);
+        *p = (PodInfo){};
+}
+
+int pod_info_copy(const PodInfo *from, PodInfo *to) {
+        *to = (PodInfo){ .has_fs_group = from->has_fs_group, .fs_group = from->fs_group };
+        if (strdup_or_null(from->uid, &to->uid) < 0 || strdup_or_null(from->namespace, &to->namespace) < 0 ||
+            strdup_or_null(from->name, &to->name) < 0 || strdup_or_null(from->key, &to->key) < 0 ||
+            strdup_or_null(from->service_account, &to->service_account) < 0 ||
+            strdup_or_null(from->fs_group_change_policy, &to->fs_group_change_policy) < 0) {
+                pod_info_done(to);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int pod_info_from_desired(const DesiredPod *p, PodInfo *ret) {
+        PodInfo view = {
+                .uid = p->uid,
+                .namespace = p->namespace,
+                .name = p->name,
+                .key = p->key,
+                .service_account = p->service_account,
+                .has_fs_group = p->has_fs_group,
+                .fs_group = p->fs_group,
+                .fs_group_change_policy = p->fs_group_change_policy,
+        };
+        return pod_info_copy(&view, ret);
+}

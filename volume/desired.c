@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "k8s/json.h"
+#include "systemd/validate.h"
+#include "volume/desired.h"
+#include "volume/paths.h"
+
+bool pod_volumes_wanted(const K8sPod *pod) {
+        if (pod->phase && (streq(pod->phase, "Succeeded") || streq(pod->phase, "Failed")))
+                return false;
+        if (!pod->meta.deletion_timestamp)
+                return true;
+        /* Being deleted: wanted while any container may still use the volumes. */
+        for (size_t i = 0; i < pod->n_container_statuses; i++)
+                if (pod->container_statuses[i].running)
+                        return true;
+        for (size_t i = 0; i < pod->n_init_container_statuses; i++)
+                if (pod->init_container_statuses[i].running)
+                        return true;
+        return false;
+}
+
+VolumeSpec *volume_spec_free(VolumeSpec *s) {
+        if (!s)
+                return NULL;
+        free(s->spec_name);
+        free(s->driver);
+        free(s->handle);
+        free(s->unique_name);
+        free(s->fs_type);
+        k8s_strv_free(s->mount_flags);
+        free(s->access_mode);
+        k8s_string_map_done(&s->attributes);
+        free(s->stage_secret.name);
+        free(s->stage_secret.namespace);
+        free(s->publish_secret.name);
+        free(s->publish_secret.namespace);
+        free(s);
+        return NULL;
+}
+
+static int copy_string_map(const K8sStringMap *from, K8sStringMap *to);
+static int copy_strv(char *const *from, char ***to);
+static int copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to);
+
+VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
+        _cleanup_(volume_spec_freep) VolumeSpec *s = calloc(1, sizeof *s);
+
+        if (!s)
+                return NULL;
+        s->lifecycle = from->lifecycle;
+        s->block = from->block;
+        s->read_only = from->read_only;
+        if (strdup_or_null(from->spec_name, &s->spec_name) < 0 || strdup_or_null(from->driver, &s->driver) < 0 ||
+            strdup_or_null(from->handle, &s->handle) < 0 || strdup_or_null(from->unique_name, &s->unique_name) < 0 ||
+            strdup_or_null(from->fs_type, &s->fs_type) < 0 || copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
+            strdup_or_null(from->access_mode, &s->access_mode) < 0 ||
+            copy_string_map(&from->attributes, &s->attributes) < 0 ||
+            copy_secret_ref(from->stage_secret.namespace, from->stage_secret.name, &s->stage_secret) < 0 ||
+            copy_secret_ref(from->publish_secret.namespace, from->publish_secret.name, &s->publish_secret) < 0)
+                return NULL;
+        return TAKE_PTR(s);
+}
+
+DesiredPod *desired_pod_free(DesiredPod *p) {
+        if (!p)
+                return NULL;
+        for (size_t i = 0; i < p->n_volumes; i++) {
+                free(p->volumes[i].name);
+                volume_spec_free(p->volumes[i].spec);
+                free(p->volumes[i].waiting);
+                free(p->volumes[i].failed);
+        }
+        free(p->volumes);
+        free(p->uid);
+        free(p->namespace);
+        free(p->name);
+        free(p->key);
+        free(p->service_account);
+        free(p->fs_group_change_policy);
+        free(p);
+        return NULL;
+}
+
+const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *name) {
+        for (size_t i = 0; i < p->n_volumes; i++)
+                if (streq(p->volumes[i].name, name))
+                        return &p->volumes[i];
+        return NULL;
+}
+
+static int copy_string_map(const K8sStringMap *from, K8sStringMap *to) {
+        *to = (K8sStringMap){};
+        if (from->n == 0)
+                return 0;
+        to->keys = calloc(from->n, sizeof(char *));
+        to->values = calloc(from->n, sizeof(char *));
+        if (!to->keys || !to->values)
+                return -ENOMEM;
+        for (size_t i = 0; i < from->n; i++) {
+                to->keys[i] = strdup(from->keys[i]);
+                to->values[i] = strdup(from->values[i]);
+                to->n = i + 1;
+                if (!to->keys[i] || !to->values[i])
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int copy_strv(char *const *from, char ***to) {
+        size_t n = k8s_strv_length(from);
+        *to = NULL;
+        if (!from)
+                return 0;
+        char **v = calloc(n + 1, sizeof(char *));
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                if (!(v[i] = strdup(from[i]))) {
+                        k8s_strv_free(v);
+                        return -ENOMEM;
+                }
+        *to = v;
+        return 0;
+}
+
+static int copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to) {
+        *to = (K8sSecretRef){};
+        if (isempty(name))
+                return 0;
+        if (strdup_or_null(name, &to->name) < 0 || strdup_or_null(namespace, &to->namespace) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static int set_text(char **field, const char *format, ...) _printf_(2, 3);
+static int set_text(char **field, const char *format, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, format);
+        r = vasprintf(field, format, ap);
+        va_end(ap);
+        return r < 0 ? -ENOMEM : 0;
+}
+
+/* How containers use the volume: 0 not at all, 1 mounted, 2 as a device, 3 both. */
+static unsigned volume_usage(const K8sPod *pod, const char *name) {
+        unsigned usage = 0;
+        const struct {
+                const K8sContainer *c;
+                size_t n;
+        } lists[] = { { pod->containers, pod->n_containers }, { pod->init_containers, pod->n_init_containers } };
+
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++) {
+                        const K8sContainer *c = &lists[l].c[i];
+                        for (size_t m = 0; m < c->n_mounts; m++)
+                                if (streq_ptr(c->mounts[m].name, name))
+                                        usage |= 1;
+                        for (size_t d = 0; d < c->n_devices; d++)
+                                if (streq_ptr(c->devices[d].name, name))
+                                        usage |= 2;
+                }
+        return usage;
+}
+
+static int build_inline(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv) {
+        _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
+        char handle[CSI_HASH_NAME_MAX];
+        int r;
+
+        if (block)
+                return set_text(&dv->failed, "inline CSI volume \"%s\" is used in volumeDevices; inline volumes "
+                                "are file systems only", v->name);
+        if (validate_csi_driver_name(v->csi->driver) < 0)
+                return set_text(&dv->failed, "inline CSI volume \"%s\" names an invalid driver", v->name);
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        r = csi_ephemeral_handle(pod->meta.uid, v->name, handle);
+        if (r < 0)
+                return r;
+        s->lifecycle = VOLUME_EPHEMERAL;
+        s->read_only = v->csi->read_only;
+        if (!(s->spec_name = strdup(v->name)) || !(s->driver = strdup(v->csi->driver)) ||
+            !(s->handle = strdup(handle)) || !(s->access_mode = strdup("ReadWriteOnce")))
+                return -ENOMEM;
+        if (asprintf(&s->unique_name, CSI_PLUGIN_NAME "/%s-%s", pod->meta.uid, v->name) < 0)
+                return -ENOMEM;
+        if (strdup_or_null(v->csi->fs_type, &s->fs_type) < 0 ||
+            copy_string_map(&v->csi->volume_attributes, &s->attributes) < 0 ||
+            copy_secret_ref(pod->meta.namespace, v->csi->node_publish_secret_name, &s->publish_secret) < 0)
+                return -ENOMEM;
+        dv->spec = TAKE_PTR(s);
+        return 0;
+}
+
+static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
+                            DesiredVolume *dv) {
+        _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
+        _cleanup_free_ char *ephemeral_claim = NULL;
+        const K8sPersistentVolumeClaim *pvc;
+        const K8sPersistentVolume *pv;
+        const char *claim = v->claim_name;
+        bool pv_block;
+
+        if (v->ephemeral) {
+                /* Generic ephemeral volumes become a PVC named <pod>-<volume>. */
+                if (asprintf(&ephemeral_claim, "%s-%s", pod->meta.name, v->name) < 0)
+                        return -ENOMEM;
+                claim = ephemeral_claim;
+        }
+        if (view->get_pvc(view->userdata, pod->meta.namespace, claim, &pvc) == -EAGAIN) {
+                dv->looking_up = true;
+                return set_text(&dv->waiting, "looking up persistentvolumeclaim \"%s\"", claim);
+        }
+        if (!pvc)
+                return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" not found", claim);
+        if (isempty(pvc->volume_name))
+                return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" is not bound", claim);
+        if (view->get_pv(view->userdata, pvc->volume_name, &pv) == -EAGAIN) {
+                dv->looking_up = true;
+                return set_text(&dv->waiting, "looking up persistentvolume \"%s\"", pvc->volume_name);
+        }
+        if (!pv)
+                return set_text(&dv->waiting, "persistentvolume \"%s\" of claim \"%s\" not found", pvc->volume_name,
+                                claim);
+        if (!pv->csi)
+                return 1; /* not a CSI volume: not ours */
+        if (pv->claim_uid && pvc->meta.uid && !streq(pv->claim_uid, pvc->meta.uid))
+                return set_text(&dv->waiting, "persistentvolume \"%s\" is bound to another claim",
+                                pvc->volume_name);
+        pv_block = streq_ptr(pv->volume_mode, "Block");
+        if (pv_block != block)
+                return set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,
+                                pv_block ? "Block" : "Filesystem", block ? "volumeDevices" : "volumeMounts");
+        if (validate_csi_driver_name(pv->csi->driver) < 0 || isempty(pv->csi->volume_handle))
+                return set_text(&dv->failed, "persistentvolume \"%s\" has an invalid CSI driver or volume handle",
+                                pv->meta.name);
+        if (validate_path_component(pv->meta.name) < 0)
+                return set_text(&dv->failed, "persistentvolume name \"%s\" cannot be used as a path",
+                                pv->meta.name);
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->lifecycle = VOLUME_PERSISTENT;
+        s->block = block;
+        /* The pod's claim readOnly; PV spec.csi.readOnly is for ControllerPublish. */
+        s->read_only = v->claim_read_only;
+        if (!(s->spec_name = strdup(pv->meta.name)) || !(s->driver = strdup(pv->csi->driver)) ||
+            !(s->handle = strdup(pv->csi->volume_handle)))
+                return -ENOMEM;
+        if (csi_unique_volume_name(s->driver, s->handle, &s->unique_name) < 0)
+                return -ENOMEM;
+        if (!(s->access_mode = strdup(pv->access_modes && pv->access_modes[0] ? pv->access_modes[0]
+                                                                               : "ReadWriteOnce")))
+                return -ENOMEM;
+        if (strdup_or_null(pv->csi->fs_type, &s->fs_type) < 0 || copy_strv(pv->mount_options, &s->mount_flags) < 0 ||
+            copy_string_map(&pv->csi->volume_attributes, &s->attributes) < 0 ||
+            copy_secret_ref(pv->csi->node_stage_secret.namespace, pv->csi->node_stage_secret.name,
+                            &s->stage_secret) < 0 ||
+            copy_secret_ref(pv->csi->node_publish_secret.namespace, pv->csi->node_publish_secret.name,
+                            &s->publish_secret) < 0)
+                return -ENOMEM;
+        dv->spec = TAKE_PTR(s);
+        return 0;
+}
+
+int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field) {
+        _cleanup_(desired_pod_freep) DesiredPod *p = NULL;
+        int r;
+
+        r = k8s_pod_validate_names(pod, ret_field);
+        if (r < 0)
+                return r;
+        p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        if (!(p->uid = strdup(pod->meta.uid)) || !(p->namespace = strdup(pod->meta.namespace)) ||
+            !(p->name = strdup(pod->meta.name)) ||
+            asprintf(&p->key, "%s/%s", pod->meta.namespace, pod->meta.name) < 0)
+                return -ENOMEM;
+        if (strdup_or_null(pod->service_account_name, &p->service_account) < 0 ||
+            strdup_or_null(pod->fs_group_change_policy, &p->fs_group_change_policy) < 0)
+                return -ENOMEM;
+        p->has_fs_group = pod->has_fs_group;
+        p->fs_group = pod->fs_group;
+
+        p->volumes = calloc(pod->n_volumes ? pod->n_volumes : 1, sizeof(DesiredVolume));
+        if (!p->volumes)
+                return -ENOMEM;
+        for (size_t i = 0; i < pod->n_volumes; i++) {
+                const K8sPodVolume *v = &pod->volumes[i];
+                DesiredVolume *dv = &p->volumes[p->n_volumes];
+                unsigned usage;
+
+                if (!v->csi && !v->claim_name && !v->ephemeral)
+                        continue;
+                usage = volume_usage(pod, v->name);
+                if (usage == 0)
+                        continue; /* kubelet sets up only volumes that containers use */
+                *dv = (DesiredVolume){ .name = strdup(v->name) };
+                if (!dv->name)
+                        return -ENOMEM;
+                p->n_volumes++;
+                if (usage == 3) {
+                        r = set_text(&dv->failed, "volume \"%s\" is used both in volumeMounts and volumeDevices",
+                                     v->name);
+                } else if (v->csi)
+                        r = build_inline(pod, v, usage == 2, dv);
+                else
+                        r = build_persistent(pod, v, usage == 2, view, dv);
+                if (r < 0)
+                        return r;
+                if (r > 0) { /* not CSI */
+                        free(dv->name);
+                        p->n_volumes--;
+                }
+        }
+        *ret = TAKE_PTR(p);
+        return 0;
+}

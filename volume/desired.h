@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The desired state of one pod: for each CSI volume its containers use,
+ * everything a CSI call needs (a VolumeSpec), or why it cannot proceed yet.
+ * Built by a pure function from the pod and lookups of PVCs and PVs, so that
+ * the population rules are tested without a cluster.  What depends on the
+ * CSIDriver object (attachability, lifecycle modes, pod info) is decided when
+ * an operation runs, because that object may appear or change at any time. */
+
+#include <stdint.h>
+
+#include "k8s/objects.h"
+#include "systemd/macro.h"
+
+typedef enum VolumeLifecycle {
+        VOLUME_PERSISTENT,
+        VOLUME_EPHEMERAL,
+} VolumeLifecycle;
+
+typedef struct VolumeSpec {
+        VolumeLifecycle lifecycle;
+        bool block;          /* volumeMode Block, used through volumeDevices */
+        char *spec_name;     /* the PV name, or the pod's volume name for inline volumes */
+        char *driver;
+        char *handle;        /* PV volumeHandle, or "csi-" + sha256(podUID + name) */
+        char *unique_name;   /* kubernetes.io/csi/<driver>^<handle>, or kubernetes.io/csi/<podUID>-<name> */
+        char *fs_type;       /* NULL: the driver's default */
+        char **mount_flags;  /* PV mountOptions; NULL-terminated, may be NULL */
+        char *access_mode;   /* PV accessModes[0] (ReadWriteOnce when absent); inline: ReadWriteOnce */
+        bool read_only;      /* the pod's persistentVolumeClaim.readOnly, or inline csi.readOnly */
+        K8sStringMap attributes;
+        K8sSecretRef stage_secret;   /* namespace/name */
+        K8sSecretRef publish_secret; /* inline: in the pod's namespace */
+} VolumeSpec;
+
+typedef struct DesiredVolume {
+        char *name;         /* pod.spec.volumes[].name */
+        VolumeSpec *spec;   /* NULL while waiting or failed */
+        char *waiting;      /* what it waits for (PVC not bound, PV missing, ...) */
+        bool looking_up;    /* waiting only because a lookup has not answered yet */
+        char *failed;       /* a problem only a change of the objects can fix */
+} DesiredVolume;
+
+typedef struct DesiredPod {
+        char *uid;
+        char *namespace;
+        char *name;
+        char *key;          /* "namespace/name", for logs and events */
+        char *service_account;
+        bool has_fs_group;
+        int64_t fs_group;
+        char *fs_group_change_policy; /* NULL: Always */
+        DesiredVolume *volumes;
+        size_t n_volumes;
+} DesiredPod;
+
+/* Lookups of the objects a pod's volumes refer to: 0 with *ret the object,
+ * or NULL when it does not exist; -EAGAIN when it is not known yet (its
+ * watch has not delivered its first list). */
+typedef struct ClusterView {
+        int (*get_pvc)(void *userdata, const char *namespace, const char *name,
+                       const K8sPersistentVolumeClaim **ret);
+        int (*get_pv)(void *userdata, const char *name, const K8sPersistentVolume **ret);
+        void *userdata;
+} ClusterView;
+
+/* Whether the pod's volumes are wanted: not Succeeded or Failed, and not
+ * deleted with every container stopped (kubelet keeps volumes of a
+ * terminating pod until its containers are gone). */
+bool pod_volumes_wanted(const K8sPod *pod);
+
+/* Builds the desired volumes of a pod; -EINVAL (with *ret_field) when a name
+ * of the pod that becomes a path is malformed: then nothing of it may touch
+ * the disk.  Only volumes some container mounts or maps are included, as
+ * kubelet does; volumes that are not CSI are ignored. */
+int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field);
+DesiredPod *desired_pod_free(DesiredPod *p);
+DEFINE_TRIVIAL_CLEANUP_FUNC(DesiredPod *, desired_pod_free);
+
+const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *name);
+
+VolumeSpec *volume_spec_copy(const VolumeSpec *s);
+VolumeSpec *volume_spec_free(VolumeSpec *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeSpec *, volume_spec_free);

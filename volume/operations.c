@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Operations: stage, publish, unpublish, unstage of one volume.  Each is a
+ * short chain of steps, some asynchronous (a CSI call, a Secret GET, an
+ * ownership change in a child process); failures are classified as kubelet
+ * does: final (nothing was mounted), uncertain (maybe mounted: keep tracking
+ * and retry or tear down), transient (nothing happened: retry later). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include "systemd/log.h"
+#include "volume/fsgroup.h"
+#include "volume/internal.h"
+#include "volume/paths.h"
+#include "volume/voldata.h"
+
+enum {
+        STEP_CAPABILITIES,
+        STEP_PUBLISH_CONTEXT,
+        STEP_SECRET,
+        STEP_CALL,
+        STEP_OWNERSHIP,
+        STEP_FINISH,
+};
+
+static void op_run(Operation *op);
+static void op_finish(Operation *op, bool success);
+
+static LogFields op_fields(const Operation *op) {
+        return (LogFields){
+                .pod_uid = op->pod.uid,
+                .pod = op->pod.key,
+                .volume = op->av->spec_name,
+                .driver = op->av->driver,
+                .volume_handle = op->av->handle,
+        };
+}
+
+static char *abs_path(const Operation *op, const char *rel) {
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", op->m->root->path, rel) < 0)
+                return NULL;
+        return p;
+}
+
+static const char *const metric_names[_OP_KIND_MAX] = {
+        [OP_STAGE] = "mount_device",
+        [OP_PUBLISH] = "volume_mount",
+        [OP_UNPUBLISH] = "volume_unmount",
+        [OP_UNSTAGE] = "unmount_device",
+};
+
+/* kubelet's event prefixes (operation_executor.go). */
+static const char *event_prefix(OpKind kind) {
+        return kind == OP_STAGE ? "MountVolume.MountDevice failed" : "MountVolume.SetUp failed";
+}
+
+/* Records why the operation failed; "uncertain": the volume may be mounted. */
+static void op_fail(Operation *op, int error, bool uncertain, const char *format, ...) _printf_(4, 5);
+static void op_fail(Operation *op, int error, bool uncertain, const char *format, ...) {
+        va_list ap;
+
+        free(op->message);
+        va_start(ap, format);
+        if (vasprintf(&op->message, format, ap) < 0)
+                op->message = NULL;
+        va_end(ap);
+        op->error = error < 0 ? error : -EIO;
+        op->uncertain = uncertain;
+        op_finish(op, false);
+}
+
+static void op_continue(Operation *op) {
+        op->step++;
+        op_run(op);
+}
+
+/* ---- directories and metadata ----------------------------------------------- */
+
+static int volume_dir_of(const Operation *op, char **ret) {
+        if (op->kind == OP_STAGE || op->kind == OP_UNSTAGE)
+                return path_staging_volume_dir(op->av->driver, op->av->handle, ret);
+        return path_pod_volume_dir(op->pod.uid, op->av->spec_name, ret);
+}
+
+static int write_vol_data(Operation *op, const char *dir) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        char attachment[CSI_HASH_NAME_MAX];
+        VolData d = {};
+        int r;
+
+        if (op->kind == OP_STAGE)
+                d = (VolData){ .volume_handle = op->av->handle, .driver_name = op->av->driver };
+        else {
+                r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, attachment);
+                if (r < 0)
+                        return r;
+                /* kubelet always writes attachmentID, even for volumes never attached. */
+                d = (VolData){
+                        .spec_vol_id = op->av->spec_name,
+                        .volume_handle = op->av->handle,
+                        .driver_name = op->av->driver,
+                        .node_name = op->m->node_name,
+                        .attachment_id = attachment,
+                        .volume_lifecycle_mode = op->av->lifecycle == VOLUME_EPHEMERAL ? (char *) "Ephemeral"
+                                                                                       : (char *) "Persistent",
+                };
+        }
+        r = vol_data_format(&d, &text);
+        if (r < 0)
+                return r;
+        if (asprintf(&path, "%s/" VOL_DATA_FILE, dir) < 0)
+                return -ENOMEM;
+        /* Not durable yet: the pass makes all of them durable with one syncfs. */
+        return root_dir_write_file(op->m->root, path, text, strlen(text), 0640, false);
+}
+
+int operation_prepare(Operation *op) {
+        _cleanup_free_ char *dir = NULL;
+        LogFields f = op_fields(op);
+        int r;
+
+        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH)
+                return 0;
+        r = volume_dir_of(op, &dir);
+        if (r < 0)
+                return r;
+        /* kubelet makes globalmount itself, but leaves the publish target
+         * "mount" to the driver and makes only its parent. */
+        r = root_dir_mkdir_p(op->m->root, op->kind == OP_STAGE ? op->target : dir, 0750, NULL);
+        if (r < 0)
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
+                                        op->kind == OP_STAGE ? op->target : dir);
+        r = write_vol_data(op, dir);
+        if (r < 0)
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
+                                        op->m->root->path, dir);
+        log_fields(LOG_DEBUG, &f, "Created %s/%s with " VOL_DATA_FILE, op->m->root->path, dir);
+        return 0;
+}
+
+/* Removes what prepare made, never a mount point, never recursively.  Used
+ * after a final failure and after a successful teardown. */
+static int remove_volume_dirs(Operation *op) {
+        _cleanup_free_ char *dir = NULL, *vol_data = NULL;
+        bool staging = op->kind == OP_STAGE || op->kind == OP_UNSTAGE;
+        LogFields f = op_fields(op);
+        int r;
+
+        r = volume_dir_of(op, &dir);
+        if (r < 0)
+                return r;
+        r = root_dir_is_mount_point(op->m->root, op->target);
+        if (r > 0)
+                return log_fields_errno(LOG_ERR, EBUSY, &f, "%s/%s is still a mount point; not removing it",
+                                        op->m->root->path, op->target);
+        r = root_dir_rmdir(op->m->root, op->target);
+        if (r < 0 && r != -ENOTDIR)
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to remove %s/%s: %m", op->m->root->path,
+                                        op->target);
+        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0)
+                return -ENOMEM;
+        r = root_dir_unlink(op->m->root, vol_data);
+        if (r >= 0)
+                r = root_dir_rmdir(op->m->root, dir);
+        if (r < 0)
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to remove %s/%s: %m", op->m->root->path, dir);
+        log_fields(LOG_DEBUG, &f, "Removed %s/%s", op->m->root->path, dir);
+
+        /* Parents made by mkdir -p, if nothing else lives there any more. */
+        for (char *slash; (slash = strrchr(dir, '/'));) {
+                *slash = '\0';
+                if (streq(dir, staging ? "plugins/" CSI_PLUGIN_NAME : "pods"))
+                        break;
+                if (root_dir_rmdir(op->m->root, dir) < 0)
+                        break;
+        }
+        return 0;
+}
+
+/* ---- steps --------------------------------------------------------------------- */
+
+static void on_capabilities(const CsiStatus *status, const CsiNodeCapabilities *caps, void *userdata) {
+        Operation *op = userdata;
+        DriverCaps *dc;
+
+        op->call = NULL;
+        if (status->code != CSI_CODE_OK) {
+                op_fail(op, -EIO, false, "kubernetes.io/csi: failed to get node capabilities of driver %s: %s: %s",
+                        op->av->driver, csi_code_name(status->code), status->message);
+                return;
+        }
+        dc = hashmap_get(op->m->caps, op->av->driver);
+        if (!dc) {
+                dc = calloc(1, sizeof *dc);
+                if (dc && hashmap_put(op->m->caps, op->av->driver, dc, NULL) < 0) {
+                        free(dc);
+                        dc = NULL;
+                }
+        }
+        if (dc) {
+                dc->known = true;
+                dc->caps = *caps;
+        }
+        op->stage_capable = csi_node_capabilities_has(caps, CSI_NODE_CAP_STAGE_UNSTAGE_VOLUME);
+        op->mount_group_capable = csi_node_capabilities_has(caps, CSI_NODE_CAP_VOLUME_MOUNT_GROUP);
+        op->multi_writer_capable = csi_node_capabilities_has(caps, CSI_NODE_CAP_SINGLE_NODE_MULTI_WRITER);
+        op_continue(op);
+}
+
+static void step_capabilities(Operation *op) {
+        DriverCaps *dc = hashmap_get(op->m->caps, op->av->driver);
+        int r;
+
+        if (op->kind == OP_UNPUBLISH) {
+                op_continue(op); /* NodeUnpublishVolume needs no capability */
+                return;
+        }
+        if (dc && dc->known) {
+                op->stage_capable = csi_node_capabilities_has(&dc->caps, CSI_NODE_CAP_STAGE_UNSTAGE_VOLUME);
+                op->mount_group_capable = csi_node_capabilities_has(&dc->caps, CSI_NODE_CAP_VOLUME_MOUNT_GROUP);
+                op->multi_writer_capable =
+                        csi_node_capabilities_has(&dc->caps, CSI_NODE_CAP_SINGLE_NODE_MULTI_WRITER);
+                op_continue(op);
+                return;
+        }
+        r = csi_node_get_capabilities(op->m->csi, op->av->driver, on_capabilities, op, &op->call);
+        if (r == -ENOENT)
+                op_fail(op, r, false, "kubernetes.io/csi: driver name %s not found in the list of registered CSI "
+                        "drivers", op->av->driver);
+        else if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to call NodeGetCapabilities: %s", strerror(-r));
+}
+
+static void step_publish_context(Operation *op) {
+        const K8sVolumeAttachment *va = NULL;
+        char name[CSI_HASH_NAME_MAX];
+        int r;
+
+        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH) {
+                op_continue(op);
+                return;
+        }
+        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
+                op_continue(op);
+                return;
+        }
+        r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
+        if (r >= 0)
+                r = object_watches_get(op->m->watches, &k8s_kind_volume_attachment, NULL, name,
+                                       (const void **) &va);
+        if (r < 0 || !va || !va->attached) {
+                op_fail(op, r < 0 ? r : -ENOENT, false, "kubernetes.io/csi: volume attachment %s is not attached",
+                        name);
+                return;
+        }
+        k8s_string_map_done(&op->publish_context);
+        for (size_t i = 0; i < va->attachment_metadata.n; i++) {
+                char **keys = reallocarray(op->publish_context.keys, i + 1, sizeof(char *));
+                char **values = keys ? reallocarray(op->publish_context.values, i + 1, sizeof(char *)) : NULL;
+                if (keys)
+                        op->publish_context.keys = keys;
+                if (values)
+                        op->publish_context.values = values;
+                if (!keys || !values || !(keys[i] = strdup(va->attachment_metadata.keys[i]))) {
+                        op_fail(op, -ENOMEM, false, "out of memory");
+                        return;
+                }
+                if (!(values[i] = strdup(va->attachment_metadata.values[i]))) {
+                        free(keys[i]);
+                        op_fail(op, -ENOMEM, false, "out of memory");
+                        return;
+                }
+                op->publish_context.n = i + 1;
+        }
+        op_continue(op);
+}
+
+static const K8sSecretRef *secret_ref(const Operation *op) {
+        const K8sSecretRef *ref = NULL;
+        if (op->kind == OP_STAGE)
+                ref = &op->spec->stage_secret;
+        else if (op->kind == OP_PUBLISH)
+                ref = &op->spec->publish_secret;
+        return ref && ref->name ? ref : NULL;
+}
+
+static void on_secret(K8sClient *c, int error, long status, const char *message, void *obj, void *userdata) {
+        Operation *op = userdata;
+        const K8sSecretRef *ref = secret_ref(op);
+
+        if (!obj) {
+                op_fail(op, error < 0 ? error : -ENOENT, false, "kubernetes.io/csi: failed to get secret %s/%s: %s",
+                        ref->namespace, ref->name, message ? message : "not found");
+                return;
+        }
+        op->secret = obj;
+        op_continue(op);
+}
+
+static void step_secret(Operation *op) {
+        const K8sSecretRef *ref = secret_ref(op);
+        int r;
+
+        if (!ref) {
+                op_continue(op);
+                return;
+        }
+        r = k8s_get_object(op->m->k8s, &k8s_kind_secret, ref->namespace, ref->name, on_secret, op);
+        if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to get secret %s/%s: %s", ref->namespace,
+                        ref->name, strerror(-r));
+}
+
+/* kubelet's access mode mapping (csi_client.go), from the PV's first mode. */
+static CsiAccessMode access_mode(const Operation *op) {
+        const char *mode = op->spec->access_mode;
+        if (streq_ptr(mode, "ReadWriteOnce"))
+                return op->multi_writer_capable ? CSI_ACCESS_MODE_SINGLE_NODE_MULTI_WRITER
+                                                : CSI_ACCESS_MODE_SINGLE_NODE_WRITER;
+        if (streq_ptr(mode, "ReadOnlyMany"))
+                return CSI_ACCESS_MODE_MULTI_NODE_READER_ONLY;
+        if (streq_ptr(mode, "ReadWriteMany"))
+                return CSI_ACCESS_MODE_MULTI_NODE_MULTI_WRITER;
+        if (streq_ptr(mode, "ReadWriteOncePod"))
+                return op->multi_writer_capable ? CSI_ACCESS_MODE_SINGLE_NODE_SINGLE_WRITER
+                                                : CSI_ACCESS_MODE_SINGLE_NODE_WRITER;
+        return CSI_ACCESS_MODE_UNKNOWN;
+}
+
+/* kubelet's supportsFSGroup (csi_mounter.go). */
+static bool fs_group_applies(const Operation *op) {
+        const K8sCSIDriver *d = manager_csidriver(op->m, op->av->driver);
+        const char *policy = d ? d->fs_group_policy : "ReadWriteOnceWithFSType";
+
+        if (!op->pod.has_fs_group || op->spec->read_only || streq_ptr(policy, "None"))
+                return false;
+        if (streq_ptr(policy, "File"))
+                return true;
+        if (isempty(op->spec->fs_type))
+                return false;
+        return op->av->lifecycle == VOLUME_EPHEMERAL || streq_ptr(op->spec->access_mode, "ReadWriteOnce");
+}
+
+static void on_call_done(const CsiStatus *status, void *userdata) {
+        Operation *op = userdata;
+
+        op->call = NULL;
+        if (status->code == CSI_CODE_OK) {
+                op_continue(op);
+                return;
+        }
+        /* A non-final code means the driver may still be working, or may have
+         * finished: the volume is uncertain, never forgotten. */
+        op_fail(op, -EIO, !csi_code_is_final(status->code), "kubernetes.io/csi: %s failed: rpc error: code = %s "
+                "desc = %s", status->method ? strrchr(status->method, '/') + 1 : "call",
+                csi_code_name(status->code), status->message);
+}
+
+#define MAX_CONTEXT 64
+
+static void step_call(Operation *op) {
+        _cleanup_free_ char *target = abs_path(op, op->target), *staging = NULL;
+        _cleanup_free_ CsiKeyValue *secrets = NULL, *context = NULL, *pctx = NULL;
+        _cleanup_free_ char *staging_rel = NULL;
+        char group[32];
+        size_t n_secrets = 0, n_context = 0;
+        int r = 0;
+
+        if (!target) {
+                op_fail(op, -ENOMEM, false, "out of memory");
+                return;
+        }
+        if (op->kind == OP_UNPUBLISH) {
+                r = csi_node_unpublish_volume(op->m->csi, op->av->driver,
+                                              &(CsiNodeUnpublishVolumeRequest){ .volume_id = op->av->handle,
+                                                                                .target_path = target },
+                                              on_call_done, op, &op->call);
+                goto started;
+        }
+        if (op->kind == OP_UNSTAGE) {
+                if (!op->stage_capable) {
+                        op_continue(op); /* kubelet: no STAGE_UNSTAGE, just remove the dirs */
+                        return;
+                }
+                r = csi_node_unstage_volume(op->m->csi, op->av->driver,
+                                            &(CsiNodeUnstageVolumeRequest){ .volume_id = op->av->handle,
+                                                                            .staging_target_path = target },
+                                            on_call_done, op, &op->call);
+                goto started;
+        }
+        if (op->kind == OP_STAGE && !op->stage_capable) {
+                op_continue(op); /* the dirs and vol_data.json are all MountDevice does then */
+                return;
+        }
+
+        if (op->secret) {
+                secrets = calloc(op->secret->n_data ? op->secret->n_data : 1, sizeof *secrets);
+                if (!secrets) {
+                        op_fail(op, -ENOMEM, false, "out of memory");
+                        return;
+                }
+                for (size_t i = 0; i < op->secret->n_data; i++)
+                        secrets[n_secrets++] = (CsiKeyValue){ op->secret->data[i].key,
+                                                              (const char *) op->secret->data[i].value };
+        }
+        context = calloc(op->spec->attributes.n + 5, sizeof *context);
+        pctx = calloc(op->publish_context.n + 1, sizeof *pctx);
+        if (!context || !pctx) {
+                op_fail(op, -ENOMEM, false, "out of memory");
+                return;
+        }
+        for (size_t i = 0; i < op->publish_context.n; i++)
+                pctx[i] = (CsiKeyValue){ op->publish_context.keys[i], op->publish_context.values[i] };
+
+        const K8sCSIDriver *driver = manager_csidriver(op->m, op->av->driver);
+        bool pod_info = op->kind == OP_PUBLISH && driver && driver->pod_info_on_mount;
+        static const char *const pod_keys[] = { "csi.storage.k8s.io/pod.name", "csi.storage.k8s.io/pod.namespace",
+                                                "csi.storage.k8s.io/pod.uid",
+                                                "csi.storage.k8s.io/serviceAccount.name",
+                                                "csi.storage.k8s.io/ephemeral" };
+        for (size_t i = 0; i < op->spec->attributes.n; i++) {
+                bool overridden = false;
+                /* Pod keys win over the volume's attributes, as in kubelet. */
+                for (size_t k = 0; pod_info && k < ELEMENTSOF(pod_keys); k++)
+                        overridden = overridden || streq(op->spec->attributes.keys[i], pod_keys[k]);
+                if (!overridden)
+                        context[n_context++] = (CsiKeyValue){ op->spec->attributes.keys[i],
+                                                              op->spec->attributes.values[i] };
+        }
+        if (pod_info) {
+                context[n_context++] = (CsiKeyValue){ pod_keys[0], op->pod.name };
+                context[n_context++] = (CsiKeyValue){ pod_keys[1], op->pod.namespace };
+                context[n_context++] = (CsiKeyValue){ pod_keys[2], op->pod.uid };
+                context[n_context++] = (CsiKeyValue){ pod_keys[3], strempty(op->pod.service_account) };
+                context[n_context++] = (CsiKeyValue){ pod_keys[4], op->av->lifecycle == VOLUME_EPHEMERAL ? "true"
+                                                                                                         : "false" };
+        }
+
+        /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed does not chown. */
+        bool mount_group = op->mount_group_capable && fs_group_applies(op);
+        if (mount_group)
+                snprintf(group, sizeof group, "%" PRIi64, op->pod.fs_group);
+        CsiVolumeCapability cap = {
+                .access_type = CSI_ACCESS_TYPE_MOUNT,
+                .fs_type = op->spec->fs_type,
+                /* Inline volumes have no mount options (no PV to carry them). */
+                .mount_flags = (const char *const *) op->spec->mount_flags,
+                .n_mount_flags = k8s_strv_length(op->spec->mount_flags),
+                .volume_mount_group = mount_group ? group : NULL,
+                .access_mode = access_mode(op),
+        };
+
+        if (op->kind == OP_STAGE) {
+                r = csi_node_stage_volume(op->m->csi, op->av->driver,
+                                          &(CsiNodeStageVolumeRequest){
+                                                  .volume_id = op->av->handle,
+                                                  .publish_context = pctx,
+                                                  .n_publish_context = op->publish_context.n,
+                                                  .staging_target_path = target,
+                                                  .volume_capability = &cap,
+                                                  .secrets = secrets,
+                                                  .n_secrets = n_secrets,
+                                                  .volume_context = context,
+                                                  .n_volume_context = n_context,
+                                          },
+                                          on_call_done, op, &op->call);
+        } else {
+                if (op->av->lifecycle == VOLUME_PERSISTENT && op->stage_capable) {
+                        r = path_staging_target(op->av->driver, op->av->handle, &staging_rel);
+                        staging = r >= 0 ? abs_path(op, staging_rel) : NULL;
+                        if (!staging) {
+                                op_fail(op, r < 0 ? r : -ENOMEM, false, "failed to build the staging path");
+                                return;
+                        }
+                }
+                r = csi_node_publish_volume(op->m->csi, op->av->driver,
+                                            &(CsiNodePublishVolumeRequest){
+                                                    .volume_id = op->av->handle,
+                                                    .publish_context = pctx,
+                                                    .n_publish_context = op->publish_context.n,
+                                                    .staging_target_path = staging,
+                                                    .target_path = target,
+                                                    .volume_capability = &cap,
+                                                    .readonly = op->spec->read_only,
+                                                    .secrets = secrets,
+                                                    .n_secrets = n_secrets,
+                                                    .volume_context = context,
+                                                    .n_volume_context = n_context,
+                                            },
+                                            on_call_done, op, &op->call);
+        }
+started:
+        /* The request (secrets included) was encoded by now: drop the secret. */
+        op->secret = k8s_secret_free(op->secret);
+        op->called = r >= 0;
+        if (r == -ENOENT)
+                op_fail(op, r, false, "kubernetes.io/csi: driver name %s not found in the list of registered CSI "
+                        "drivers", op->av->driver);
+        else if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to start the CSI call: %s", strerror(-r));
+}
+
+static int on_ownership_done(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        Operation *op = userdata;
+
+        op->fsgroup_source = sd_event_source_disable_unref(op->fsgroup_source);
+        op->fsgroup_pid = 0;
+        if (si->si_code != CLD_EXITED || si->si_status != 0) {
+                /* Published, but not as the pod asked: uncertain, as kubelet has it. */
+                op_fail(op, -EIO, true, "kubernetes.io/csi: failed to apply fsGroup %" PRIi64 " to the volume",
+                        op->pod.fs_group);
+                return 0;
+        }
+        op_continue(op);
+        return 0;
+}
+
+static void step_ownership(Operation *op) {
+        _cleanup_free_ char *target = NULL;
+        LogFields f = op_fields(op);
+        int r;
+
+        if (op->kind != OP_PUBLISH || op->mount_group_capable || !fs_group_applies(op)) {
+                op_continue(op);
+                return;
+        }
+        target = abs_path(op, op->target);
+        if (!target) {
+                op_fail(op, -ENOMEM, true, "out of memory");
+                return;
+        }
+        /* Recursive, possibly long: done by a child process, off the loop. */
+        r = fsgroup_apply_start(op->m->event, target, (gid_t) op->pod.fs_group,
+                                streq_ptr(op->pod.fs_group_change_policy, "OnRootMismatch"), on_ownership_done, op,
+                                &op->fsgroup_pid, &op->fsgroup_source);
+        if (r < 0) {
+                op_fail(op, r, true, "kubernetes.io/csi: failed to start applying fsGroup: %s", strerror(-r));
+                return;
+        }
+        log_fields(LOG_DEBUG, &f, "Applying fsGroup %" PRIi64 " to %s in child process %d", op->pod.fs_group,
+                   target, (int) op->fsgroup_pid);
+}
+
+static void op_run(Operation *op) {
+        switch (op->step) {
+        case STEP_CAPABILITIES:
+                step_capabilities(op);
+                return;
+        case STEP_PUBLISH_CONTEXT:
+                step_publish_context(op);
+                return;
+        case STEP_SECRET:
+                step_secret(op);
+                return;
+        case STEP_CALL:
+                step_call(op);
+                return;
+        case STEP_OWNERSHIP:
+                step_ownership(op);
+                return;
+        default:
+                op_finish(op, true);
+                return;
+        }
+}
+
+/* ---- outcome ------------------------------------------------------------------- */
+
+/* Updates the actual state.  Rules, as kubelet's: success → done; an
+ * uncertain failure → uncertain (may be mounted); a failure where the call
+ * never happened changes nothing; a final failure → nothing is there, and
+ * the directories go — unless something is mounted at the target after all,
+ * which keeps the volume uncertain so that it is torn down, never forgotten. */
+static void record_outcome(Operation *op, bool success) {
+        ActualVolume *av = op->av;
+        ActualPublish *existing = op->pod.uid ? hashmap_get(av->publishes, op->pod.uid) : NULL;
+        bool nothing_happened = !success && !op->called;
+
+        switch (op->kind) {
+        case OP_STAGE:
+                if (success) {
+                        av->stage = STAGE_DONE;
+                        /* Only a mount can be watched for loss. */
+                        av->staged_mount = root_dir_is_mount_point(op->m->root, op->target) > 0;
+                }
+                else if (op->uncertain)
+                        av->stage = STAGE_UNCERTAIN;
+                else if (av->stage == STAGE_DONE || (nothing_happened && av->stage == STAGE_UNCERTAIN))
+                        ; /* unchanged */
+                else
+                        av->stage = remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN;
+                break;
+        case OP_PUBLISH:
+                if (success || op->uncertain) {
+                        (void) actual_publish_set(av, &op->pod, av->spec_name, op->target,
+                                                  success ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
+                        existing = hashmap_get(av->publishes, op->pod.uid);
+                        if (existing && success)
+                                existing->not_a_mount = root_dir_is_mount_point(op->m->root, op->target) <= 0;
+                }
+                else if (existing && (existing->state == PUBLISH_DONE || nothing_happened))
+                        ; /* unchanged */
+                else if (remove_volume_dirs(op) >= 0)
+                        actual_publish_remove(av, op->pod.uid);
+                else
+                        (void) actual_publish_set(av, &op->pod, av->spec_name, op->target, PUBLISH_UNCERTAIN);
+                break;
+        case OP_UNPUBLISH:
+                if (success && remove_volume_dirs(op) >= 0)
+                        actual_publish_remove(av, op->pod.uid);
+                else if (existing)
+                        existing->state = PUBLISH_UNCERTAIN;
+                break;
+        case OP_UNSTAGE:
+                if (success && remove_volume_dirs(op) >= 0)
+                        av->stage = STAGE_NONE;
+                else
+                        av->stage = STAGE_UNCERTAIN;
+                break;
+        default:
+                break;
+        }
+}
+
+static void op_finish(Operation *op, bool success) {
+        VolumeManager *m = op->m;
+        ActualVolume *av = op->av;
+        LogFields f = op_fields(op);
+        uint64_t now = 0, duration;
+        Backoff *b;
+
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+        duration = now - op->start_usec;
+        op->secret = k8s_secret_free(op->secret);
+        record_outcome(op, success);
+
+        if (success) {
+                actual_backoff_forget(av, op->kind, op->pod.uid);
+                f.message_id = op->kind == OP_PUBLISH     ? LOG_MESSAGE_ID_VOLUME_PUBLISHED
+                               : op->kind == OP_UNPUBLISH ? LOG_MESSAGE_ID_VOLUME_UNPUBLISHED
+                                                          : NULL;
+                log_fields(op->kind == OP_PUBLISH || op->kind == OP_UNPUBLISH ? LOG_INFO : LOG_DEBUG, &f,
+                           "Volume %s %s%s%s in %.1f ms", av->spec_name,
+                           op->kind == OP_STAGE       ? "staged"
+                           : op->kind == OP_PUBLISH   ? "published"
+                           : op->kind == OP_UNPUBLISH ? "unpublished"
+                                                      : "unstaged",
+                           op->pod.key ? " for pod " : "", strempty(op->pod.key), (double) duration / 1000.0);
+                /* kubelet no longer records this as an Event by default; at debug level we do. */
+                if (op->kind == OP_PUBLISH && log_get_max_level() >= LOG_DEBUG)
+                        manager_pod_event(m, &op->pod, "Normal", "SuccessfulMountVolume",
+                                          "MountVolume.SetUp succeeded for volume \"%s\"", av->spec_name);
+        } else {
+                b = actual_backoff(av, op->kind, op->pod.uid, true);
+                if (b)
+                        backoff_failed(b, now);
+                f.message_id = LOG_MESSAGE_ID_VOLUME_FAILED;
+                log_fields_errno(LOG_WARNING, op->error, &f,
+                                 "Operation %s for \"%s\"%s%s failed%s. No retries permitted for %" PRIu64
+                                 " ms. Error: %s",
+                                 op_kind_to_string(op->kind), av->unique_name, op->pod.key ? " pod " : "",
+                                 strempty(op->pod.key), op->uncertain ? " (volume uncertain)" : "",
+                                 b ? b->duration_usec / USEC_PER_MSEC : 0, strempty(op->message));
+                if ((op->kind == OP_STAGE || op->kind == OP_PUBLISH) && op->pod.uid && !m->stopping)
+                        manager_pod_event(m, &op->pod, "Warning", "FailedMount", "%s for volume \"%s\" : %s",
+                                          event_prefix(op->kind), av->spec_name, strempty(op->message));
+        }
+        if (m->metrics_hook) {
+                char plugin[128];
+                snprintf(plugin, sizeof plugin, CSI_PLUGIN_NAME ":%s", av->driver);
+                m->metrics_hook(plugin, metric_names[op->kind], success, duration, m->metrics_userdata);
+        }
+        manager_operation_done(m, op, success);
+}
+
+/* ---- life cycle ---------------------------------------------------------------- */
+
+Operation *operation_free(Operation *op) {
+        if (!op)
+                return NULL;
+        if (op->call)
+                csi_call_cancel(op->call);
+        if (op->fsgroup_pid > 0)
+                (void) kill(op->fsgroup_pid, SIGKILL);
+        sd_event_source_disable_unref(op->fsgroup_source);
+        k8s_secret_free(op->secret);
+        k8s_string_map_done(&op->publish_context);
+        volume_spec_free(op->spec);
+        pod_info_done(&op->pod);
+        free(op->target);
+        free(op->message);
+        free(op);
+        return NULL;
+}
+
+int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec, const PodInfo *pod,
+                  Operation **ret) {
+        Operation *op = calloc(1, sizeof *op);
+        int r = 0;
+
+        if (!op)
+                return -ENOMEM;
+        op->m = m;
+        op->kind = kind;
+        op->av = av;
+        if (spec && !(op->spec = volume_spec_copy(spec)))
+                r = -ENOMEM;
+        if (r >= 0 && pod)
+                r = pod_info_copy(pod, &op->pod);
+        if (r >= 0) {
+                if (kind == OP_STAGE || kind == OP_UNSTAGE)
+                        r = path_staging_target(av->driver, av->handle, &op->target);
+                else
+                        r = path_publish_target(pod->uid, av->spec_name, &op->target);
+        }
+        if (r < 0) {
+                operation_free(op);
+                return r;
+        }
+        *ret = op;
+        return 0;
+}
+
+void operation_start(Operation *op) {
+        LogFields f = op_fields(op);
+
+        (void) sd_event_now(op->m->event, CLOCK_MONOTONIC, &op->start_usec);
+        log_fields(LOG_DEBUG, &f, "Starting %s of %s", op_kind_to_string(op->kind), op->av->unique_name);
+        op_run(op);
+}

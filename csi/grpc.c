@@ -278,7 +278,8 @@ static size_t on_body(char *data, size_t size, size_t n, void *userdata) {
                 if (need >= GRPC_FRAME_HEADER && c->body_size < GRPC_FRAME_HEADER) {
                         uint8_t p[GRPC_FRAME_HEADER];
                         size_t have = c->body_size;
-                        memcpy(p, c->body, have);
+                        if (have > 0) /* nothing received yet: c->body may be NULL */
+                                memcpy(p, c->body, have);
                         memcpy(p + have, data, GRPC_FRAME_HEADER - have);
                         uint32_t declared = (uint32_t) p[1] << 24 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 8 | p[4];
                         if (declared > c->transport->max_receive) {

@@ -180,6 +180,8 @@ MountTable *mount_table_free(MountTable *t) {
 
 bool mount_table_is_mounted(MountTable *t, const char *abs_path) {
         const char *key = abs_path;
+        if (t->n_targets == 0)
+                return false; /* bsearch() on no array at all is undefined */
         return bsearch(&key, t->targets, t->n_targets, sizeof *t->targets, cmp_str) != NULL;
 }
 

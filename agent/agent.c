@@ -79,6 +79,10 @@ static int connect_clients(Agent *a) {
 
 /* ---- the metrics and debug endpoint ----------------------------------------- */
 
+static void observe_pass(uint64_t duration_usec, void *userdata) {
+        metrics_observe_reconcile(userdata, (double) duration_usec / 1e6);
+}
+
 static void read_volume_stats(VolumeManagerStats *ret, void *userdata) {
         Agent *a = userdata;
         volume_manager_get_stats(a->volumes, ret);
@@ -124,6 +128,7 @@ static int setup_metrics(Agent *a) {
                 return log_error_errno(r, "Failed to create the metrics registry: %m");
         csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
+        volume_manager_set_pass_hook(a->volumes, observe_pass, a->metrics);
         metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);
 
         if (isempty(a->config->metrics_listen)) {

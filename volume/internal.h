@@ -158,6 +158,8 @@ struct VolumeManager {
 
         volume_metrics_hook_t metrics_hook;
         void *metrics_userdata;
+        volume_pass_hook_t pass_hook;
+        void *pass_userdata;
         VolumeManagerStats last_stats;
 };
 

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "k8s/writers.h"
 #include "systemd/log.h"
@@ -313,7 +314,8 @@ static bool pod_uses_claims(const DesiredPod *p) {
 typedef struct PassState {
         Operation **ops;
         size_t n_ops, allocated;
-        uint64_t now;
+        uint64_t now;        /* the loop's time: fixed for the whole pass */
+        uint64_t started;    /* the clock's, to measure the pass */
         uint64_t next_retry; /* earliest backoff expiry of an operation held back */
 } PassState;
 
@@ -576,6 +578,11 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                 }
                 return;
         }
+        /* Wanted by the pod whatever the checks below say: a CSIDriver edited
+         * under a running pod must stop new mounts, never unmount this one. */
+        av = hashmap_get(m->volumes, s->unique_name);
+        if (av)
+                av->desired = true;
         if (s->block) {
                 snprintf(buf, sizeof buf, "MapVolume.SetUpDevice failed for volume \"%s\" : raw block volumes are "
                          "not supported by this kvolumed yet", s->spec_name);
@@ -591,7 +598,6 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                 return;
         }
 
-        av = hashmap_get(m->volumes, s->unique_name);
         if (!av) {
                 av = actual_volume_new(s);
                 if (!av || hashmap_put(m->volumes, s->unique_name, av, NULL) < 0) {
@@ -679,6 +685,13 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
         actual_volume_free(av);
 }
 
+/* The loop's time stands still during a dispatch; a pass is measured by the clock. */
+static uint64_t monotonic_usec(void) {
+        struct timespec ts;
+        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
 static bool informers_synced(VolumeManager *m) {
         return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) && k8s_informer_synced(m->node);
 }
@@ -693,6 +706,7 @@ static void pass(VolumeManager *m) {
         if (!informers_synced(m) || m->stopping)
                 return;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &ps.now);
+        ps.started = monotonic_usec();
 
         object_watches_begin(m->watches);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);)
@@ -737,6 +751,8 @@ static void pass(VolumeManager *m) {
         arm_retry_timer(m, ps.next_retry);
         if (started > 0)
                 log_debug("Reconcile pass started %zu operations", started);
+        if (m->pass_hook)
+                m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
 }
 
 /* ---- completion and stop ---------------------------------------------------------- */
@@ -979,6 +995,11 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
 void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hook, void *userdata) {
         m->metrics_hook = hook;
         m->metrics_userdata = userdata;
+}
+
+void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata) {
+        m->pass_hook = hook;
+        m->pass_userdata = userdata;
 }
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {

@@ -52,4 +52,8 @@ VolumeManager *volume_manager_free(VolumeManager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeManager *, volume_manager_free);
 
 void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hook, void *userdata);
+
+/* Called after every reconcile pass with its duration, for kvolumed_reconcile_seconds. */
+typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
+void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);

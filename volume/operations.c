@@ -115,6 +115,8 @@ static int write_vol_data(Operation *op, const char *dir) {
         return root_dir_write_file(op->m->root, path, text, strlen(text), 0640, false);
 }
 
+static int remove_volume_dirs(Operation *op);
+
 int operation_prepare(Operation *op) {
         _cleanup_free_ char *dir = NULL;
         LogFields f = op_fields(op);
@@ -132,9 +134,16 @@ int operation_prepare(Operation *op) {
                 return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
                                         op->kind == OP_STAGE ? op->target : dir);
         r = write_vol_data(op, dir);
-        if (r < 0)
-                return log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
-                                        op->m->root->path, dir);
+        if (r < 0) {
+                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m", op->m->root->path,
+                                 dir);
+                /* Nothing will track what was made: take it away again (never a
+                 * mount point, never recursively), unless a volume lives there. */
+                if (!(op->kind == OP_STAGE ? op->av->stage != STAGE_NONE
+                                           : hashmap_get(op->av->publishes, op->pod.uid) != NULL))
+                        (void) remove_volume_dirs(op);
+                return r;
+        }
         log_fields(LOG_DEBUG, &f, "Created %s/%s with " VOL_DATA_FILE, op->m->root->path, dir);
         return 0;
 }

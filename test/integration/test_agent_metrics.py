@@ -90,6 +90,8 @@ def test_metrics_after_inline_publish(volume_env):
     assert "# TYPE csi_operations_seconds histogram" in body
     assert "# TYPE storage_operation_duration_seconds histogram" in body
     assert "# TYPE kvolumed_reconcile_seconds histogram" in body
+    # Every reconcile pass is measured: the passes that set the volume up ran.
+    assert s["kvolumed_reconcile_seconds_count"] >= 1
     assert "# TYPE kvolumed_volumes gauge" in body
     assert s['kvolumed_volumes{state="desired"}'] == 1
 

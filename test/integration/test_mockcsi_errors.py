@@ -4,30 +4,14 @@ import os
 import grpc
 import pytest
 
-from doubles.mockcsi import mounts
+from doubles.mockcsi import mounts, status_of as code
 
 C = grpc.StatusCode
 
 
-def code(fn, *args, **kw):
-    try:
-        fn(*args, **kw)
-    except grpc.RpcError as e:
-        return e.code(), e.details()
-    return C.OK, ""
-
-
-@pytest.fixture
-def dirs(tmp_path):
-    staging = tmp_path / "globalmount"
-    staging.mkdir()
-    (tmp_path / "pod").mkdir()
-    return str(staging), str(tmp_path / "pod" / "mount")
-
-
-def test_missing_arguments_are_invalid(mock_csi, dirs):
+def test_missing_arguments_are_invalid(mock_csi, csi_dirs):
     c, pb = mock_csi.csi, mock_csi.csi.pb
-    staging, target = dirs
+    staging, target = csi_dirs
     cap = c.capability()
     cases = {
         "stage/no volume_id": ("NodeStageVolume", pb.NodeStageVolumeRequest(
@@ -61,9 +45,9 @@ def test_missing_arguments_are_invalid(mock_csi, dirs):
     assert {e["code"] for e in mock_csi.calls()} == {"INVALID_ARGUMENT"}
 
 
-def test_stage_and_publish_are_idempotent_and_detect_conflicts(mock_csi, dirs, tmp_path):
+def test_stage_and_publish_are_idempotent_and_detect_conflicts(mock_csi, csi_dirs, tmp_path):
     c = mock_csi.csi
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v1", staging)
     assert code(c.stage, "v1", staging) == (C.OK, "")
     assert code(c.stage, "v1", staging, mount_flags=["noatime"])[0] == C.ALREADY_EXISTS
@@ -84,9 +68,9 @@ def test_stage_and_publish_are_idempotent_and_detect_conflicts(mock_csi, dirs, t
     assert code(c.unstage, "v1", staging) == (C.OK, "")
 
 
-def test_publish_needs_staging_when_stage_unstage_is_advertised(mock_csi, dirs, tmp_path):
+def test_publish_needs_staging_when_stage_unstage_is_advertised(mock_csi, csi_dirs, tmp_path):
     c = mock_csi.csi
-    staging, target = dirs
+    staging, target = csi_dirs
     # Unknown volume with a staging path: not ephemeral, and not staged.
     assert code(c.publish, "nostage", target, staging_path=staging)[0] == C.FAILED_PRECONDITION
     c.stage("v1", staging)
@@ -99,9 +83,9 @@ def test_publish_needs_staging_when_stage_unstage_is_advertised(mock_csi, dirs, 
     c.unstage("v1", staging)
 
 
-def test_unknown_volumes_and_paths(mock_csi, dirs):
+def test_unknown_volumes_and_paths(mock_csi, csi_dirs):
     c = mock_csi.csi
-    staging, target = dirs
+    staging, target = csi_dirs
     assert code(c.unpublish, "ghost", target) == (C.OK, "")
     assert code(c.unstage, "ghost", staging) == (C.OK, "")
     assert code(c.stats, "ghost", target)[0] == C.NOT_FOUND
@@ -114,9 +98,9 @@ def test_unknown_volumes_and_paths(mock_csi, dirs):
     c.unstage("v1", staging)
 
 
-def test_access_modes_need_their_capability(mock_csi_factory, dirs, tmp_path):
+def test_access_modes_need_their_capability(mock_csi_factory, csi_dirs, tmp_path):
     drv = mock_csi_factory()
-    staging, target = dirs
+    staging, target = csi_dirs
     assert code(drv.csi.stage, "v", staging, mode="SINGLE_NODE_MULTI_WRITER")[0] == C.INVALID_ARGUMENT
     assert code(drv.csi.stage, "v", staging, volume_mount_group="1000")[0] == C.INVALID_ARGUMENT
     drv.control.set_caps("STAGE_UNSTAGE_VOLUME", "SINGLE_NODE_MULTI_WRITER")
@@ -129,18 +113,18 @@ def test_access_modes_need_their_capability(mock_csi_factory, dirs, tmp_path):
     drv.csi.unstage("v", staging)
 
 
-def test_capability_gated_methods_are_unimplemented_when_not_advertised(mock_csi_factory, dirs):
+def test_capability_gated_methods_are_unimplemented_when_not_advertised(mock_csi_factory, csi_dirs):
     drv = mock_csi_factory(caps=["STAGE_UNSTAGE_VOLUME"])
-    staging, _ = dirs
+    staging, _ = csi_dirs
     drv.csi.stage("v", staging)
     assert code(drv.csi.stats, "v", staging)[0] == C.UNIMPLEMENTED
     assert code(drv.csi.expand, "v", staging, 1 << 27)[0] == C.UNIMPLEMENTED
     drv.csi.unstage("v", staging)
 
 
-def test_no_auto_create_makes_unknown_volumes_not_found(mock_csi_factory, dirs):
+def test_no_auto_create_makes_unknown_volumes_not_found(mock_csi_factory, csi_dirs):
     drv = mock_csi_factory(auto_create=False)
-    staging, _ = dirs
+    staging, _ = csi_dirs
     assert code(drv.csi.stage, "v", staging)[0] == C.NOT_FOUND
     drv.control.create_volume("v", size=16 << 20)
     drv.csi.stage("v", staging)
@@ -152,10 +136,10 @@ def test_no_auto_create_makes_unknown_volumes_not_found(mock_csi_factory, dirs):
     assert os.listdir(os.path.join(drv.state_dir, "volumes")) == []
 
 
-def test_republish_after_external_unmount_mounts_again(mock_csi, dirs):
+def test_republish_after_external_unmount_mounts_again(mock_csi, csi_dirs):
     """Idempotency is judged against the kernel, not only the driver's records."""
     c = mock_csi.csi
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v", staging)
     c.publish("v", target, staging_path=staging)
     mounts.umount(target)

@@ -7,31 +7,15 @@ import time
 import grpc
 import pytest
 
-from doubles.mockcsi import ControlError, CSIClient, cleanup, mounts
+from doubles.mockcsi import ControlError, CSIClient, cleanup, mounts, status_of as err_of
 from doubles.mockcsi.faults import CRASH_EXIT_CODE
 
 C = grpc.StatusCode
 
 
-def err_of(fn, *a, **kw):
-    try:
-        fn(*a, **kw)
-    except grpc.RpcError as e:
-        return e.code(), e.details()
-    return C.OK, ""
-
-
-@pytest.fixture
-def dirs(tmp_path):
-    staging = tmp_path / "globalmount"
-    staging.mkdir()
-    (tmp_path / "pod").mkdir()
-    return str(staging), str(tmp_path / "pod" / "mount")
-
-
-def test_error_queue_is_consumed_in_order(mock_csi, dirs):
+def test_error_queue_is_consumed_in_order(mock_csi, csi_dirs):
     c, ctl = mock_csi.csi, mock_csi.control
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v", staging)
     ctl.fail_next("NodePublishVolume", "UNAVAILABLE", "try later", count=2)
     ctl.fail_next("NodePublishVolume", 8, "no room")
@@ -48,9 +32,9 @@ def test_error_queue_is_consumed_in_order(mock_csi, dirs):
     c.unstage("v", staging)
 
 
-def test_error_after_work_leaves_the_work_done(mock_csi, dirs):
+def test_error_after_work_leaves_the_work_done(mock_csi, csi_dirs):
     c, ctl = mock_csi.csi, mock_csi.control
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v", staging)
     ctl.fail_next("NodePublishVolume", "DEADLINE_EXCEEDED", "slow", when="after")
     assert err_of(c.publish, "v", target, staging_path=staging) == (C.DEADLINE_EXCEEDED, "slow")
@@ -82,9 +66,9 @@ def test_delay(mock_csi):
     assert time.monotonic() - t0 < 0.5
 
 
-def test_hang_until_released_and_concurrent_call_is_aborted(mock_csi, dirs):
+def test_hang_until_released_and_concurrent_call_is_aborted(mock_csi, csi_dirs):
     c, ctl = mock_csi.csi, mock_csi.control
-    staging, _ = dirs
+    staging, _ = csi_dirs
     ctl.hang("NodeStageVolume")
     result = {}
     t = threading.Thread(target=lambda: result.update(r=err_of(c.stage, "v", staging)))
@@ -102,9 +86,9 @@ def test_hang_until_released_and_concurrent_call_is_aborted(mock_csi, dirs):
     c.unstage("v", staging)  # hang was for one call only
 
 
-def test_crash_before_and_after_work_then_restart_keeps_state(mock_csi, dirs):
+def test_crash_before_and_after_work_then_restart_keeps_state(mock_csi, csi_dirs):
     c, ctl = mock_csi.csi, mock_csi.control
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v", staging)
     loop = mock_csi.state()["volumes"]["v"]["device"]
 
@@ -132,9 +116,9 @@ def test_crash_before_and_after_work_then_restart_keeps_state(mock_csi, dirs):
     assert mounts.loops_for(mock_csi.state()["volumes"]["v"]["backing"]) == []
 
 
-def test_cleanup_after_sigkill_removes_every_mount_and_loop(mock_csi, dirs, tmp_path):
+def test_cleanup_after_sigkill_removes_every_mount_and_loop(mock_csi, csi_dirs, tmp_path):
     c = mock_csi.csi
-    staging, target = dirs
+    staging, target = csi_dirs
     c.stage("v", staging)
     c.publish("v", target, staging_path=staging)
     blk_staging = tmp_path / "blkstage"
@@ -200,8 +184,8 @@ def test_sigterm_leaves_nothing(mock_csi_factory, tmp_path):
     assert drv.state()["volumes"]["v"]["staged"] is None
 
 
-def test_shutdown_without_cleanup_keeps_mounts_for_the_next_driver(mock_csi, dirs):
-    staging, target = dirs
+def test_shutdown_without_cleanup_keeps_mounts_for_the_next_driver(mock_csi, csi_dirs):
+    staging, target = csi_dirs
     mock_csi.csi.stage("v", staging)
     mock_csi.control.shutdown(cleanup=False)
     assert mock_csi.wait_exit() == 0
@@ -212,8 +196,8 @@ def test_shutdown_without_cleanup_keeps_mounts_for_the_next_driver(mock_csi, dir
     assert not mounts.is_mount_point(staging)
 
 
-def test_call_log_redacts_secrets(mock_csi, dirs):
-    staging, target = dirs
+def test_call_log_redacts_secrets(mock_csi, csi_dirs):
+    staging, target = csi_dirs
     mock_csi.csi.stage("v", staging, secrets={"password": "hunter2", "user": "admin-secret"},
                        volume_context={"k": "visible"})
     mock_csi.csi.publish("v", target, staging_path=staging, secrets={"token": "s3cr3t-token"})

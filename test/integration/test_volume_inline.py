@@ -168,3 +168,28 @@ def test_lost_mount_is_published_again(volume_env):
     env.agent.wait_for_log("is no longer mounted; publishing it again")
     # At debug level a Normal event records each successful mount.
     assert env.wait_event("SuccessfulMountVolume", 'volume "scratch"')[0]["type"] == "Normal"
+
+
+def test_csidriver_edited_under_a_running_pod_keeps_its_volume(volume_env):
+    """Never tear down what the desired state still wants: dropping Ephemeral
+    from the driver's lifecycle modes stops new inline mounts, not this one."""
+    import time
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [inline("scratch")])
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    driver = env.api.get("csidrivers", None, DRIVER)
+    driver["spec"]["volumeLifecycleModes"] = ["Persistent"]
+    env.api.update(driver)
+    env.wait_event("FailedMount", "volume mode \"Ephemeral\" not supported")
+    time.sleep(0.5)
+    assert os.path.ismount(target)
+    assert not env.calls("NodeUnpublishVolume")
+    other = env.pod("other", [inline("scratch")])
+    time.sleep(0.5)
+    assert not os.path.exists(env.target(other, "scratch"))
+    # The pod goes: now, and only now, its volume is torn down.
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))

@@ -113,6 +113,25 @@ def test_attach_required_waits_for_attachment(volume_env):
     assert clearing and clearing[-1]["time"] >= unstage[0]["time"]
 
 
+def test_attach_error_is_reported_and_nothing_is_staged(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-bad", "vol-bad", claim="bad")
+    env.pvc("bad", "pv-bad")
+    env.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                    "metadata": {"name": attachment_name("vol-bad")},
+                    "spec": {"attacher": DRIVER, "nodeName": "test-node", "source": {"persistentVolumeName": "pv-bad"}},
+                    "status": {"attached": False,
+                               "attachError": {"time": "2026-11-22T01:00:00Z", "message": "LUN limit reached"}}})
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "bad")])
+    event = env.wait_event("FailedAttachVolume", "LUN limit reached")[0]
+    assert event["message"] == 'AttachVolume.Attach failed for volume "pv-bad" : LUN limit reached'
+    assert event["involvedObject"]["name"] == "web"
+    assert not env.calls("NodeStageVolume")
+    assert not os.path.exists(env.target(pod, "pv-bad"))
+
+
 def test_no_csidriver_then_non_attachable_driver_ends_the_wait(volume_env):
     env = volume_env
     env.pv("pv-1", "vol-1", claim="c1")
@@ -198,6 +217,22 @@ def test_fs_group_applied_per_policy(volume_env):
     assert "volume_mount_group" not in env.wait_calls("NodePublishVolume")[-1]["request"]["volume_capability"]["mount"]
 
 
+def test_fs_group_default_policy_needs_fs_type(volume_env):
+    """Without fsGroupPolicy the default ReadWriteOnceWithFSType applies: an
+    inline volume without fsType keeps its group, one with an fsType gets it."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [{"name": "plain", "csi": {"driver": DRIVER}},
+                          {"name": "typed", "csi": {"driver": DRIVER, "fsType": "ext4"}}],
+                  security_context={"fsGroup": 4343})
+    plain, typed = env.target(pod, "plain"), env.target(pod, "typed")
+    env.wait_mounted(plain)
+    env.wait_mounted(typed)
+    wait_until(lambda: os.stat(typed).st_gid == 4343, what="group 4343 on the volume with an fsType")
+    assert os.stat(plain).st_gid != 4343
+
+
 def test_fs_group_policy_none_changes_nothing(volume_env):
     env = volume_env
     env.csidriver(attachRequired=False, fsGroupPolicy="None", volumeLifecycleModes=["Ephemeral"])
@@ -218,3 +253,30 @@ def test_fs_group_passed_as_volume_mount_group(volume_env, mock_csi_factory):
     env.wait_mounted(env.target(pod, "scratch"))
     mount = env.wait_calls("NodePublishVolume")[-1]["request"]["volume_capability"]["mount"]
     assert mount.get("volume_mount_group") == "4242"
+
+
+def test_staged_volume_stays_while_another_pod_wants_it(volume_env):
+    """Pod b wants the volume but a CSIDriver edit holds it back; when pod a
+    leaves, the volume must stay staged: the desired state still wants it."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pv("pv-1", "vol-1", claim="c1")
+    env.pvc("c1", "pv-1")
+    env.start()
+    a = env.pod("a", [claim_volume("data", "c1")])
+    env.wait_mounted(env.target(a, "pv-1"))
+    driver = env.api.get("csidrivers", None, DRIVER)
+    driver["spec"]["volumeLifecycleModes"] = ["Ephemeral"]
+    env.api.update(driver)
+    time.sleep(1.5)  # the edit reaches kvolumed through its CSIDriver watch first
+    b = env.pod("b", [claim_volume("data", "c1")])
+    env.wait_event("FailedMount", 'volume mode "Persistent" not supported')
+    env.api.remove("pods", "default", "a")
+    env.wait_gone(os.path.dirname(env.target(a, "pv-1")))
+    time.sleep(1.0)
+    assert not env.calls("NodeUnstageVolume"), "unstaged a volume pod b still wants"
+    assert os.path.ismount(env.staging("vol-1"))
+    assert not os.path.exists(env.target(b, "pv-1"))
+    env.api.remove("pods", "default", "b")
+    env.wait_gone(os.path.dirname(env.staging("vol-1")))
+    assert env.wait_calls("NodeUnstageVolume", code="OK")

@@ -7,6 +7,6 @@ driver left behind.
 """
 from .sweep import cleanup
 from .control import ControlClient, ControlError
-from .client import CSIClient
+from .client import CSIClient, status_of
 
-__all__ = ["cleanup", "ControlClient", "ControlError", "CSIClient"]
+__all__ = ["cleanup", "ControlClient", "ControlError", "CSIClient", "status_of"]

@@ -106,3 +106,13 @@ class CSIClient:
         if req is None:
             req = self.reg_pb.InfoRequest() if method == "GetInfo" else self.reg_pb.RegistrationStatus()
         return self._call(self.reg_pb_grpc.RegistrationStub, method, req, timeout)
+
+
+def status_of(fn, *args, **kwargs):
+    """Calls fn and returns (grpc.StatusCode, details): OK and "" when it
+    succeeded, the RPC error's code and details when it failed."""
+    try:
+        fn(*args, **kwargs)
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    return grpc.StatusCode.OK, ""

@@ -247,3 +247,13 @@ def mock_csi_factory(tmp_path):
 def mock_csi(mock_csi_factory):
     """One running mock driver with default options."""
     return mock_csi_factory()
+
+
+@pytest.fixture
+def csi_dirs(tmp_path):
+    """(staging dir, publish target) as kubelet lays them out: the staging
+    directory exists, the target's parent exists, the target does not."""
+    staging = tmp_path / "globalmount"
+    staging.mkdir()
+    (tmp_path / "pod").mkdir()
+    return str(staging), str(tmp_path / "pod" / "mount")

@@ -398,19 +398,19 @@ static void update_in_use(VolumeManager *m, PassState *ps) {
         wanted = calloc(allocated, sizeof(char *));
         if (!wanted)
                 return;
-        for (size_t i = 0, k = 0; m->in_use_inherited[i]; i++) {
+        size_t kept = 0;
+        for (size_t i = 0; m->in_use_inherited[i]; i++) {
                 char *name = m->in_use_inherited[i];
                 ActualVolume *av = hashmap_get(m->volumes, name);
-                if (!av && inherited_still_there(m, name)) {
-                        m->in_use_inherited[k++] = name;
-                        if (!(wanted[n++] = strdup(name)))
+                if (av || inherited_still_there(m, name)) {
+                        /* Kept while staged on disk; the actual state adds it itself when it tracks it. */
+                        m->in_use_inherited[kept++] = name;
+                        if (!av && !(wanted[n++] = strdup(name)))
                                 return;
-                } else if (!av)
+                } else
                         free(name);
-                else
-                        m->in_use_inherited[k++] = name; /* tracked by the actual state from now on */
-                m->in_use_inherited[k] = NULL;
         }
+        m->in_use_inherited[kept] = NULL;
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
                 if (av->lifecycle != VOLUME_PERSISTENT)

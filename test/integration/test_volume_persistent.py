@@ -280,3 +280,22 @@ def test_staged_volume_stays_while_another_pod_wants_it(volume_env):
     env.api.remove("pods", "default", "b")
     env.wait_gone(os.path.dirname(env.staging("vol-1")))
     assert env.wait_calls("NodeUnstageVolume", code="OK")
+
+
+def test_volumes_in_use_at_start_stay_while_staged_on_disk(volume_env):
+    """Restarted kvolumed does not know yet what was mounted before (no
+    reconstruction so far): volumes the Node lists in use whose staging
+    directory is on disk stay listed, so nothing is detached under a pod;
+    those with nothing on disk are dropped."""
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    listed = [UNIQUE + "vol-a", UNIQUE + "vol-b", UNIQUE + "vol-gone"]
+    node = env.node()
+    node["status"]["volumesInUse"] = listed
+    env.api.update(node)
+    for handle in ("vol-a", "vol-b"):
+        os.makedirs(env.staging(handle))
+    env.start()
+    wait_until(lambda: env.node()["status"].get("volumesInUse") == listed[:2], what="volumesInUse of a and b")
+    time.sleep(0.5)
+    assert env.node()["status"]["volumesInUse"] == listed[:2]

@@ -36,8 +36,13 @@ static bool relpath_ok(const char *p) {
         }
 }
 
-/* Splits relpath into an open descriptor of its parent and its last component. */
-static int open_parent(RootDir *r, const char *relpath, int *ret_fd, const char **ret_name) {
+static const char *last_component(const char *relpath) {
+        const char *slash = strrchr(relpath, '/');
+        return slash ? slash + 1 : relpath;
+}
+
+/* An open descriptor of relpath's parent directory. */
+static int open_parent(RootDir *r, const char *relpath, int *ret_fd) {
         const char *slash = strrchr(relpath, '/');
         _cleanup_free_ char *parent = NULL;
         int fd;
@@ -49,7 +54,6 @@ static int open_parent(RootDir *r, const char *relpath, int *ret_fd, const char 
                 if (fd < 0)
                         return -errno;
                 *ret_fd = fd;
-                *ret_name = relpath;
                 return 0;
         }
         parent = strndup(relpath, slash - relpath);
@@ -59,7 +63,6 @@ static int open_parent(RootDir *r, const char *relpath, int *ret_fd, const char 
         if (fd < 0)
                 return fd;
         *ret_fd = fd;
-        *ret_name = slash + 1;
         return 0;
 }
 
@@ -143,11 +146,11 @@ int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd) 
 int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
                         bool durable) {
         _cleanup_close_ int dirfd = -1, fd = -1;
-        const char *name;
+        const char *name = last_component(relpath);
         char tmp[300];
         int rr;
 
-        rr = open_parent(r, relpath, &dirfd, &name);
+        rr = open_parent(r, relpath, &dirfd);
         if (rr < 0)
                 return rr;
         if (snprintf(tmp, sizeof tmp, ".%s.tmp-%d", name, (int) getpid()) >= (int) sizeof tmp)
@@ -224,8 +227,8 @@ int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **
 
 static int remove_entry(RootDir *r, const char *relpath, int flags) {
         _cleanup_close_ int dirfd = -1;
-        const char *name;
-        int rr = open_parent(r, relpath, &dirfd, &name);
+        const char *name = last_component(relpath);
+        int rr = open_parent(r, relpath, &dirfd);
 
         if (rr == -ENOENT)
                 return 0;

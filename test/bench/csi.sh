@@ -1,7 +1,7 @@
 #!/bin/bash
 # CSI client benchmark (see bench_csi.py): kvolumed's client against Python
 # grpcio, 10,000 NodePublishVolume calls sequentially and at 64 in flight.
-# Usage: sudo test/bench/csi.sh [--count 10000] [--parallel 64]
+# Usage (as root): test/bench/csi.sh [--count 10000] [--parallel 64]
 set -u -o pipefail
 . "$(dirname "$0")/../lib/common.sh"
 require_root

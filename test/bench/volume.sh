@@ -1,7 +1,7 @@
 #!/bin/bash
 # Volume manager benchmark (see volume_bench.py): builds kvolumed if needed and
 # runs the benchmark in a private mount namespace, root-dir on /var/tmp.
-# Usage: sudo test/bench/volume.sh [--pods 100] [--volumes 5] [--sequential 200]
+# Usage (as root): test/bench/volume.sh [--pods 100] [--volumes 5] [--sequential 200]
 set -u -o pipefail
 . "$(dirname "$0")/../lib/common.sh"
 require_root

@@ -47,6 +47,8 @@ struct K8sInformer {
         K8sRequest *list_request;
         void **list_items;
         size_t n_list_items, list_items_alloc;
+        char **list_keep;   /* store keys of listed objects that did not decode */
+        size_t n_list_keep;
         char *list_continue;
         bool list_after_gone;
 
@@ -85,19 +87,37 @@ static void describe_raw(const cJSON *obj, char *buf, size_t size) {
                  cJSON_IsString(name) ? name->valuestring : "(unnamed)");
 }
 
+/* metadata.namespace and .name of an object that did not decode, read raw. */
+static int raw_name(const cJSON *obj, const char **ret_namespace, const char **ret_name) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(md, "namespace");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(md, "name");
+
+        if (!cJSON_IsString(name) || isempty(name->valuestring))
+                return -EBADMSG;
+        *ret_namespace = cJSON_IsString(ns) ? ns->valuestring : NULL;
+        *ret_name = name->valuestring;
+        return 0;
+}
+
 /* Decodes one object; NULL (with one log line) when it does not decode or
- * the filter rejects it. */
-static void *informer_decode(K8sInformer *i, const cJSON *obj) {
+ * the filter rejects it.  *ret_unreadable (optional) tells the first case:
+ * the object exists, but this version of it cannot be used. */
+static void *informer_decode(K8sInformer *i, const cJSON *obj, bool *ret_unreadable) {
         K8sDecodeError err = {};
         void *o = NULL;
         char what[300];
         const char *field = NULL;
         int r;
 
+        if (ret_unreadable)
+                *ret_unreadable = false;
         r = i->kind->decode(obj, &o, &err);
         if (r < 0) {
                 describe_raw(obj, what, sizeof what);
                 i->stats.skipped++;
+                if (ret_unreadable)
+                        *ret_unreadable = r == -EBADMSG;
                 if (r == -EBADMSG)
                         log_fields(LOG_WARNING, &((LogFields) { .object = what }),
                                    "Skipping %s %s: field %s: %s", i->kind->kind, what, err.field,
@@ -228,6 +248,32 @@ static void list_items_clear(K8sInformer *i) {
         i->list_items = NULL;
         i->n_list_items = i->list_items_alloc = 0;
         i->list_continue = mfree_str(i->list_continue);
+        for (size_t k = 0; k < i->n_list_keep; k++)
+                free(i->list_keep[k]);
+        free(i->list_keep);
+        i->list_keep = NULL;
+        i->n_list_keep = 0;
+}
+
+/* A listed object that did not decode keeps its last good version. */
+static int list_keep_push(K8sInformer *i, const cJSON *obj) {
+        const char *namespace, *name;
+        char **p, *key;
+
+        if (raw_name(obj, &namespace, &name) < 0)
+                return 0; /* nameless: it cannot be in the store either */
+        key = k8s_store_key(i->store, namespace, name);
+        if (!key)
+                return -ENOMEM;
+        p = realloc(i->list_keep, (i->n_list_keep + 2) * sizeof *p);
+        if (!p) {
+                free(key);
+                return -ENOMEM;
+        }
+        i->list_keep = p;
+        i->list_keep[i->n_list_keep++] = key;
+        i->list_keep[i->n_list_keep] = NULL;
+        return 0;
 }
 
 static int list_items_push(K8sInformer *i, void *o) {
@@ -255,7 +301,8 @@ static void list_finish(K8sInformer *i, const char *rv) {
 
         i->list_items = NULL;
         i->n_list_items = i->list_items_alloc = 0;
-        r = k8s_store_replace(i->store, items, n_items, &deltas, &n);
+        r = k8s_store_replace(i->store, items, n_items, i->list_keep, &deltas, &n);
+        list_items_clear(i);
         if (r < 0) {
                 report_error(i, r, 0, "out of memory while applying a list");
                 schedule_backoff(i, NEXT_LIST, 0);
@@ -312,9 +359,11 @@ static void on_list_page(K8sClient *c, const K8sResponse *resp, void *userdata) 
                 goto out;
         }
         cJSON_ArrayForEach(e, items) {
-                void *o = informer_decode(i, e);
-                if (o && list_items_push(i, o) < 0) {
-                        i->kind->free(o);
+                bool unreadable;
+                void *o = informer_decode(i, e, &unreadable);
+                if ((o && list_items_push(i, o) < 0) || (!o && unreadable && list_keep_push(i, e) < 0)) {
+                        if (o)
+                                i->kind->free(o);
                         report_error(i, -ENOMEM, 0, "out of memory while listing");
                         list_items_clear(i);
                         schedule_backoff(i, NEXT_LIST, 0);
@@ -475,11 +524,24 @@ static int apply_event(K8sInformer *i, const char *text, size_t size) {
                 return 0;
         }
         set_rv_from(i, obj);
-        void *o = informer_decode(i, obj);
-        if (!o)
-                return 0;
-        const K8sMeta *m = o;
+        bool unreadable;
+        void *o = informer_decode(i, obj, &unreadable);
         void *old = NULL;
+        if (!o && deleted && unreadable) {
+                /* Gone is gone, readable or not: its name is enough. */
+                const char *namespace, *name;
+                if (raw_name(obj, &namespace, &name) >= 0) {
+                        k8s_store_remove(i->store, namespace, name, &old);
+                        if (old) {
+                                deliver(i, K8S_DELTA_DELETE, old, NULL);
+                                i->kind->free(old);
+                        }
+                }
+                return 0;
+        }
+        if (!o)
+                return 0; /* an unreadable update: the last good version stays */
+        const K8sMeta *m = o;
         if (deleted) {
                 k8s_store_remove(i->store, m->namespace, m->name, &old);
                 i->kind->free(o);

@@ -200,7 +200,19 @@ static int deltas_push(K8sDelta **d, size_t *n, size_t *alloc, K8sDeltaType type
         return 0;
 }
 
-int k8s_store_replace(K8sStore *s, void **items, size_t n_items, K8sDelta **ret_deltas, size_t *ret_n) {
+char *k8s_store_key(const K8sStore *s, const char *namespace, const char *name) {
+        return make_key(s->kind, namespace, name);
+}
+
+static bool key_listed(char *const *keys, const char *key) {
+        for (size_t i = 0; keys && keys[i]; i++)
+                if (streq(keys[i], key))
+                        return true;
+        return false;
+}
+
+int k8s_store_replace(K8sStore *s, void **items, size_t n_items, char *const *keep, K8sDelta **ret_deltas,
+                      size_t *ret_n) {
         _cleanup_(k8s_store_freep) K8sStore *fresh = NULL;
         K8sDelta *deltas = NULL;
         size_t n = 0, alloc = 0;
@@ -258,11 +270,23 @@ int k8s_store_replace(K8sStore *s, void **items, size_t n_items, K8sDelta **ret_
                 if (r < 0)
                         goto fail;
         }
-        /* What is left in the old map vanished while we were away. */
+        /* What is left in the old map vanished while we were away, except
+         * what was listed but could not be read: that keeps its last version. */
         for (size_t c = 0; c < s->n_slots; c++) {
                 Entry *e = &s->slots[c];
                 if (!e->key)
                         continue;
+                if (key_listed(keep, e->key)) {
+                        void *dup = NULL;
+                        r = k8s_store_put(fresh, e->obj, &dup);
+                        if (r < 0)
+                                goto fail;
+                        if (dup) /* cannot happen: the listed copy did not decode */
+                                s->kind->free(dup);
+                        free(e->key);
+                        *e = (Entry) {};
+                        continue;
+                }
                 r = deltas_push(&deltas, &n, &alloc, K8S_DELTA_DELETE, e->obj, NULL);
                 if (r < 0)
                         goto fail;

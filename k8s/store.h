@@ -42,7 +42,16 @@ void *k8s_store_next(const K8sStore *s, size_t *cursor);
  * whose UID changed under the same name is DELETE then ADD, one missing from
  * the list is DELETE; an unchanged one stays (the listed copy is dropped, so
  * handlers' pointers stay valid).  Adds and updates come first, in no
- * particular order, then deletes. */
-int k8s_store_replace(K8sStore *s, void **items, size_t n_items, K8sDelta **ret_deltas, size_t *ret_n);
+ * particular order, then deletes.
+ *
+ * "keep" (NULL-terminated keys from k8s_store_key(), may be NULL) names
+ * objects that were listed but could not be decoded: they keep their last
+ * good version and are not reported deleted — a pod whose object gained a
+ * malformed field is still running, and its volumes must stay. */
+int k8s_store_replace(K8sStore *s, void **items, size_t n_items, char *const *keep, K8sDelta **ret_deltas,
+                      size_t *ret_n);
+
+/* The store key of an object: "namespace/name", or "name" for cluster-scoped kinds. */
+char *k8s_store_key(const K8sStore *s, const char *namespace, const char *name);
 /* Frees the old objects the deltas own, and the array. */
 void k8s_deltas_free(const K8sKind *kind, K8sDelta *deltas, size_t n);

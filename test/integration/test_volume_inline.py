@@ -193,3 +193,33 @@ def test_csidriver_edited_under_a_running_pod_keeps_its_volume(volume_env):
     # The pod goes: now, and only now, its volume is torn down.
     env.api.remove("pods", "default", "web")
     env.wait_gone(os.path.dirname(target))
+
+
+def test_unreadable_pod_object_keeps_its_volume_across_a_relist(volume_env):
+    """A pod whose object gains a malformed field is still running: neither
+    its watch update nor a relist after 410 Gone may read it as deleted.
+    When it is deleted for real, its volume goes."""
+    import time
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [inline("scratch")])
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    bad = env.api.get("pods", "default", "web")
+    bad["spec"]["securityContext"] = {"fsGroup": "not a number"}
+    env.api.update(bad)
+    env.agent.wait_for_log("Skipping Pod default/web: field spec.securityContext.fsGroup")
+    # The watch falls behind the compaction point and must relist: a change it
+    # does not see (a pod of another node; no bookmark tells it), then compaction.
+    env.api.configure(bookmarkInterval=3600)
+    env.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "elsewhere", "namespace": "default"},
+                    "spec": {"nodeName": "other-node", "containers": [{"name": "c", "image": "x"}]}})
+    env.api.compact()
+    env.api.close_watches()
+    wait_until(lambda: env.agent.output().count("Pod informer: listed") >= 2, what="a relist of the pods")
+    time.sleep(0.5)
+    assert os.path.ismount(target)
+    assert not env.calls("NodeUnpublishVolume")
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))

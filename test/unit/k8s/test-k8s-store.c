@@ -91,7 +91,7 @@ static void test_relist_diff(void **state) {
         items[2] = mkpod("a", "recreated", "u5", "6");
         items[3] = mkpod("a", "new", "u6", "7");
         items[4] = mkpod("a", "new", "u6", "8"); /* duplicate: the last wins */
-        assert_int_equal(k8s_store_replace(s, items, 5, &d, &n), 0);
+        assert_int_equal(k8s_store_replace(s, items, 5, NULL, &d, &n), 0);
 
         assert_int_equal(n, 5);
         K8sDelta *x = find_delta(d, n, K8S_DELTA_UPDATE, "changed");
@@ -120,12 +120,43 @@ static void test_relist_diff(void **state) {
         assert_null(k8s_store_get(s, "a", "gone"));
 
         /* An empty list deletes everything. */
-        assert_int_equal(k8s_store_replace(s, NULL, 0, &d, &n), 0);
+        assert_int_equal(k8s_store_replace(s, NULL, 0, NULL, &d, &n), 0);
         assert_int_equal(n, 4);
         for (size_t i = 0; i < n; i++)
                 assert_int_equal(d[i].type, K8S_DELTA_DELETE);
         k8s_deltas_free(&k8s_kind_pod, d, n);
         assert_int_equal(k8s_store_size(s), 0);
+}
+
+/* A listed object that could not be decoded is not "gone": it keeps its last
+ * good version, and nothing is reported for it. */
+static void test_relist_keeps_unreadable_objects(void **state) {
+        _cleanup_(k8s_store_freep) K8sStore *s = NULL;
+        K8sDelta *d = NULL;
+        size_t n = 0;
+        void *old;
+
+        assert_int_equal(k8s_store_new(&k8s_kind_pod, &s), 0);
+        assert_int_equal(k8s_store_put(s, mkpod("a", "running", "u1", "1"), &old), 0);
+        assert_int_equal(k8s_store_put(s, mkpod("a", "gone", "u2", "1"), &old), 0);
+        K8sPod *running = k8s_store_get(s, "a", "running");
+        char *keep[] = { k8s_store_key(s, "a", "running"), NULL };
+        assert_string_equal(keep[0], "a/running");
+
+        assert_int_equal(k8s_store_replace(s, NULL, 0, keep, &d, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(d[0].type, K8S_DELTA_DELETE);
+        assert_string_equal(((K8sPod *) d[0].old)->meta.name, "gone");
+        k8s_deltas_free(&k8s_kind_pod, d, n);
+        assert_int_equal(k8s_store_size(s), 1);
+        assert_ptr_equal(k8s_store_get(s, "a", "running"), running);
+
+        /* Once it is missing from a list for real, it goes. */
+        assert_int_equal(k8s_store_replace(s, NULL, 0, NULL, &d, &n), 0);
+        assert_int_equal(n, 1);
+        assert_string_equal(((K8sPod *) d[0].old)->meta.name, "running");
+        k8s_deltas_free(&k8s_kind_pod, d, n);
+        free(keep[0]);
 }
 
 static void test_cluster_scoped_keys(void **state) {
@@ -223,6 +254,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_store_basic),
                 cmocka_unit_test(test_relist_diff),
+                cmocka_unit_test(test_relist_keeps_unreadable_objects),
                 cmocka_unit_test(test_cluster_scoped_keys),
                 cmocka_unit_test(test_json_stream_chunks),
                 cmocka_unit_test(test_json_stream_limits),

@@ -328,7 +328,9 @@ int k8s_event_record(K8sEventRecorder *rec, const K8sObjectRef *obj, const char 
         uint64_t now;
         char last[32];
 
-        if (validate_dns1123_label(ns) < 0 || isempty(obj->name))
+        /* The Event's name is "<name>.<hex>" and becomes part of a PATCH URL:
+         * only names the API server could have made get that far. */
+        if (validate_dns1123_label(ns) < 0 || validate_dns1123_subdomain(obj->name) < 0)
                 return -EINVAL;
         clock_gettime(CLOCK_REALTIME, &ts);
         now = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;

@@ -194,6 +194,43 @@ static void test_format_time(void **state) {
         assert_string_equal(buf, "2023-11-14T22:13:20Z");
 }
 
+/* Names that would reshape the Event's API path are refused before anything is sent. */
+static void test_record_refuses_unsafe_names(void **state) {
+        _cleanup_(k8s_client_freep) K8sClient *client = NULL;
+        _cleanup_(k8s_event_recorder_freep) K8sEventRecorder *rec = NULL;
+        sd_event *event = NULL;
+        K8sAuth *auth = calloc(1, sizeof *auth);
+
+        assert_non_null(auth);
+        auth->server = strdup("https://127.0.0.1:1");
+        auth->token = strdup("t");
+        assert_int_equal(sd_event_new(&event), 0);
+        assert_int_equal(k8s_client_new(event, auth, &(K8sClientOptions) {}, &client), 0);
+        assert_int_equal(k8s_event_recorder_new(client, "kvolumed", "node-a", &rec), 0);
+        const char *bad_names[] = { "a/../../nodes/x", "a?b", "A", "", "..", "x y" };
+        for (size_t i = 0; i < ELEMENTSOF(bad_names); i++)
+                assert_int_equal(k8s_event_record(rec,
+                                                  &(K8sObjectRef) { .kind = "Pod", .api_version = "v1",
+                                                                    .namespace = "default", .name = bad_names[i],
+                                                                    .uid = "u" },
+                                                  "Warning", "FailedMount", "m", NULL, NULL),
+                                 -EINVAL);
+        assert_int_equal(k8s_event_record(rec,
+                                          &(K8sObjectRef) { .kind = "Pod", .api_version = "v1",
+                                                            .namespace = "bad/ns", .name = "web", .uid = "u" },
+                                          "Warning", "FailedMount", "m", NULL, NULL),
+                         -EINVAL);
+        /* A good name is queued (nothing is sent: the loop never runs). */
+        assert_int_equal(k8s_event_record(rec,
+                                          &(K8sObjectRef) { .kind = "Pod", .api_version = "v1",
+                                                            .namespace = "default", .name = "web", .uid = "u" },
+                                          "Warning", "FailedMount", "m", NULL, NULL),
+                         0);
+        rec = k8s_event_recorder_free(rec);
+        client = k8s_client_free(client);
+        sd_event_unref(event);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_aggregation),
@@ -203,6 +240,7 @@ int main(void) {
                 cmocka_unit_test(test_node_id_annotation),
                 cmocka_unit_test(test_csinode_drivers),
                 cmocka_unit_test(test_format_time),
+                cmocka_unit_test(test_record_refuses_unsafe_names),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

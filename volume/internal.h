@@ -160,7 +160,6 @@ struct VolumeManager {
         void *metrics_userdata;
         volume_pass_hook_t pass_hook;
         void *pass_userdata;
-        VolumeManagerStats last_stats;
 };
 
 /* manager.c */

@@ -47,7 +47,7 @@ def cli(tmp_path):
 def test_cli_writes_files_and_prints_endpoints(cli):
     proc, ep, d = cli
     assert sorted(os.listdir(d)) == sorted([
-        "ca.crt", "client.crt", "client.key", "endpoints.json", "kubeconfig",
+        "ca.crt", "ca.key", "client.crt", "client.key", "endpoints.json", "kubeconfig",
         "server.crt", "server.key", "token"])
     assert json.loads((d / "endpoints.json").read_text()) == ep
     assert ep["server"].startswith("https://127.0.0.1:")

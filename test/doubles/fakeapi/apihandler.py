@@ -1,6 +1,6 @@
 """The API port: routing of kube-apiserver's REST paths onto the store, list
 and watch encoding, and the order of checks (authentication, injected faults,
-route, verb, body) kube-apiserver applies."""
+authorization, route, verb, body, admission) kube-apiserver applies."""
 import base64
 import json
 import time
@@ -8,7 +8,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, openapi, patch, resources
+from . import discovery, errors, objects, openapi, patch, resources
+from .nodeauth import Attributes
 from .selectors import FieldSelector, LabelSelector
 
 _TRUE = ("true", "1", "t", "yes", "y")
@@ -88,7 +89,9 @@ class ApiHandler(BaseHTTPRequestHandler):
             if user is None:
                 self._send(401, errors.UNAUTHORIZED)
                 return
-            self._entry["user"] = user
+            self._user = user
+            self._entry["user"] = user.name
+            self._entry["groups"] = list(user.groups)
             self.app.faults.apply(self.command, url.path)
             self._route(url.path, query, body)
         except errors.ApiError as e:
@@ -148,14 +151,48 @@ class ApiHandler(BaseHTTPRequestHandler):
             raise errors.no_such_route()
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if sub is not None and (sub != "status" or not res.has_status):
+        if sub is not None and not (sub == "status" and res.has_status) \
+                and not (sub == "token" and res.plural == "serviceaccounts"):
             raise errors.no_such_route()
 
+        self._attrs = self._attributes(res, namespace, name, sub, query)
+        self.app.node_authorizer.authorize(self._attrs)
         if name is None:
             return self._collection(res, namespace, query, body)
         if sub is None:
             return self._item(res, namespace, name, query, body)
+        if sub == "token":
+            return self._token(res, namespace, name, body)
         return self._status(res, namespace, name, body)
+
+    def _attributes(self, res, namespace, name, sub, query):
+        """authorizer.Attributes as RequestInfo derives them from the URL."""
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}.get(
+                    self.command, "get")
+        if verb == "get" and _flag(query, "watch"):
+            verb = "watch"
+        elif verb == "get" and not name:
+            verb = "list"
+        if verb in ("list", "watch") and not name:
+            # A list or watch of one object names it for the authorizer.
+            try:
+                terms = FieldSelector.parse(query.get("fieldSelector"),
+                                            res).terms
+            except errors.ApiError:
+                terms = []     # refused later, after authorization
+            for label, op, value in terms:
+                if label == "metadata.name" and op == "=" \
+                        and value not in (".", "..") \
+                        and "/" not in value and "%" not in value:
+                    name = value
+                    break
+        return Attributes(self._user, verb, res.group, res.plural, sub or "",
+                          namespace or "", name or "")
+
+    def _admit(self):
+        """NodeRestriction's admit(old, new) for this request, or None."""
+        return self.app.node_restriction.admission(self._attrs)
 
     def _collection(self, res, namespace, query, body):
         verb = self.command
@@ -168,7 +205,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         if res.namespaced and namespace is None:
             raise errors.method_not_allowed()
         if verb == "POST":
-            obj = self.app.store.create(res, namespace, self._json(body))
+            obj = self.app.store.create(res, namespace, self._json(body),
+                                        admit=self._admit())
             return self._send(201, obj)
         if verb == "DELETE":
             fields = FieldSelector.parse(query.get("fieldSelector"), res)
@@ -177,7 +215,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             grace, _ = self._delete_options(query, body)
             for o in items:
                 self.app.store.delete(res, namespace, o["metadata"]["name"],
-                                      grace)
+                                      grace, admit=self._admit())
             return self._send(200, {"kind": res.list_kind,
                                     "apiVersion": res.api_version,
                                     "metadata": {"resourceVersion": rv},
@@ -194,12 +232,14 @@ class ApiHandler(BaseHTTPRequestHandler):
             return self._send(200, store.get(res, namespace, name))
         if verb == "PUT":
             return self._send(200, store.update(res, namespace, name,
-                                                self._json(body)))
+                                                self._json(body),
+                                                admit=self._admit()))
         if verb == "PATCH":
             return self._patch(res, namespace, name, body, "main")
         if verb == "DELETE":
             grace, pre = self._delete_options(query, body)
-            obj, removed = store.delete(res, namespace, name, grace, pre)
+            obj, removed = store.delete(res, namespace, name, grace, pre,
+                                        admit=self._admit())
             if removed and not res.returns_deleted_object:
                 details = {"name": name}
                 if res.group:
@@ -217,7 +257,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             return self._send(200, self.app.store.get(res, namespace, name))
         if verb == "PUT":
             return self._send(200, self.app.store.update(
-                res, namespace, name, self._json(body), scope="status"))
+                res, namespace, name, self._json(body), scope="status",
+                admit=self._admit()))
         if verb == "PATCH":
             return self._patch(res, namespace, name, body, "status")
         raise errors.method_not_allowed()
@@ -239,7 +280,35 @@ class ApiHandler(BaseHTTPRequestHandler):
                          patch.JSON_PATCH):
             raise errors.unsupported_patch_type(content_type)
         return self._send(200, self.app.store.patch(
-            res, namespace, name, media, self._json(body), scope))
+            res, namespace, name, media, self._json(body), scope,
+            admit=self._admit()))
+
+    def _token(self, res, namespace, name, body):
+        """POST serviceaccounts/<name>/token: a TokenRequest answered with a
+        token (an opaque string; nothing authenticates with it)."""
+        if self.command != "POST":
+            raise errors.method_not_allowed()
+        request = self._json(body)
+        if not isinstance(request, dict):
+            raise errors.bad_request("the object provided is not a JSON object")
+        self.app.node_restriction.admit_token_request(self._attrs, request)
+        account = self.app.store.get(res, namespace, name)
+        spec = dict(request.get("spec") or {})
+        spec.setdefault("audiences", ["https://kubernetes.default.svc"])
+        spec.setdefault("expirationSeconds", 3600)
+        payload = {"sub": f"system:serviceaccount:{namespace}:{name}",
+                   "uid": account["metadata"]["uid"],
+                   "bound": spec.get("boundObjectRef"), "nonce": uuid.uuid4().hex}
+        token = "fakeapi." + base64.urlsafe_b64encode(
+            json.dumps(payload).encode()).decode().rstrip("=")
+        meta = dict(request.get("metadata") or {})
+        meta.update(name=name, namespace=namespace,
+                    creationTimestamp=objects.timestamp())
+        return self._send(201, {
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": meta, "spec": spec,
+            "status": {"token": token, "expirationTimestamp": objects.timestamp(
+                int(spec["expirationSeconds"]))}})
 
     def _delete_options(self, query, body):
         opts = self._json(body) if body.strip() else {}

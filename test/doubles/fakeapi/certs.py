@@ -49,8 +49,8 @@ def _pem_key(key):
 
 
 def write_pki(directory):
-    """Writes ca.crt, server.crt/.key and client.crt/.key into directory and
-    returns their paths by those names."""
+    """Writes ca.crt/.key, server.crt/.key and client.crt/.key into directory
+    and returns their paths by those names."""
     ca_key = _key()
     ca_name = _name("fakeapi-ca")
     ca = (_builder(ca_name, ca_name, ca_key.public_key())
@@ -82,7 +82,7 @@ def write_pki(directory):
          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
     client, client_key = leaf(CLIENT_USER, CLIENT_GROUP,
                               ExtendedKeyUsageOID.CLIENT_AUTH, None)
-    files = {"ca.crt": _pem_cert(ca),
+    files = {"ca.crt": _pem_cert(ca), "ca.key": _pem_key(ca_key),
              "server.crt": _pem_cert(server), "server.key": _pem_key(server_key),
              "client.crt": _pem_cert(client), "client.key": _pem_key(client_key)}
     paths = {}
@@ -93,3 +93,23 @@ def write_pki(directory):
             f.write(data)
         paths[name] = path
     return paths
+
+
+def client_cert(directory, cn, org=None):
+    """Another client certificate for user cn (groups: org), signed by the CA
+    that write_pki left in directory: (cert PEM, key PEM), for tests that
+    change a client's identity while it runs (certificate rotation)."""
+    with open(os.path.join(directory, "ca.crt"), "rb") as f:
+        ca = x509.load_pem_x509_certificate(f.read())
+    with open(os.path.join(directory, "ca.key"), "rb") as f:
+        ca_key = serialization.load_pem_private_key(f.read(), None)
+    key = _key()
+    cert = (_builder(_name(cn, org), ca.subject, key.public_key())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None),
+                           True)
+            .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), False)
+            .sign(ca_key, hashes.SHA256()))
+    return _pem_cert(cert), _pem_key(key)

@@ -75,14 +75,39 @@ class ControlHandler(BaseHTTPRequestHandler):
         if route == ("DELETE", "requests"):
             app.clear_requests()
             return 200, {}
-        if route == ("GET", "tokens"):
+        if route == ("GET", "tokens") and not rest:
             return 200, {"tokens": app.tokens()}
-        if route == ("PUT", "tokens"):
+        if route == ("PUT", "tokens") and not rest:
             app.set_tokens(body["tokens"])
             return 200, {"tokens": app.tokens()}
         if route == ("POST", "tokens") and rest == ["rotate"]:
             return 200, {"token": app.rotate_token(
                 revoke_old=body.get("revokeOld", True))}
+        if route == ("GET", "tokens") and rest == ["identities"]:
+            return 200, {"tokens": app.auth.identity_tokens()}
+        if route == ("POST", "tokens") and rest == ["identities"]:
+            app.add_identity_token(body["token"], body["user"],
+                                   body.get("groups", []))
+            return 200, {"token": body["token"]}
+        if route == ("POST", "nodes") and len(rest) == 2 \
+                and rest[1] == "kubeconfig":
+            path = app.node_kubeconfig(rest[0], body.get("auth", "token"),
+                                       body.get("clientCert"),
+                                       body.get("clientKey"), body.get("path"))
+            return 200, {"kubeconfig": path}
+        if route == ("POST", "nodes") and len(rest) == 2 \
+                and rest[1] == "token":
+            return 200, {"token": app.node_token(rest[0])}
+        if route == ("POST", "nodes") and len(rest) == 2 \
+                and rest[1] == "certificate":
+            cert, key = app.node_client_cert(rest[0], body.get("clientCert"),
+                                             body.get("clientKey"))
+            return 200, {"clientCert": cert, "clientKey": key}
+        if route == ("GET", "nodes") and len(rest) == 2 and rest[1] == "graph":
+            return 200, app.node_graph(rest[0])
+        if route == ("POST", "faults") and rest == ["graphlag"]:
+            app.set_graph_lag(body["seconds"])
+            return 200, {}
         if route == ("POST", "faults") and rest == ["fail"]:
             app.fail_next(body.get("count", 1), body.get("status", 500),
                           body.get("retryAfter"), body.get("pathPrefix"),

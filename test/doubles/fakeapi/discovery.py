@@ -56,6 +56,11 @@ def api_resource_list(group, version):
             entries.append({"name": f"{r.plural}/status", "singularName": "",
                             "namespaced": r.namespaced, "kind": r.kind,
                             "verbs": ["get", "patch", "update"]})
+        if r.plural == "serviceaccounts":
+            entries.append({"name": "serviceaccounts/token", "singularName": "",
+                            "namespaced": True,
+                            "group": "authentication.k8s.io", "version": "v1",
+                            "kind": "TokenRequest", "verbs": ["create"]})
     return {"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": entries}

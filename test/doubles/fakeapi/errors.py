@@ -74,6 +74,21 @@ def invalid(resource, name, causes):
                     f'{resource.kind} "{name}" is invalid: {summary}', details)
 
 
+def forbidden(group, resource, name, message, headers=None):
+    """apierrors.NewForbidden: details name (if any), group (if any) and the
+    resource (not the subresource) as kind."""
+    gr = f"{resource}.{group}" if group else resource
+    details = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    text = f'{gr} "{name}" is forbidden: {message}' if name else \
+        f"{gr} is forbidden: {message}"
+    return ApiError(403, "Forbidden", text, details, headers)
+
+
 def bad_request(message):
     return ApiError(400, "BadRequest", message)
 

@@ -1,4 +1,5 @@
-"""Faults a test injects into the API port: failed requests, slow responses."""
+"""Faults a test injects into the API port: failed requests, slow responses,
+the node authorizer's graph lagging behind new objects."""
 import threading
 import time
 
@@ -20,6 +21,9 @@ class Faults:
         self._lock = threading.Lock()
         self._failures = []      # [rule, remaining count, ApiError]
         self._delays = []        # (rule, seconds)
+        # The node authorizer's graph does not see pods bound, PVs claimed
+        # and VolumeAttachments placed less than this many seconds ago.
+        self.graph_lag = 0.0
 
     def fail_next(self, count, status=500, retry_after=None, path_prefix=None,
                   method=None):
@@ -38,9 +42,15 @@ class Faults:
             else:
                 self._delays.append((_Rule(path_prefix, method), float(seconds)))
 
+    def set_graph_lag(self, seconds):
+        """The node authorizer's graph lags `seconds` behind the store (0:
+        not at all), see nodeauth."""
+        self.graph_lag = max(0.0, float(seconds))
+
     def clear(self):
         with self._lock:
             self._failures, self._delays = [], []
+            self.graph_lag = 0.0
 
     def apply(self, method, path):
         """Sleeps for the matching delays, then raises the injected error if

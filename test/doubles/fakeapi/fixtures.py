@@ -8,7 +8,9 @@ from .server import FakeApiServer
 def fake_api(tmp_path):
     """A started FakeApiServer with its files in tmp_path/fakeapi; stopped
     after the test.  Set .bookmark_interval (seconds, default 1) to change
-    how often watches with allowWatchBookmarks get a BOOKMARK."""
+    how often watches with allowWatchBookmarks get a BOOKMARK.
+    fake_api.node_kubeconfig("test-node") is a kubeconfig for the node's own
+    identity, which the Node authorizer and NodeRestriction restrict."""
     api = FakeApiServer(tmp_path / "fakeapi")
     api.start()
     try:

@@ -8,10 +8,11 @@ import yaml
 
 from . import certs, resources
 from .apihandler import ApiHandler
-from .auth import Authenticator
+from .auth import NODE_USER_PREFIX, NODES_GROUP, Authenticator
 from .control import ControlHandler
 from .faults import Faults
 from .listener import Listener
+from .nodeauth import GraphClock, NodeAuthorizer, NodeRestriction
 from .requestlog import RequestLog
 from .store import Store
 
@@ -38,6 +39,13 @@ class FakeApiServer:
         self.log = RequestLog()
         self.token = secrets.token_hex(16)
         self.auth = Authenticator([self.token])
+        self.graph_clock = GraphClock()
+        self.store.listeners.append(self.graph_clock.observe)
+        self.node_authorizer = NodeAuthorizer(self.store, self.graph_clock,
+                                              lambda: self.faults.graph_lag)
+        self.node_restriction = NodeRestriction(self.store)
+        self._node_tokens = {}       # node name -> token
+        self._node_certs = 0         # node certificates issued so far
         self.bookmark_interval = float(bookmark_interval)
         self.default_watch_timeout = float(default_watch_timeout)
         self._port, self._control_port = port, control_port
@@ -48,6 +56,7 @@ class FakeApiServer:
         self.client_cert_path = os.path.join(self.workdir, "client.crt")
         self.client_key_path = os.path.join(self.workdir, "client.key")
         self.endpoints_path = os.path.join(self.workdir, "endpoints.json")
+        self.nodes_dir = os.path.join(self.workdir, "nodes")
 
     # -- life cycle ----------------------------------------------------------
 
@@ -205,7 +214,8 @@ current-context: fakeapi
         """Every API request so far: dicts with time, method, path, query
         (name -> last value), headers (authorization, content-type, accept,
         user-agent, accept-encoding), body (parsed JSON or text), status,
-        user (None if unauthenticated), watch (True for a watch stream)."""
+        user (None if unauthenticated), groups (the user's, when
+        authenticated), watch (True for a watch stream)."""
         return self.log.entries()
 
     def clear_requests(self):
@@ -230,7 +240,109 @@ current-context: fakeapi
         self._write_client_files()
         return self.token
 
+    # -- node identities -----------------------------------------------------
+
+    def add_identity_token(self, token, user, groups=()):
+        """token authenticates as user in groups (the node authorizer
+        restricts a user system:node:<name> in group system:nodes)."""
+        self.auth.add_identity_token(token, user, groups)
+
+    def node_token(self, node):
+        """A bearer token for the node's identity (system:node:<node>, group
+        system:nodes), the same one on every call."""
+        if node not in self._node_tokens:
+            token = secrets.token_hex(16)
+            self.auth.add_identity_token(token, NODE_USER_PREFIX + node,
+                                         (NODES_GROUP,))
+            self._node_tokens[node] = token
+        return self._node_tokens[node]
+
+    def node_client_cert(self, node, cert_path=None, key_path=None):
+        """A new client certificate for the node's identity (CN
+        system:node:<node>, O system:nodes) signed by the server's CA:
+        (cert_path, key_path).  Without paths, new files under nodes/;
+        cert_path == key_path writes one PEM with both, as kubelet's
+        kubelet-client-current.pem.  Files are replaced atomically."""
+        self._node_certs += 1
+        if cert_path is None:
+            os.makedirs(self.nodes_dir, exist_ok=True)
+            base = os.path.join(self.nodes_dir, f"{node}-{self._node_certs}")
+            cert_path, key_path = base + ".crt", base + ".key"
+        key_path = key_path or cert_path
+        cert, key = certs.client_cert(self.workdir, NODE_USER_PREFIX + node,
+                                      NODES_GROUP)
+        if key_path == cert_path:
+            _write_atomic(cert_path, (cert + key).decode())
+        else:
+            _write_atomic(cert_path, cert.decode())
+            _write_atomic(key_path, key.decode())
+        return cert_path, key_path
+
+    def node_kubeconfig(self, node, auth="token", cert_path=None,
+                        key_path=None, path=None):
+        """A kubeconfig file for the node's identity; returns its path
+        (default nodes/<node>-<auth>.kubeconfig).  auth "token": the
+        node_token() inline; "cert": client-certificate/client-key files,
+        cert_path/key_path if given (they may be one file, and may be
+        replaced later: clients re-read them), else a new node_client_cert."""
+        q = json.dumps
+        if auth == "token":
+            user = f"    token: {q(self.node_token(node))}\n"
+        elif auth == "cert":
+            if cert_path is None:
+                cert_path, key_path = self.node_client_cert(node)
+            user = (f"    client-certificate: {q(str(cert_path))}\n"
+                    f"    client-key: {q(str(key_path or cert_path))}\n")
+        else:
+            raise ValueError(f"auth must be 'token' or 'cert', not {auth!r}")
+        os.makedirs(self.nodes_dir, exist_ok=True)
+        path = str(path or os.path.join(self.nodes_dir,
+                                        f"{node}-{auth}.kubeconfig"))
+        _write_atomic(path, f"""apiVersion: v1
+kind: Config
+clusters:
+- name: fakeapi
+  cluster:
+    server: {q(self.server_url)}
+    certificate-authority: {q(self.ca_path)}
+users:
+- name: {q(NODE_USER_PREFIX + node)}
+  user:
+{user}contexts:
+- name: fakeapi-node
+  context:
+    cluster: fakeapi
+    user: {q(NODE_USER_PREFIX + node)}
+    namespace: {DEFAULT_NAMESPACE}
+current-context: fakeapi-node
+""")
+        return path
+
+    def node_graph(self, node):
+        """What the node authorizer lets the node reach now (lag applied):
+        {"pods", "secrets", "configmaps", "persistentvolumeclaims",
+        "serviceaccounts": ["ns/name", ...], "persistentvolumes",
+        "volumeattachments": ["name", ...]}."""
+        g = self.node_authorizer.graph(node)
+
+        def names(pairs):
+            return sorted(f"{ns}/{n}" for ns, n in pairs)
+        return {"pods": names(g.pods), "secrets": names(g.secrets),
+                "configmaps": names(g.configmaps),
+                "persistentvolumeclaims": names(g.claims),
+                "serviceaccounts": names(g.service_accounts),
+                "persistentvolumes": sorted(g.volumes),
+                "volumeattachments": sorted(g.attachments)}
+
     # -- faults --------------------------------------------------------------
+
+    def set_graph_lag(self, seconds):
+        """The node authorizer's graph lags `seconds` behind: pods bound,
+        PVs bound to a claim and VolumeAttachments placed on a node less
+        than that long ago are not in it yet, so a node's requests that need
+        them get 403 "no relationship found" (kubernetes#128910).  0 ends
+        the fault, as clear_faults() does."""
+        self.faults.set_graph_lag(seconds)
 
     def fail_next(self, count, status=500, retry_after=None, path_prefix=None,
                   method=None):

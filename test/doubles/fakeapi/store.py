@@ -96,6 +96,10 @@ class Store:
         # kube-apiserver only marks a pod bound to a node for deletion and
         # leaves the removal to the kubelet; tests may switch that off.
         self.pod_graceful_delete = pod_graceful_delete
+        # Called as listener(resource, type, object) under the store lock
+        # after every write, in resourceVersion order (the node authorizer's
+        # graph feeds on it); the object must not be modified.
+        self.listeners = []
 
     # -- reads ---------------------------------------------------------------
 
@@ -118,6 +122,16 @@ class Store:
                 raise errors.not_found(resource, name)
             return copy.deepcopy(obj)
 
+    def peek(self, resource):
+        """The stored objects of a resource, not copied: read them only."""
+        with self._lock:
+            return [o for (r, _, _), o in self._objects.items() if r is resource]
+
+    def peek_one(self, resource, namespace, name):
+        """The stored object or None, not copied: read it only."""
+        with self._lock:
+            return self._objects.get(self._key(resource, namespace, name))
+
     def list(self, resource, namespace=None, fields=None, labels=None):
         """(objects sorted as etcd keys sort, list resourceVersion)."""
         w = Watcher(resource, namespace, fields, labels)
@@ -130,21 +144,33 @@ class Store:
         return items, str(rv)
 
     # -- writes --------------------------------------------------------------
+    #
+    # `admit(old, new)` is admission control: called under the lock with the
+    # stored object (None on create) and the object the request asks for
+    # (None on delete) before anything is written; it raises ApiError to
+    # refuse.  As in kube-apiserver it sees the object after a patch was
+    # applied and before the registry's strategy touched it.
 
-    def create(self, resource, namespace, body):
+    def create(self, resource, namespace, body, admit=None):
         obj = objects.prepare_create(resource, namespace, body)
         key = self._key(resource, namespace, obj["metadata"]["name"])
         with self._lock:
+            if admit:
+                admit(None, obj)
             if key in self._objects:
                 raise errors.already_exists(resource, key[2])
             self._commit(resource, key, ADDED, obj, None)
             return copy.deepcopy(obj)
 
-    def update(self, resource, namespace, name, body, scope="main"):
+    def update(self, resource, namespace, name, body, scope="main",
+               admit=None):
         """PUT semantics; scope "status" for the status subresource, "all"
         for a test writing every field (status included)."""
         with self._lock:
             old = self._existing(resource, namespace, name)
+            if admit:
+                objects.check_identity(resource, body)
+                admit(old, body)
             wanted_rv = (body.get("metadata") or {}).get("resourceVersion") \
                 if isinstance(body, dict) else None
             new = objects.prepare_update(resource, old, body, scope, name)
@@ -153,20 +179,24 @@ class Store:
             return self._replace(resource, old, new)
 
     def patch(self, resource, namespace, name, content_type, patch_body,
-              scope="main"):
+              scope="main", admit=None):
         with self._lock:
             old = self._existing(resource, namespace, name)
             patched = patching.apply(content_type, old, patch_body)
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patch does not produce an object")
+            if admit:
+                admit(old, patched)
             return self.update(resource, namespace, name, patched, scope)
 
     def delete(self, resource, namespace, name, grace_period=None,
-               preconditions=None):
+               preconditions=None, admit=None):
         """DELETE semantics: (object, removed).  Finalizers and a pod's
         graceful deletion only mark the object."""
         with self._lock:
             old = self._existing(resource, namespace, name)
+            if admit:
+                admit(old, None)
             self._check_preconditions(resource, old, preconditions or {})
             period = self._grace_period(resource, old, grace_period)
             m = old["metadata"]
@@ -318,6 +348,8 @@ class Store:
         self._rv += 1
         final = _with_version(obj, self._rv)
         self._publish(_Change(self._rv, resource, DELETED, final, obj))
+        for listener in self.listeners:
+            listener(resource, DELETED, obj)
 
     def _commit(self, resource, key, type_, obj, prev):
         self._rv += 1
@@ -325,6 +357,8 @@ class Store:
         self._objects[key] = obj
         self._publish(_Change(self._rv, resource, type_, copy.deepcopy(obj),
                               prev))
+        for listener in self.listeners:
+            listener(resource, type_, obj)
 
     def _publish(self, change):
         self._history.append(change)

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "k8s/auth.h"
@@ -326,4 +329,93 @@ int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error) 
                 return -ENOMEM;
         *ret = TAKE_PTR(a);
         return 0;
+}
+
+/* --- credentials in files that are replaced under us ------------------------ */
+
+static void credential_wipe(char **data, size_t size) {
+        if (*data) {
+                explicit_bzero(*data, size);
+                *data = mfree_str(*data);
+        }
+}
+
+int k8s_credential_file_init(K8sCredentialFile *f, const char *path, const char *what, size_t max_size, bool trim) {
+        *f = (K8sCredentialFile) { .what = what, .max_size = max_size, .trim = trim };
+        f->path = strdup(path);
+        return f->path ? 0 : -ENOMEM;
+}
+
+void k8s_credential_file_done(K8sCredentialFile *f) {
+        credential_wipe(&f->data, f->size);
+        f->path = mfree_str(f->path);
+}
+
+static bool credential_file_same(const K8sCredentialFile *f, const struct stat *st) {
+        return st->st_dev == f->dev && st->st_ino == f->ino && st->st_size == f->file_size &&
+               st->st_mtim.tv_sec == f->mtime.tv_sec && st->st_mtim.tv_nsec == f->mtime.tv_nsec;
+}
+
+int k8s_credential_file_refresh(K8sCredentialFile *f, bool force) {
+        _cleanup_close_ int fd = -EBADF;
+        struct stat st;
+        char *buf;
+        ssize_t k;
+        size_t n = 0;
+
+        if (!f->path)
+                return 0;
+        /* stat() follows the symlink: a switched symlink shows as another inode. */
+        if (stat(f->path, &st) < 0)
+                return log_warning_errno(errno, "Cannot stat %s file %s, keeping the previous one: %m", f->what,
+                                         f->path);
+        if (!force && f->data && credential_file_same(f, &st))
+                return 0;
+        fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return log_warning_errno(errno, "Cannot open %s file %s, keeping the previous one: %m", f->what,
+                                         f->path);
+        /* The identity recorded is that of what is read: the symlink may have
+         * been switched again since the stat() above. */
+        if (fstat(fd, &st) < 0)
+                return log_warning_errno(errno, "Cannot stat %s file %s: %m", f->what, f->path);
+        buf = calloc(1, f->max_size + 1);
+        if (!buf)
+                return -ENOMEM;
+        while (n <= f->max_size) {
+                k = read(fd, buf + n, f->max_size + 1 - n);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        int e = errno;
+                        credential_wipe(&buf, f->max_size + 1);
+                        return log_warning_errno(e, "Cannot read %s file %s, keeping the previous one: %m",
+                                                 f->what, f->path);
+                }
+                if (k == 0)
+                        break;
+                n += (size_t) k;
+        }
+        if (n > f->max_size) {
+                credential_wipe(&buf, f->max_size + 1);
+                return log_warning_errno(EFBIG, "The %s file %s is larger than %zu bytes, keeping the previous one",
+                                         f->what, f->path, f->max_size);
+        }
+        if (f->trim)
+                while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
+                        buf[--n] = '\0';
+        f->dev = st.st_dev;
+        f->ino = st.st_ino;
+        f->file_size = st.st_size;
+        f->mtime = st.st_mtim;
+        if (f->data && f->size == n && memcmp(f->data, buf, n) == 0) {
+                credential_wipe(&buf, n);
+                return 0;
+        }
+        if (f->data)
+                log_info("The %s in %s changed, using the new one", f->what, f->path);
+        credential_wipe(&f->data, f->size);
+        f->data = buf;
+        f->size = n;
+        return 1;
 }

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "systemd/macro.h"
 
@@ -21,7 +23,7 @@ typedef struct K8sAuth {
         size_t ca_data_size;
         char *token;            /* a fixed bearer token ... */
         char *token_file;       /* ... or a file re-read when it changes */
-        char *client_cert_file;
+        char *client_cert_file; /* both files re-read when they change; may be one file */
         uint8_t *client_cert_data;
         size_t client_cert_data_size;
         char *client_key_file;
@@ -55,3 +57,29 @@ int k8s_auth_in_cluster(const char *service_account_dir, K8sAuth **ret, char **r
 
 /* Picks kubeconfig, explicit server, or in-cluster (both empty), per DESIGN §2. */
 int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error);
+
+/* A credential kept in a file that is replaced while kvolumed runs: a
+ * projected service account token (renamed over), kubelet's rotated client
+ * certificate (kubelet-client-current.pem, a symlink switched to a new file).
+ * A stat() before each use notices a change cheaply: the identity of the file
+ * behind the path (device, inode, size, mtime) is compared with the one last
+ * read.  After the server refused the credential, a forced re-read also
+ * catches a file rewritten in place with its old metadata. */
+typedef struct K8sCredentialFile {
+        char *path;
+        const char *what; /* "token", "client certificate", ... for log lines */
+        size_t max_size;
+        bool trim;        /* trailing whitespace is not part of it (tokens, as client-go) */
+        char *data;       /* NUL-terminated; NULL until read; wiped when replaced */
+        size_t size;
+        dev_t dev;
+        ino_t ino;
+        off_t file_size;
+        struct timespec mtime;
+} K8sCredentialFile;
+
+int k8s_credential_file_init(K8sCredentialFile *f, const char *path, const char *what, size_t max_size, bool trim);
+/* 1 when the content is new (the first read included), 0 when unchanged; on
+ * failure a warning is logged, the previous content kept, and -errno returned. */
+int k8s_credential_file_refresh(K8sCredentialFile *f, bool force);
+void k8s_credential_file_done(K8sCredentialFile *f);

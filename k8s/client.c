@@ -16,6 +16,8 @@
  * about 20 MiB, and informers page through lists in 500s anyway. */
 #define MAX_BODY_SIZE (256u * 1024u * 1024u)
 #define MAX_TOKEN_SIZE (64u * 1024u)
+/* A client certificate with its chain, or a key: far below this. */
+#define MAX_CLIENT_CERT_SIZE (1024u * 1024u)
 
 typedef enum RequestState {
         REQUEST_QUEUED,
@@ -28,7 +30,7 @@ struct K8sRequest {
         K8sRequest *prev, *next;
         RequestState state;
         bool watch;
-        bool retried_unauthorized;
+        bool retried_credentials;
         char *method;
         char *path;
         char *content_type;
@@ -43,23 +45,18 @@ struct K8sRequest {
         void *userdata;
         void (*destroy)(void *userdata);
         char errbuf[CURL_ERROR_SIZE];
-        char *token_used; /* to notice a rotation on 401 */
+        unsigned credentials_used; /* the generation it was sent with, to notice a rotation */
 };
-
-typedef struct TokenFile {
-        char *path;
-        char *token;
-        dev_t dev;
-        ino_t ino;
-        struct timespec mtime;
-        off_t size;
-} TokenFile;
 
 struct K8sClient {
         sd_event *event;
         CurlLoop *loop;
         K8sAuth *auth;
-        TokenFile token_file;
+        /* Credentials in files, re-read when they change.  The key comes from
+         * the certificate's file when both are one (kubelet's
+         * kubelet-client-current.pem): one read gives a matching pair. */
+        K8sCredentialFile token_file, cert_file, key_file;
+        unsigned credentials_generation; /* bumped whenever one of them changes */
         char *user_agent;
         uint64_t request_timeout_usec;
         K8sTokenBucket bucket;
@@ -75,61 +72,49 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
-/* --- token file ----------------------------------------------------------- */
+/* --- credentials ------------------------------------------------------------ */
 
-static void token_file_clear(TokenFile *t) {
-        if (t->token) {
-                explicit_bzero(t->token, strlen(t->token));
-                t->token = mfree_str(t->token);
-        }
+/* A stat per file per request is cheap next to the request.  Projected
+ * service account tokens are renamed over before they expire; kubelet
+ * switches the symlink kubelet-client-current.pem to a new file. */
+static void credentials_refresh(K8sClient *c, bool force) {
+        bool changed = false;
+
+        changed |= k8s_credential_file_refresh(&c->token_file, force) > 0;
+        changed |= k8s_credential_file_refresh(&c->cert_file, force) > 0;
+        changed |= k8s_credential_file_refresh(&c->key_file, force) > 0;
+        if (changed)
+                c->credentials_generation++;
 }
 
-/* Re-reads the token when the file is another one or was modified: a stat
- * per request is cheap next to the request, and projected service account
- * tokens are replaced by a rename (new inode) before they expire. */
-static int token_file_refresh(TokenFile *t, bool force) {
-        struct stat st;
-        _cleanup_(fclosep) FILE *f = NULL;
-        char *buf;
-        size_t n;
-
-        if (!t->path)
-                return 0;
-        if (stat(t->path, &st) < 0)
-                return log_warning_errno(errno, "Cannot stat token file %s, keeping the previous token: %m", t->path);
-        if (!force && t->token && st.st_dev == t->dev && st.st_ino == t->ino && st.st_size == t->size &&
-            st.st_mtim.tv_sec == t->mtime.tv_sec && st.st_mtim.tv_nsec == t->mtime.tv_nsec)
-                return 0;
-        f = fopen(t->path, "re");
-        if (!f)
-                return log_warning_errno(errno, "Cannot open token file %s: %m", t->path);
-        buf = calloc(1, MAX_TOKEN_SIZE + 1);
-        if (!buf)
-                return -ENOMEM;
-        n = fread(buf, 1, MAX_TOKEN_SIZE + 1, f);
-        if (n > MAX_TOKEN_SIZE) {
-                explicit_bzero(buf, MAX_TOKEN_SIZE + 1);
-                free(buf);
-                return log_warning_errno(EFBIG, "Token file %s is too large", t->path);
-        }
-        /* Trailing whitespace (a newline) is not part of the token, as in client-go. */
-        while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
-                buf[--n] = '\0';
-        if (n > 0 && t->token && !streq(t->token, buf))
-                log_info("Token file %s changed, using the new token", t->path);
-        token_file_clear(t);
-        t->token = buf;
-        t->dev = st.st_dev;
-        t->ino = st.st_ino;
-        t->size = st.st_size;
-        t->mtime = st.st_mtim;
-        return 1;
+static bool credentials_in_files(K8sClient *c) {
+        return c->token_file.path || c->cert_file.path || c->key_file.path;
 }
 
 static const char *client_token(K8sClient *c) {
         if (c->token_file.path)
-                return c->token_file.token;
+                return !isempty(c->token_file.data) ? c->token_file.data : NULL;
         return c->auth->token;
+}
+
+static bool client_cert_in_use(K8sClient *c) {
+        return c->cert_file.path || c->auth->client_cert_data;
+}
+
+/* Failures that a client certificate the server no longer takes can cause.
+ * Under TLS 1.3 the server checks the certificate after the client finished
+ * its side of the handshake, so its refusal arrives as a failed receive
+ * (or send) before any response. */
+static bool tls_failure(CURLcode code) {
+        switch (code) {
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_SSL_CERTPROBLEM:
+        case CURLE_RECV_ERROR:
+        case CURLE_SEND_ERROR:
+                return true;
+        default:
+                return false;
+        }
 }
 
 /* --- requests --------------------------------------------------------------- */
@@ -176,10 +161,6 @@ static void request_free(K8sRequest *r) {
                 /* Responses may carry Secrets. */
                 explicit_bzero(r->response, r->response_size);
                 free(r->response);
-        }
-        if (r->token_used) {
-                explicit_bzero(r->token_used, strlen(r->token_used));
-                free(r->token_used);
         }
         free(r);
 }
@@ -276,9 +257,23 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
                                      "and client certificate): %s", c->auth->server, detail);
                         break;
                 default:
+                        /* A TLS alert before any answer: under TLS 1.3 the server's
+                         * refusal of the client certificate comes this way. */
+                        if ((code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR) && status == 0 &&
+                            client_cert_in_use(c) && strstr(detail, " alert ")) {
+                                n = asprintf(&m, "TLS connection to API server %s failed: the client certificate%s%s "
+                                             "was refused: %s", c->auth->server, c->cert_file.path ? " from " : "",
+                                             strempty(c->cert_file.path), detail);
+                                break;
+                        }
                         n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path, c->auth->server,
                                      detail);
                 }
+        } else if (status == 401 && !client_token(c) && client_cert_in_use(c)) {
+                n = asprintf(&m, "API server %s answered 401 Unauthorized to %s %s: the client certificate%s%s "
+                             "is not accepted",
+                             c->auth->server, r->method, r->path, c->cert_file.path ? " from " : "",
+                             strempty(c->cert_file.path));
         } else if (status == 401) {
                 n = asprintf(&m, "API server %s answered 401 Unauthorized to %s %s: the bearer token%s%s is %s",
                              c->auth->server, r->method, r->path, c->token_file.path ? " from " : "",
@@ -307,11 +302,18 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
 
         request_unlink(r);
 
-        /* A rotated token: read the file again and retry once. */
-        if (code == CURLE_OK && status == 401 && c->token_file.path && !r->retried_unauthorized) {
-                (void) token_file_refresh(&c->token_file, true);
-                if (client_token(c) && !streq_ptr(client_token(c), r->token_used)) {
-                        r->retried_unauthorized = true;
+        /* Refused credentials may have been rotated under us (also in place,
+         * with the file's old metadata): read the files again and retry once
+         * when they changed.  A TLS failure counts only before any response,
+         * so that nothing of a watch was streamed yet. */
+        if (credentials_in_files(c) && !r->retried_credentials &&
+            ((code == CURLE_OK && status == 401) ||
+             (code != CURLE_OK && status == 0 && (c->cert_file.path || c->key_file.path) && tls_failure(code)))) {
+                credentials_refresh(c, true);
+                if (c->credentials_generation != r->credentials_used) {
+                        log_info("%s %s on API server %s was refused, retrying with the credentials read again",
+                                 r->method, r->path, c->auth->server);
+                        r->retried_credentials = true;
                         curl_easy_cleanup(r->easy);
                         r->easy = NULL;
                         curl_slist_free_all(r->headers);
@@ -353,7 +355,8 @@ static int request_setup(K8sRequest *r) {
         if (!e)
                 return -ENOMEM;
 
-        (void) token_file_refresh(&c->token_file, false);
+        credentials_refresh(c, false);
+        r->credentials_used = c->credentials_generation;
         token = client_token(c);
         /* No "Expect: 100-continue" on HTTP/1.1 bodies: it costs a round trip
          * (or curl's 1 s wait on servers that never answer it). */
@@ -380,8 +383,6 @@ static int request_setup(K8sRequest *r) {
                                 h = h2;
                         explicit_bzero(bearer, strlen(bearer));
                 }
-                free(r->token_used);
-                r->token_used = strdup(token);
         }
         if (h && r->content_type) {
                 _cleanup_free_ char *ct = NULL;
@@ -429,20 +430,33 @@ static int request_setup(K8sRequest *r) {
                 curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &blob);
         } else if (a->ca_file)
                 curl_easy_setopt(e, CURLOPT_CAINFO, a->ca_file);
-        if (a->client_cert_data) {
-                struct curl_blob blob = { .data = a->client_cert_data, .len = a->client_cert_data_size,
-                                          .flags = CURL_BLOB_COPY };
-                curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &blob);
+        /* The certificate and key go as blobs even when they come from files:
+         * libcurl reuses a pooled connection only for a request with the same
+         * certificate blob, so after a rotation no request goes out on a
+         * connection that was authenticated with the old certificate (a path
+         * would still match).  Running watches keep their connection: the
+         * server authenticated them when they started. */
+        const K8sCredentialFile *key_file = c->key_file.path ? &c->key_file
+                                            : c->cert_file.path ? &c->cert_file : NULL;
+        struct curl_blob cert_blob = {}, key_blob = {};
+        if (a->client_cert_data)
+                cert_blob = (struct curl_blob) { .data = a->client_cert_data, .len = a->client_cert_data_size };
+        else if (c->cert_file.data)
+                cert_blob = (struct curl_blob) { .data = c->cert_file.data, .len = c->cert_file.size };
+        if (a->client_key_data)
+                key_blob = (struct curl_blob) { .data = a->client_key_data, .len = a->client_key_data_size };
+        else if (key_file && key_file->data)
+                key_blob = (struct curl_blob) { .data = key_file->data, .len = key_file->size };
+        if (cert_blob.data) {
+                cert_blob.flags = CURL_BLOB_COPY;
+                curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &cert_blob);
                 curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
-        } else if (a->client_cert_file)
-                curl_easy_setopt(e, CURLOPT_SSLCERT, a->client_cert_file);
-        if (a->client_key_data) {
-                struct curl_blob blob = { .data = a->client_key_data, .len = a->client_key_data_size,
-                                          .flags = CURL_BLOB_COPY };
-                curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &blob);
+        }
+        if (key_blob.data) {
+                key_blob.flags = CURL_BLOB_COPY;
+                curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &key_blob);
                 curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
-        } else if (a->client_key_file)
-                curl_easy_setopt(e, CURLOPT_SSLKEY, a->client_key_file);
+        }
 
         if (!streq(r->method, "GET"))
                 curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
@@ -633,13 +647,36 @@ int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8
         if (strncmp(auth->server, "http://", 7) == 0)
                 log_warning("API server %s is reached over plain HTTP", auth->server);
         if (auth->token_file) {
-                c->token_file.path = strdup(auth->token_file);
-                if (!c->token_file.path)
-                        return -ENOMEM;
-                r = token_file_refresh(&c->token_file, true);
+                r = k8s_credential_file_init(&c->token_file, auth->token_file, "token", MAX_TOKEN_SIZE, true);
+                if (r < 0)
+                        return r;
+                r = k8s_credential_file_refresh(&c->token_file, true);
                 if (r < 0)
                         return log_error_errno(r, "Cannot read the bearer token file %s for API server %s: %m",
                                                auth->token_file, auth->server);
+        }
+        /* Inline data, when the kubeconfig has it, is what request_setup() uses;
+         * files otherwise.  The parsers let a certificate come only with a key. */
+        if (auth->client_cert_file && !auth->client_cert_data) {
+                r = k8s_credential_file_init(&c->cert_file, auth->client_cert_file, "client certificate",
+                                             MAX_CLIENT_CERT_SIZE, false);
+                if (r < 0)
+                        return r;
+                r = k8s_credential_file_refresh(&c->cert_file, true);
+                if (r < 0)
+                        return log_error_errno(r, "Cannot read the client certificate %s for API server %s: %m",
+                                               auth->client_cert_file, auth->server);
+        }
+        if (auth->client_key_file && !auth->client_key_data &&
+            !streq_ptr(auth->client_key_file, c->cert_file.path)) {
+                r = k8s_credential_file_init(&c->key_file, auth->client_key_file, "client key",
+                                             MAX_CLIENT_CERT_SIZE, false);
+                if (r < 0)
+                        return r;
+                r = k8s_credential_file_refresh(&c->key_file, true);
+                if (r < 0)
+                        return log_error_errno(r, "Cannot read the client key %s for API server %s: %m",
+                                               auth->client_key_file, auth->server);
         }
 
         r = curl_loop_new(event, &c->loop);
@@ -664,8 +701,9 @@ K8sClient *k8s_client_free(K8sClient *c) {
                 k8s_request_cancel(c->running);
         sd_event_source_disable_unref(c->bucket_timer);
         curl_loop_free(c->loop);
-        token_file_clear(&c->token_file);
-        free(c->token_file.path);
+        k8s_credential_file_done(&c->token_file);
+        k8s_credential_file_done(&c->cert_file);
+        k8s_credential_file_done(&c->key_file);
         k8s_auth_free(c->auth);
         free(c->user_agent);
         sd_event_unref(c->event);

@@ -1,5 +1,6 @@
 """meson install lays out what the README says: the daemon in sbin, the
-example configuration in /etc/kvolumed, the unit in systemd's directory."""
+example configuration in /etc/kvolumed, the unit in systemd's directory, the
+RBAC fallback in the documentation directory."""
 import os
 import subprocess
 
@@ -15,6 +16,9 @@ def test_install_layout(tmp_path):
     sbin = [f for f in files if f.endswith("/sbin/kvolumed")]
     assert len(sbin) == 1 and os.access(dest / sbin[0], os.X_OK)
     assert "etc/kvolumed/kvolumed.conf" in files
+    # The RBAC fallback is documentation, not configuration (README, "Running as the node").
+    assert [f for f in files if f.endswith("share/doc/kvolumed/rbac.yaml")], files
+    assert not [f for f in files if f.startswith("etc/") and "rbac" in f], files
     unit = [f for f in files if f.endswith("systemd/system/kvolumed.service")]
     assert len(unit) == 1, files
     text = (dest / unit[0]).read_text()

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Kubeconfig variants, in-cluster and explicit settings. */
+/* Kubeconfig variants, in-cluster and explicit settings, credential files
+ * that are rotated under the client. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "k8s/auth.h"
@@ -164,8 +167,119 @@ static void test_explicit(void **state) {
         free(err);
 }
 
+static void write_text(const char *dir, const char *name, const char *text) {
+        char path[256];
+        FILE *f;
+
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        f = fopen(path, "we");
+        assert_non_null(f);
+        assert_int_equal(fputs(text, f) >= 0, 1);
+        assert_int_equal(fclose(f), 0);
+}
+
+/* kubelet's rotation: a new file, then the symlink switched to it. */
+static void switch_symlink(const char *dir, const char *link, const char *target) {
+        char tmp[256], path[256];
+
+        snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, link);
+        snprintf(path, sizeof path, "%s/%s", dir, link);
+        assert_int_equal(symlink(target, tmp), 0);
+        assert_int_equal(rename(tmp, path), 0);
+}
+
+static void assert_credential(const K8sCredentialFile *f, const char *text) {
+        assert_non_null(f->data);
+        assert_int_equal(f->size, strlen(text));
+        assert_string_equal(f->data, text);
+}
+
+static void test_credential_file_rotation(void **state) {
+        char dir[] = "/tmp/test-k8s-auth-XXXXXX", path[256];
+        K8sCredentialFile f;
+        struct stat st;
+        struct timespec times[2];
+        FILE *w;
+
+        assert_non_null(mkdtemp(dir));
+        write_text(dir, "client-1.pem", "CERT-1 KEY-1\n");
+        switch_symlink(dir, "current.pem", "client-1.pem");
+        snprintf(path, sizeof path, "%s/current.pem", dir);
+
+        assert_int_equal(k8s_credential_file_init(&f, path, "client certificate", 64, false), 0);
+        assert_null(f.data);
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 1);
+        assert_credential(&f, "CERT-1 KEY-1\n"); /* certificates keep their bytes */
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 0);
+
+        /* Another file (inode) behind the symlink. */
+        write_text(dir, "client-2.pem", "CERT-2 KEY-2\n");
+        switch_symlink(dir, "current.pem", "client-2.pem");
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 1);
+        assert_credential(&f, "CERT-2 KEY-2\n");
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 0);
+
+        /* A new file with the same content is no change. */
+        write_text(dir, "client-3.pem", "CERT-2 KEY-2\n");
+        switch_symlink(dir, "current.pem", "client-3.pem");
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 0);
+        assert_credential(&f, "CERT-2 KEY-2\n");
+
+        /* Rewritten in place with the old metadata: only a forced read sees it. */
+        snprintf(path, sizeof path, "%s/client-3.pem", dir);
+        assert_int_equal(stat(path, &st), 0);
+        w = fopen(path, "r+e");
+        assert_non_null(w);
+        fputs("CERT-3 KEY-3\n", w);
+        assert_int_equal(fclose(w), 0);
+        times[0] = st.st_atim;
+        times[1] = st.st_mtim;
+        assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 0);
+        assert_credential(&f, "CERT-2 KEY-2\n");
+        assert_int_equal(k8s_credential_file_refresh(&f, true), 1);
+        assert_credential(&f, "CERT-3 KEY-3\n");
+        assert_int_equal(k8s_credential_file_refresh(&f, true), 0);
+
+        /* A dangling symlink or a file too large keeps the last good content. */
+        switch_symlink(dir, "current.pem", "missing.pem");
+        assert_int_equal(k8s_credential_file_refresh(&f, false), -ENOENT);
+        assert_credential(&f, "CERT-3 KEY-3\n");
+        write_text(dir, "huge.pem", "0123456789012345678901234567890123456789012345678901234567890123456789\n");
+        switch_symlink(dir, "current.pem", "huge.pem");
+        assert_int_equal(k8s_credential_file_refresh(&f, false), -EFBIG);
+        assert_credential(&f, "CERT-3 KEY-3\n");
+        k8s_credential_file_done(&f);
+        assert_null(f.data);
+        assert_null(f.path);
+
+        /* Tokens: trailing whitespace is not part of them. */
+        write_text(dir, "token", "abc.def \r\n");
+        snprintf(path, sizeof path, "%s/token", dir);
+        assert_int_equal(k8s_credential_file_init(&f, path, "token", 64, true), 0);
+        assert_int_equal(k8s_credential_file_refresh(&f, false), 1);
+        assert_credential(&f, "abc.def");
+        k8s_credential_file_done(&f);
+
+        /* A path that was never there fails the first read. */
+        snprintf(path, sizeof path, "%s/none", dir);
+        assert_int_equal(k8s_credential_file_init(&f, path, "token", 64, true), 0);
+        assert_int_equal(k8s_credential_file_refresh(&f, false), -ENOENT);
+        assert_null(f.data);
+        k8s_credential_file_done(&f);
+
+        static const char *const names[] = { "client-1.pem", "client-2.pem", "client-3.pem", "huge.pem",
+                                             "current.pem", "token" };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+                assert_int_equal(unlink(path), 0);
+        }
+        assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_credential_file_rotation),
                 cmocka_unit_test(test_token_and_ca_file),
                 cmocka_unit_test(test_data_forms),
                 cmocka_unit_test(test_files_and_insecure),

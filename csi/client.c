@@ -844,6 +844,7 @@ CsiClient *csi_client_free(CsiClient *c) {
         if (!c)
                 return NULL;
         c->registration = csi_registration_free(c->registration);
+        c->static_probes = csi_static_drivers_free(c->static_probes);
         while (c->calls) {
                 CsiCall *call = c->calls;
                 grpc_call_cancel(call->grpc);
@@ -861,6 +862,7 @@ CsiClient *csi_client_free(CsiClient *c) {
                 driver_free(d);
         }
         grpc_transport_free(c->transport);
+        free(c->refusal_reason);
         sd_event_unref(c->event);
         free(c->registration_dir);
         free(c);
@@ -881,7 +883,25 @@ void csi_client_set_registration_callbacks(CsiClient *c, const CsiRegistrationCa
         c->registration_userdata = userdata;
 }
 
+void csi_client_set_refusal_reason(CsiClient *c, const char *reason) {
+        (void) free_and_strdup(&c->refusal_reason, reason);
+}
+
+void csi_client_retry_deferred(CsiClient *c) {
+        if (c->registration)
+                csi_registration_retry_deferred(c->registration);
+        if (c->static_probes)
+                csi_static_drivers_retry_deferred(c->static_probes);
+}
+
 int csi_client_start(CsiClient *c) {
+        int r;
+
+        if (c->static_drivers && !c->static_probes) {
+                r = csi_static_drivers_start(c, &c->static_probes);
+                if (r < 0)
+                        return r;
+        }
         if (!c->registration_dir || c->registration)
                 return 0;
         return csi_registration_new(c, c->registration_dir, &c->registration);

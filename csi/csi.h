@@ -339,11 +339,13 @@ void csi_client_set_metrics_hook(CsiClient *c, csi_metrics_hook_t hook, void *us
 
 /* ---- driver registry and plugin registration ------------------------------ */
 
+/* A driver that answered NodeGetInfo: one announced by plugin registration,
+ * or one configured statically (registration_socket and version NULL). */
 typedef struct CsiRegisteredDriver {
         const char *name;
         const char *endpoint_path;       /* the CSI socket */
-        const char *registration_socket; /* where GetInfo was answered */
-        const char *version;             /* the supported version chosen, e.g. "1.0.0" */
+        const char *registration_socket; /* where GetInfo was answered; NULL: configured statically */
+        const char *version;             /* the supported version chosen, e.g. "1.0.0"; NULL: static */
         const CsiNodeInfo *node_info;    /* the driver's NodeGetInfo answer */
 } CsiRegisteredDriver;
 
@@ -351,20 +353,38 @@ typedef struct CsiRegistrationCallbacks {
         /* The driver is registered and callable by name.  A negative return
          * refuses it: it is removed again and the plugin is told
          * NotifyRegistrationStatus(false, "... registration failed ..."), as
-         * kubelet does when InstallCSIDriver fails. */
+         * kubelet does when InstallCSIDriver fails.
+         * Also called for a statically configured driver each time it answers
+         * NodeGetInfo: at start, when its socket is created again, and on the
+         * retries (backoff 500 ms to 30 s) while it is not up.  A negative
+         * return then means "try again later": the driver stays callable.
+         * -EAGAIN means "not yet": the caller lacks what it needs to decide
+         * (the Node is not listed yet); the plugin is not told, and the
+         * driver is asked again within a second, or at once after
+         * csi_client_retry_deferred(). */
         int (*registered)(CsiClient *c, const CsiRegisteredDriver *d, void *userdata);
         /* Its registration socket disappeared; the name is no longer callable
          * (unless it is also configured statically). */
         void (*deregistered)(CsiClient *c, const char *driver, const char *registration_socket, void *userdata);
         /* A registration attempt failed (it is retried with backoff while the
-         * socket exists); for logs and tests.  May be NULL. */
+         * socket exists); for logs and tests.  May be NULL.  For a static
+         * driver, "registration_socket" is its CSI socket. */
         void (*failed)(CsiClient *c, const char *registration_socket, const char *reason, void *userdata);
 } CsiRegistrationCallbacks;
 
 void csi_client_set_registration_callbacks(CsiClient *c, const CsiRegistrationCallbacks *cb, void *userdata);
 
+/* From a "registered" callback about to refuse the driver: the reason the
+ * plugin is told in NotifyRegistrationStatus (kubelet passes InstallCSIDriver's
+ * error on, e.g. "detected topology value collision: ..."). */
+void csi_client_set_refusal_reason(CsiClient *c, const char *reason);
+
+/* Asks again at once the drivers whose "registered" callback said -EAGAIN. */
+void csi_client_retry_deferred(CsiClient *c);
+
 /* Starts watching the registration directory (created 0755 when missing),
- * registering the sockets already there.  A no-op when registration is off. */
+ * registering the sockets already there (nothing when registration is off),
+ * and asking the statically configured drivers NodeGetInfo. */
 int csi_client_start(CsiClient *c);
 
 /* Whether calls to "driver" can be made (statically configured or registered). */

@@ -14,6 +14,7 @@
 #define CSI_DEFAULT_REGISTRATION_TIMEOUT_USEC USEC_PER_SEC
 
 typedef struct CsiRegistration CsiRegistration;
+typedef struct CsiStaticDrivers CsiStaticDrivers;
 
 typedef struct CsiDriver {
         char *name;
@@ -40,6 +41,8 @@ struct CsiClient {
         CsiRegistrationCallbacks registration_cb;
         void *registration_userdata;
         CsiRegistration *registration;
+        CsiStaticDrivers *static_probes;
+        char *refusal_reason; /* set by a "registered" callback that refuses */
 };
 
 /* Registered drivers come first: their endpoint is the live one. */
@@ -57,12 +60,22 @@ int csi_node_get_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, csi_
                          void *userdata, CsiCall **ret_call);
 
 /* registration.c */
+#define CSI_DEFERRED_RETRY_USEC USEC_PER_SEC
+
 int csi_registration_new(CsiClient *c, const char *dir, CsiRegistration **ret);
+void csi_registration_retry_deferred(CsiRegistration *r);
 CsiRegistration *csi_registration_free(CsiRegistration *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(CsiRegistration *, csi_registration_free);
 /* "1.0.0", "v1.2", "1" → highest supported 1.x in *ret (points into versions);
  * -ENOENT when none is. */
 int csi_highest_supported_version(char *const *versions, size_t n, const char **ret);
+
+/* static.c: NodeGetInfo of the statically configured drivers, at start, when
+ * their socket is created again, and with backoff while they are not up. */
+int csi_static_drivers_start(CsiClient *c, CsiStaticDrivers **ret);
+CsiStaticDrivers *csi_static_drivers_free(CsiStaticDrivers *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(CsiStaticDrivers *, csi_static_drivers_free);
+void csi_static_drivers_retry_deferred(CsiStaticDrivers *s);
 
 /* describe.c */
 bool csi_field_is_secret(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f);

@@ -45,6 +45,7 @@ struct Plugin {
         char *name;
         char *version;
         bool registered;
+        bool deferred;            /* the "registered" callback said -EAGAIN: not yet */
         sd_event_source *retry;
         uint64_t backoff_usec;
         Plugin *next;
@@ -234,6 +235,7 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                                    strerror(-r));
         p->registered = true;
         if (c->registration_cb.registered) {
+                c->refusal_reason = mfree_str(c->refusal_reason);
                 r = c->registration_cb.registered(c,
                                                   &(CsiRegisteredDriver){
                                                           .name = p->name,
@@ -243,12 +245,26 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                                                           .node_info = info,
                                                   },
                                                   c->registration_userdata);
+                if (r == -EAGAIN) {
+                        p->registered = false;
+                        (void) csi_client_remove_registered(c, p->name, p->socket_path);
+                        c->refusal_reason = mfree_str(c->refusal_reason);
+                        p->deferred = true;
+                        p->retry = sd_event_source_disable_unref(p->retry);
+                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC, CSI_DEFERRED_RETRY_USEC,
+                                                       USEC_PER_MSEC, on_retry, p);
+                        if (r < 0)
+                                log_warning_errno(r, "Failed to schedule a retry of %s: %m", p->socket_path);
+                        log_debug("Registration of %s deferred: the node is not known yet", p->name);
+                        return;
+                }
                 if (r < 0) {
                         p->registered = false;
                         (void) csi_client_remove_registered(c, p->name, p->socket_path);
+                        _cleanup_free_ char *reason = TAKE_PTR(c->refusal_reason);
                         return plugin_fail(p, true,
                                            "RegisterPlugin error -- plugin registration failed with err: %s",
-                                           strerror(-r));
+                                           reason ?: strerror(-r));
                 }
         }
         p->backoff_usec = 0;
@@ -364,6 +380,7 @@ static void plugin_begin(Plugin *p) {
 
         plugin_deregister(p);
         plugin_reset(p);
+        p->deferred = false;
         n = pluginregistration__info_request__pack(&req, buf);
         r = grpc_channel_call(p->reg_channel, GET_INFO_PATH, buf, n, p->reg->client->registration_timeout_usec,
                               on_get_info, p, &p->reg_call);
@@ -608,6 +625,12 @@ int csi_registration_new(CsiClient *c, const char *dir, CsiRegistration **ret) {
         log_info("Watching %s for CSI plugin registration sockets.", dir);
         *ret = TAKE_PTR(reg);
         return 0;
+}
+
+void csi_registration_retry_deferred(CsiRegistration *reg) {
+        for (Plugin *p = reg->plugins; p; p = p->next)
+                if (p->deferred)
+                        plugin_begin(p);
 }
 
 CsiRegistration *csi_registration_free(CsiRegistration *reg) {

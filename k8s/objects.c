@@ -598,6 +598,7 @@ K8sNode *k8s_node_free(K8sNode *n) {
                 return NULL;
         meta_done(&n->meta);
         k8s_string_map_done(&n->annotations);
+        k8s_string_map_done(&n->labels);
         for (size_t i = 0; i < n->n_volumes_attached; i++) {
                 free(n->volumes_attached[i].name);
                 free(n->volumes_attached[i].device_path);
@@ -624,6 +625,7 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
         md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
         size_t saved = k8s_json_path_push(&p, "metadata");
         TRY(k8s_json_get_string_map(&p, md, "annotations", &node->annotations));
+        TRY(k8s_json_get_string_map(&p, md, "labels", &node->labels));
         k8s_json_path_pop(&p, saved);
         TRY(k8s_json_get_object(&p, j, "status", JSON_OPTIONAL, &status));
         if (status) {

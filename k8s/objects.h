@@ -164,6 +164,7 @@ typedef struct K8sAttachedVolume {
 typedef struct K8sNode {
         K8sMeta meta;
         K8sStringMap annotations;
+        K8sStringMap labels;
         K8sAttachedVolume *volumes_attached;
         size_t n_volumes_attached;
         char **volumes_in_use;

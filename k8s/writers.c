@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -182,6 +183,7 @@ int k8s_node_id_annotation_update(const char *old, const char *driver, const cha
 typedef enum OpKind {
         OP_NODE_ID,
         OP_CSINODE,
+        OP_LABELS,
 } OpKind;
 
 typedef enum OpStep {
@@ -196,9 +198,11 @@ typedef struct RmwOp {
         OpKind kind;
         OpStep step;
         char *node;
+        char *node_uid; /* OP_CSINODE: the owner the CSINode must name; NULL: whatever it names */
         char *driver;
         char *node_id;
         char **topology_keys;
+        K8sStringMap add, remove; /* OP_LABELS */
         int64_t allocatable_count;
         unsigned attempts;
         k8s_write_done_t done;
@@ -210,6 +214,9 @@ static void rmw_free(void *p) {
         if (!op)
                 return;
         free(op->node);
+        free(op->node_uid);
+        k8s_string_map_done(&op->add);
+        k8s_string_map_done(&op->remove);
         free(op->driver);
         free(op->node_id);
         k8s_strv_free(op->topology_keys);
@@ -249,7 +256,7 @@ static int rmw_get_raw(RmwOp *op) {
 
         if (++op->attempts > K8S_WRITE_ATTEMPTS)
                 return -EBUSY;
-        if (op->kind == OP_NODE_ID)
+        if (op->kind == OP_NODE_ID || op->kind == OP_LABELS)
                 (void) object_path(&k8s_kind_node, NULL, op->node, NULL, &path);
         else if (asprintf(&path, "/apis/storage.k8s.io/v1/csinodes/%s", op->node) < 0)
                 path = NULL;
@@ -417,11 +424,54 @@ int k8s_csinode_update_drivers(cJSON *csinode, const char *driver, const char *n
         return 1;
 }
 
+/* Points the CSINode's Node owner reference at the Node with "uid"; 1 when changed. */
+static int csinode_fix_owner(cJSON *csinode, const char *node, const char *uid) {
+        cJSON *md = cJSON_GetObjectItemCaseSensitive(csinode, "metadata"), *refs, *ref;
+        int index = 0;
+
+        if (!cJSON_IsObject(md))
+                return 0;
+        refs = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
+        if (!cJSON_IsArray(refs))
+                refs = NULL;
+        cJSON_ArrayForEach(ref, refs) {
+                const cJSON *kind = cJSON_GetObjectItemCaseSensitive(ref, "kind");
+                const cJSON *ref_uid = cJSON_GetObjectItemCaseSensitive(ref, "uid");
+                if (cJSON_IsString(kind) && streq(kind->valuestring, "Node")) {
+                        if (cJSON_IsString(ref_uid) && streq(ref_uid->valuestring, uid))
+                                return 0;
+                        cJSON_DeleteItemFromArray(refs, index);
+                        break;
+                }
+                index++;
+        }
+        if (!refs) {
+                cJSON_DeleteItemFromObjectCaseSensitive(md, "ownerReferences");
+                refs = cJSON_AddArrayToObject(md, "ownerReferences");
+        }
+        if (!refs || !(ref = cJSON_CreateObject()))
+                return -ENOMEM;
+        if (!cJSON_AddItemToArray(refs, ref) || !cJSON_AddStringToObject(ref, "apiVersion", "v1") ||
+            !cJSON_AddStringToObject(ref, "kind", "Node") || !cJSON_AddStringToObject(ref, "name", node) ||
+            !cJSON_AddStringToObject(ref, "uid", uid))
+                return -ENOMEM;
+        return 1;
+}
+
 static void csinode_write(RmwOp *op, cJSON *csinode) {
         _cleanup_free_ char *body = NULL, *path = NULL;
-        int r;
+        int r, owner = 0;
 
+        if (op->node_uid && op->node_id) {
+                owner = csinode_fix_owner(csinode, op->node, op->node_uid);
+                if (owner < 0) {
+                        rmw_finish(op, owner, NULL);
+                        return;
+                }
+        }
         r = k8s_csinode_update_drivers(csinode, op->driver, op->node_id, op->topology_keys, op->allocatable_count);
+        if (r >= 0 && owner > 0)
+                r = 1;
         if (r <= 0) {
                 rmw_finish(op, r, NULL);
                 return;
@@ -465,6 +515,34 @@ static void csinode_create(RmwOp *op, cJSON *node) {
         rmw_send(op, STEP_CREATE, "POST", "/apis/storage.k8s.io/v1/csinodes", JSON, body);
 }
 
+static void labels_write(RmwOp *op, cJSON *node) {
+        _cleanup_(cJSON_Deletep) cJSON *patch = NULL;
+        _cleanup_free_ char *message = NULL, *body = NULL, *path = NULL;
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(node, "metadata");
+        const cJSON *rv = cJSON_GetObjectItemCaseSensitive(md, "resourceVersion");
+        cJSON *pmd;
+        int r;
+
+        r = k8s_node_labels_patch(node, &op->add, &op->remove, &patch, &message);
+        if (r <= 0) {
+                rmw_finish(op, r, message);
+                return;
+        }
+        /* Conditional on what was read: a 409 reads again, so that a label
+         * someone set meanwhile is seen (and collides) rather than overwritten. */
+        pmd = cJSON_GetObjectItemCaseSensitive(patch, "metadata");
+        if (cJSON_IsString(rv) && !cJSON_AddStringToObject(pmd, "resourceVersion", rv->valuestring)) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        body = cJSON_PrintUnformatted(patch);
+        if (!body || object_path(&k8s_kind_node, NULL, op->node, NULL, &path) < 0) {
+                rmw_finish(op, -ENOMEM, NULL);
+                return;
+        }
+        rmw_send(op, STEP_WRITE, "PATCH", path, MERGE_PATCH, body);
+}
+
 static void on_rmw(K8sClient *c, const K8sResponse *resp, void *userdata) {
         RmwOp *op = userdata;
         _cleanup_(cJSON_Deletep) cJSON *j = NULL;
@@ -499,6 +577,8 @@ static void on_rmw(K8sClient *c, const K8sResponse *resp, void *userdata) {
                 }
                 if (op->kind == OP_NODE_ID)
                         node_id_write(op, j);
+                else if (op->kind == OP_LABELS)
+                        labels_write(op, j);
                 else
                         csinode_write(op, j);
                 return;
@@ -526,8 +606,30 @@ static void on_rmw(K8sClient *c, const K8sResponse *resp, void *userdata) {
         }
 }
 
-static int rmw_start(K8sClient *c, OpKind kind, const char *node, const char *driver, const char *node_id,
-                     char *const *topology_keys, int64_t allocatable_count, k8s_write_done_t done, void *userdata) {
+static int string_map_copy(const K8sStringMap *from, K8sStringMap *to) {
+        size_t n = from ? from->n : 0;
+
+        *to = (K8sStringMap){};
+        if (n == 0)
+                return 0;
+        to->keys = calloc(n, sizeof(char *));
+        to->values = calloc(n, sizeof(char *));
+        if (!to->keys || !to->values)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                to->keys[i] = strdup(from->keys[i]);
+                to->values[i] = strdup(from->values[i]);
+                to->n++;
+                if (!to->keys[i] || !to->values[i])
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int rmw_start_op(K8sClient *c, OpKind kind, const char *node, const char *node_uid, const char *driver,
+                        const char *node_id, char *const *topology_keys, int64_t allocatable_count,
+                        const K8sStringMap *add, const K8sStringMap *remove, k8s_write_done_t done,
+                        void *userdata) {
         RmwOp *op;
 
         if (validate_dns1123_subdomain(node) < 0)
@@ -540,7 +642,8 @@ static int rmw_start(K8sClient *c, OpKind kind, const char *node, const char *dr
         *op = (RmwOp) { .client = c, .kind = kind, .allocatable_count = allocatable_count, .done = done,
                         .userdata = userdata };
         if (!(op->node = strdup(node)) || (driver && !(op->driver = strdup(driver))) ||
-            (node_id && !(op->node_id = strdup(node_id)))) {
+            (node_id && !(op->node_id = strdup(node_id))) || (node_uid && !(op->node_uid = strdup(node_uid))) ||
+            string_map_copy(add, &op->add) < 0 || string_map_copy(remove, &op->remove) < 0) {
                 rmw_free(op);
                 return -ENOMEM;
         }
@@ -565,13 +668,196 @@ static int rmw_start(K8sClient *c, OpKind kind, const char *node, const char *dr
 
 int k8s_node_set_driver_id(K8sClient *c, const char *node, const char *driver, const char *node_id,
                            k8s_write_done_t done, void *userdata) {
-        return rmw_start(c, OP_NODE_ID, node, driver, node_id, NULL, 0, done, userdata);
+        return rmw_start_op(c, OP_NODE_ID, node, NULL, driver, node_id, NULL, 0, NULL, NULL, done, userdata);
 }
 
 int k8s_csinode_set_driver(K8sClient *c, const char *node, const char *driver, const char *node_id,
                            char *const *topology_keys, int64_t allocatable_count, k8s_write_done_t done,
                            void *userdata) {
+        return k8s_csinode_set_driver_owned(c, node, NULL, driver, node_id, topology_keys, allocatable_count, done,
+                                            userdata);
+}
+
+int k8s_csinode_set_driver_owned(K8sClient *c, const char *node, const char *node_uid, const char *driver,
+                                 const char *node_id, char *const *topology_keys, int64_t allocatable_count,
+                                 k8s_write_done_t done, void *userdata) {
         if (!driver)
                 return -EINVAL;
-        return rmw_start(c, OP_CSINODE, node, driver, node_id, topology_keys, allocatable_count, done, userdata);
+        return rmw_start_op(c, OP_CSINODE, node, node_uid, driver, node_id, topology_keys, allocatable_count, NULL,
+                            NULL, done, userdata);
+}
+
+/* --- node labels ------------------------------------------------------------- */
+
+/* kubelet's own labels (k8s.io/kubelet/pkg/apis well_known_labels.go,
+ * IsKubeletLabel), which NodeRestriction lets a node set on itself. */
+static const char *const kubelet_labels[] = {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+};
+static const char *const kubelet_label_namespaces[] = { "kubelet.kubernetes.io", "node.kubernetes.io" };
+
+/* Whether namespace "ns" (of length n) is "domain" or a subdomain of it. */
+static bool in_domain(const char *ns, size_t n, const char *domain) {
+        size_t d = strlen(domain);
+        return (n == d && strncmp(ns, domain, n) == 0) ||
+               (n > d && ns[n - d - 1] == '.' && strncmp(ns + n - d, domain, d) == 0);
+}
+
+bool k8s_node_label_is_kubelet_label(const char *key) {
+        const char *slash = key ? strchr(key, '/') : NULL;
+
+        if (!key)
+                return false;
+        for (size_t i = 0; i < ELEMENTSOF(kubelet_labels); i++)
+                if (streq(key, kubelet_labels[i]))
+                        return true;
+        for (size_t i = 0; slash && i < ELEMENTSOF(kubelet_label_namespaces); i++)
+                if (in_domain(key, slash - key, kubelet_label_namespaces[i]))
+                        return true;
+        return false;
+}
+
+static bool label_name_valid(const char *s, size_t n, bool may_be_empty) {
+        if (n == 0)
+                return may_be_empty;
+        if (n > 63 || !isalnum((unsigned char) s[0]) || !isalnum((unsigned char) s[n - 1]))
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!isalnum((unsigned char) s[i]) && !strchr("-_.", s[i]))
+                        return false;
+        return true;
+}
+
+int k8s_validate_label(const char *key, const char *value) {
+        const char *slash;
+
+        if (!key || !value)
+                return -EINVAL;
+        slash = strchr(key, '/');
+        if (slash) {
+                _cleanup_free_ char *prefix = strndup(key, slash - key);
+                if (!prefix)
+                        return -ENOMEM;
+                if (validate_dns1123_subdomain(prefix) < 0)
+                        return -EINVAL;
+                key = slash + 1;
+        }
+        if (!label_name_valid(key, strlen(key), false) || !label_name_valid(value, strlen(value), true))
+                return -EINVAL;
+        return 0;
+}
+
+bool k8s_node_label_allowed(const char *key) {
+        const char *slash = key ? strchr(key, '/') : NULL;
+        size_t n;
+
+        if (!key || k8s_validate_label(key, "") < 0)
+                return false;
+        if (!slash)
+                return true;
+        n = slash - key;
+        if (!in_domain(key, n, "kubernetes.io") && !in_domain(key, n, "k8s.io"))
+                return true;
+        return k8s_node_label_is_kubelet_label(key);
+}
+
+int k8s_node_labels_patch(const cJSON *node, const K8sStringMap *add, const K8sStringMap *remove, cJSON **ret,
+                          char **ret_message) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(node, "metadata");
+        const cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+        _cleanup_(cJSON_Deletep) cJSON *patch = cJSON_CreateObject();
+        cJSON *pmd, *plabels;
+        bool changed = false;
+
+        *ret = NULL;
+        *ret_message = NULL;
+        if (!patch || !(pmd = cJSON_AddObjectToObject(patch, "metadata")) ||
+            !(plabels = cJSON_AddObjectToObject(pmd, "labels")))
+                return -ENOMEM;
+        for (size_t i = 0; add && i < add->n; i++) {
+                const cJSON *cur = cJSON_GetObjectItemCaseSensitive(labels, add->keys[i]);
+                if (k8s_validate_label(add->keys[i], add->values[i]) < 0) {
+                        if (asprintf(ret_message, "invalid label %s=%s", add->keys[i], add->values[i]) < 0)
+                                *ret_message = NULL;
+                        return -EINVAL;
+                }
+                if (!k8s_node_label_allowed(add->keys[i])) {
+                        if (asprintf(ret_message,
+                                     "label %s is in the kubernetes.io/k8s.io namespaces, which NodeRestriction "
+                                     "forbids a node to set on itself",
+                                     add->keys[i]) < 0)
+                                *ret_message = NULL;
+                        return -EPERM;
+                }
+                if (cJSON_IsString(cur) && streq(cur->valuestring, add->values[i]))
+                        continue;
+                if (cur && !cJSON_IsNull(cur)) {
+                        /* kubelet's words (nodeinfomanager.go updateTopologyLabels). */
+                        if (asprintf(ret_message,
+                                     "detected topology value collision: driver reported %s:%s but existing "
+                                     "label is %s:%s",
+                                     add->keys[i], add->values[i], add->keys[i],
+                                     cJSON_IsString(cur) ? cur->valuestring : "(not a string)") < 0)
+                                *ret_message = NULL;
+                        return -EEXIST;
+                }
+                if (!cJSON_AddStringToObject(plabels, add->keys[i], add->values[i]))
+                        return -ENOMEM;
+                changed = true;
+        }
+        for (size_t i = 0; remove && i < remove->n; i++) {
+                const cJSON *cur = cJSON_GetObjectItemCaseSensitive(labels, remove->keys[i]);
+                if (!k8s_node_label_allowed(remove->keys[i])) {
+                        if (asprintf(ret_message,
+                                     "label %s is in the kubernetes.io/k8s.io namespaces, which NodeRestriction "
+                                     "forbids a node to remove from itself",
+                                     remove->keys[i]) < 0)
+                                *ret_message = NULL;
+                        return -EPERM;
+                }
+                /* Someone else's value now: not ours to remove. */
+                if (!cJSON_IsString(cur) || !streq(cur->valuestring, remove->values[i]))
+                        continue;
+                if (add && k8s_string_map_get(add, remove->keys[i]))
+                        continue; /* also added: adding wins */
+                if (!cJSON_AddNullToObject(plabels, remove->keys[i]))
+                        return -ENOMEM;
+                changed = true;
+        }
+        if (!changed)
+                return 0;
+        *ret = TAKE_PTR(patch);
+        return 1;
+}
+
+int k8s_node_update_labels(K8sClient *c, const char *node, const K8sStringMap *add, const K8sStringMap *remove,
+                           k8s_write_done_t done, void *userdata) {
+        const K8sStringMap *maps[] = { add, remove };
+
+        /* Refused here, before any request: the API server would refuse the
+         * whole patch, and the reason belongs in our log. */
+        for (size_t m = 0; m < ELEMENTSOF(maps); m++)
+                for (size_t i = 0; maps[m] && i < maps[m]->n; i++)
+                        if (!k8s_node_label_allowed(maps[m]->keys[i])) {
+                                log_warning("Not labelling node %s with %s: %s", node, maps[m]->keys[i],
+                                            k8s_validate_label(maps[m]->keys[i], "") < 0
+                                                    ? "not a valid label key"
+                                                    : "a key in the kubernetes.io/k8s.io namespaces outside "
+                                                      "kubelet's own labels, which NodeRestriction forbids a "
+                                                      "node to change on itself");
+                                return -EPERM;
+                        }
+        if ((!add || add->n == 0) && (!remove || remove->n == 0))
+                return -EINVAL;
+        return rmw_start_op(c, OP_LABELS, node, NULL, NULL, NULL, NULL, 0, add, remove, done, userdata);
 }

@@ -48,7 +48,45 @@ int k8s_csinode_set_driver(K8sClient *c, const char *node, const char *driver, c
                            char *const *topology_keys, int64_t allocatable_count, k8s_write_done_t done,
                            void *userdata);
 
+/* Same, and when node_uid is given, an existing CSINode whose Node owner
+ * reference names another UID (the Node was deleted and created again) is
+ * made to point at the Node with that UID, so that the garbage collector
+ * keeps it. */
+int k8s_csinode_set_driver_owned(K8sClient *c, const char *node, const char *node_uid, const char *driver,
+                                 const char *node_id, char *const *topology_keys, int64_t allocatable_count,
+                                 k8s_write_done_t done, void *userdata);
+
+/* Adds the labels of "add" to Node <node> and removes each label of "remove"
+ * whose value is still the one given there (NULL maps: nothing).  A label
+ * of "add" the Node already has with another value fails the whole write
+ * with -EEXIST and kubelet's message ("detected topology value collision:
+ * ...").  Only labels NodeRestriction lets a node change on itself are
+ * written: a key in the kubernetes.io or k8s.io namespaces outside
+ * kubelet's own set is refused with -EPERM before any request, and logged.
+ * GET, then a merge patch conditioned on the resourceVersion (409: read
+ * again); no PATCH when nothing changes. */
+int k8s_node_update_labels(K8sClient *c, const char *node, const K8sStringMap *add, const K8sStringMap *remove,
+                           k8s_write_done_t done, void *userdata);
+
 /* Pure helpers, exposed for the tests. */
+/* Whether NodeRestriction lets a node add, change or remove label "key" on
+ * its own Node: keys outside the kubernetes.io and k8s.io namespaces (and
+ * their subdomains), plus kubelet's own labels (kubernetes.io/hostname,
+ * topology.kubernetes.io/zone, ..., anything under kubelet.kubernetes.io
+ * and node.kubernetes.io).  Malformed keys are not allowed either. */
+bool k8s_node_label_allowed(const char *key);
+/* Whether kubelet maintains the label itself (its allowed set above). */
+bool k8s_node_label_is_kubelet_label(const char *key);
+/* A label key and value the API server accepts: [prefix/]name, prefix a
+ * DNS-1123 subdomain, name and value ≤63 alphanumerics, '-', '_', '.' with
+ * alphanumeric ends (the value may be empty).  0 or -EINVAL. */
+int k8s_validate_label(const char *key, const char *value);
+/* The merge patch {"metadata":{"labels":{...}}} that applies "add" and
+ * "remove" to the Node object "node" (as above): 1 with *ret set, 0 when
+ * nothing changes, -EEXIST with *ret_message (the collision), -EPERM or
+ * -EINVAL with *ret_message for a refused key or value. */
+int k8s_node_labels_patch(const cJSON *node, const K8sStringMap *add, const K8sStringMap *remove, cJSON **ret,
+                          char **ret_message);
 /* The nodeid annotation value after setting/removing driver; NULL result
  * (with 0) when the annotation should be removed.  Invalid JSON in the old
  * value is replaced. Returns 1 when the value changed. */

@@ -3,26 +3,21 @@
 
 #include "volume/internal.h"
 
-static const char *const op_kind_names[_OP_KIND_MAX] = {
-        [OP_STAGE] = "stage",
-        [OP_PUBLISH] = "publish",
-        [OP_UNPUBLISH] = "unpublish",
-        [OP_UNSTAGE] = "unstage",
-};
-
-const char *op_kind_to_string(OpKind kind) {
-        return kind < _OP_KIND_MAX ? op_kind_names[kind] : "?";
+ActualVolume *actual_volume_new(const VolumeSpec *spec) {
+        return actual_volume_new_empty(spec->lifecycle, spec->unique_name, spec->driver, spec->handle,
+                                       spec->spec_name);
 }
 
-ActualVolume *actual_volume_new(const VolumeSpec *spec) {
+ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
+                                      const char *handle, const char *spec_name) {
         ActualVolume *av = calloc(1, sizeof *av);
         if (!av)
                 return NULL;
-        av->lifecycle = spec->lifecycle;
-        av->unique_name = strdup(spec->unique_name);
-        av->driver = strdup(spec->driver);
-        av->handle = strdup(spec->handle);
-        av->spec_name = strdup(spec->spec_name);
+        av->lifecycle = lifecycle;
+        av->unique_name = strdup(unique_name);
+        av->driver = strdup(driver);
+        av->handle = strdup(handle);
+        av->spec_name = strdup(spec_name);
         av->publishes = hashmap_new();
         av->backoffs = hashmap_new();
         if (!av->unique_name || !av->driver || !av->handle || !av->spec_name || !av->publishes || !av->backoffs)

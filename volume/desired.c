@@ -198,6 +198,18 @@ static int build_inline(const K8sPod *pod, const K8sPodVolume *v, bool block, De
         return 0;
 }
 
+/* The API server refuses the lookup: the volume waits (a new pod's objects
+ * are refused until the Node authorizer's graph has the pod) with what the
+ * server said, which the manager reports in an Event. */
+static int set_refused(const ClusterView *view, const K8sKind *kind, const char *namespace, const char *name,
+                       DesiredVolume *dv) {
+        const char *message = view->lookup_error ? view->lookup_error(view->userdata, kind, namespace, name) : NULL;
+
+        if (!isempty(message))
+                return set_text(&dv->waiting, "%s", message);
+        return set_text(&dv->waiting, "%s \"%s\" is forbidden", kind->plural, name);
+}
+
 static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
                             DesiredVolume *dv) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
@@ -206,6 +218,7 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         const K8sPersistentVolume *pv;
         const char *claim = v->claim_name;
         bool pv_block;
+        int r;
 
         if (v->ephemeral) {
                 /* Generic ephemeral volumes become a PVC named <pod>-<volume>. */
@@ -213,18 +226,24 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                         return -ENOMEM;
                 claim = ephemeral_claim;
         }
-        if (view->get_pvc(view->userdata, pod->meta.namespace, claim, &pvc) == -EAGAIN) {
+        r = view->get_pvc(view->userdata, pod->meta.namespace, claim, &pvc);
+        if (r == -EAGAIN) {
                 dv->looking_up = true;
                 return set_text(&dv->waiting, "looking up persistentvolumeclaim \"%s\"", claim);
         }
+        if (r == -EACCES)
+                return set_refused(view, &k8s_kind_pvc, pod->meta.namespace, claim, dv);
         if (!pvc)
                 return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" not found", claim);
         if (isempty(pvc->volume_name))
                 return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" is not bound", claim);
-        if (view->get_pv(view->userdata, pvc->volume_name, &pv) == -EAGAIN) {
+        r = view->get_pv(view->userdata, pvc->volume_name, &pv);
+        if (r == -EAGAIN) {
                 dv->looking_up = true;
                 return set_text(&dv->waiting, "looking up persistentvolume \"%s\"", pvc->volume_name);
         }
+        if (r == -EACCES)
+                return set_refused(view, &k8s_kind_pv, NULL, pvc->volume_name, dv);
         if (!pv)
                 return set_text(&dv->waiting, "persistentvolume \"%s\" of claim \"%s\" not found", pvc->volume_name,
                                 claim);

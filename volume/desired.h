@@ -57,12 +57,16 @@ typedef struct DesiredPod {
 
 /* Lookups of the objects a pod's volumes refer to: 0 with *ret the object,
  * or NULL when it does not exist; -EAGAIN when it is not known yet (its
- * watch has not delivered its first list). */
+ * first GET has not answered); -EACCES when the API server keeps refusing
+ * it.  lookup_error (optional) gives the server's message for that refusal:
+ * the volume waits with it, to be reported, since the Node authorizer may
+ * still come to allow it (kubelet-facts §14). */
 typedef struct ClusterView {
         int (*get_pvc)(void *userdata, const char *namespace, const char *name,
                        const K8sPersistentVolumeClaim **ret);
         int (*get_pv)(void *userdata, const char *name, const K8sPersistentVolume **ret);
         void *userdata;
+        const char *(*lookup_error)(void *userdata, const K8sKind *kind, const char *namespace, const char *name);
 } ClusterView;
 
 /* Whether the pod's volumes are wanted: not Succeeded or Failed, and not

@@ -10,8 +10,10 @@
 #include "k8s/events.h"
 #include "k8s/informer.h"
 #include "systemd/hashmap.h"
+#include "systemd/log.h"
 #include "volume/backoff.h"
 #include "volume/desired.h"
+#include "volume/intent.h"
 #include "volume/manager.h"
 #include "volume/mounttable.h"
 #include "volume/rootdir.h"
@@ -35,10 +37,11 @@ typedef enum PublishState {
 typedef struct ActualPublish {
         char *pod_uid;
         char *pod_key;   /* namespace/name, for logs */
-        char *spec_name;
+        char *spec_name; /* this pod's name of the volume: two PVs may share a handle */
         char *target;    /* relative to root-dir */
         PublishState state;
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
+        bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
 } ActualPublish;
 
 typedef struct Operation Operation;
@@ -53,22 +56,19 @@ typedef struct ActualVolume {
         char *spec_name;
         StageState stage;
         bool staged_mount;      /* the staging path was a mount point after NodeStageVolume */
+        bool stage_stale;       /* staging dirs found from a previous boot: nothing mounted */
+        bool reconstructed;     /* found on disk at start-up */
         bool desired;           /* some pod wants it (this pass) */
-        bool attachable;        /* last known: reported in volumesInUse */
+        /* Belongs in volumesInUse: once true, stays true until the volume is
+         * unstaged with no publish left, whatever its CSIDriver says meanwhile. */
+        bool attachable;
+        bool unstage_held;      /* the guard found other mounts of it: reported once */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
         bool attach_warned;
         Hashmap *publishes;     /* pod UID → ActualPublish */
         Operation *op;          /* at most one operation per volume at a time */
         Hashmap *backoffs;      /* "<kind>/<pod UID>" → Backoff */
 } ActualVolume;
-
-typedef enum OpKind {
-        OP_STAGE,
-        OP_PUBLISH,
-        OP_UNPUBLISH,
-        OP_UNSTAGE,
-        _OP_KIND_MAX,
-} OpKind;
 
 /* The pod an operation works for, copied: the pod may go meanwhile. */
 typedef struct PodInfo {
@@ -88,6 +88,7 @@ struct Operation {
         ActualVolume *av;
         VolumeSpec *spec;       /* a copy; NULL for teardown */
         PodInfo pod;            /* publish and unpublish */
+        char *spec_name;        /* the pod's name of the volume (publish, unpublish) or the volume's */
         char *target;           /* relative: publish target or staging target */
         unsigned step;
         uint64_t start_usec;
@@ -118,6 +119,8 @@ typedef struct PodEntry {
         Hashmap *reported;      /* volume name → the last wait/failure message sent as an event */
 } PodEntry;
 
+typedef struct DriverTable DriverTable;
+
 typedef struct DriverCaps {
         bool known;
         CsiNodeCapabilities caps;
@@ -139,6 +142,7 @@ struct VolumeManager {
         Hashmap *pod_entries;   /* UID → PodEntry */
         Hashmap *volumes;       /* unique name → ActualVolume */
         Hashmap *caps;          /* driver → DriverCaps */
+        DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
 
         sd_event_source *pass_source;    /* deferred: one pass for a burst of changes */
         sd_event_source *retry_timer;    /* the next backoff expiry */
@@ -149,12 +153,15 @@ struct VolumeManager {
         void *stopped_userdata;
 
         /* volumesInUse: what we last patched successfully, what we want. */
-        char **in_use_reported;
-        char **in_use_wanted;
-        char **in_use_inherited; /* listed by the Node at start and still staged on disk */
+        /* volumesInUse: computed each pass and compared with the Node's. */
+        char **in_use_sent;     /* the last list patched successfully ... */
+        uint64_t in_use_sent_at; /* ... and when: the informer may not have shown it yet */
+        char **in_use_sending;  /* the list of the patch in flight */
         bool in_use_patching;
-        bool in_use_synced;     /* one patch went through since start */
         uint64_t in_use_retry_at; /* after a failed patch */
+
+        char boot_id[BOOT_ID_MAX];
+        bool teardown_logged;   /* "waiting for the pod list before any teardown" said once */
 
         volume_metrics_hook_t metrics_hook;
         void *metrics_userdata;
@@ -164,13 +171,46 @@ struct VolumeManager {
 
 /* manager.c */
 void manager_schedule_pass(VolumeManager *m);
+void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
+/* An Event and a log line about a pod's volume, unless it is the last one
+ * sent for that volume; _clear forgets it once the volume is fine. */
+void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
+                         const char *message);
+void manager_report_clear(PodEntry *e, const char *volume);
+/* Rebuilds a pod's desired volumes from the informer's pod and the lookups;
+ * a volume once resolved keeps what it resolved to for the pod's lifetime. */
+void manager_rebuild_pod(VolumeManager *m, PodEntry *e);
 void manager_pod_event(VolumeManager *m, const PodInfo *pod, const char *type, const char *reason,
                        const char *format, ...) _printf_(5, 6);
 const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver);
 bool manager_attachable(VolumeManager *m, const char *driver);
 void manager_operation_done(VolumeManager *m, Operation *op, bool success);
 
+/* reconciler.c */
+void reconciler_pass(VolumeManager *m);
+
+/* reconstruct.c */
+/* Rebuilds the actual state from the volume directories under root-dir,
+ * their vol_data.json and intent records, and the mount table: run once at
+ * start-up, before any pass. */
+int reconstruct_actual_state(VolumeManager *m);
+/* Removes the directories and records of a volume found from a previous
+ * boot (nothing of it is mounted): no CSI call is made for them. */
+int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub);
+int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av);
+
+/* drivers.c: driver registration (registered and static drivers) recorded
+ * on the Node and CSINode, and restored when the Node loses it. */
+int drivers_setup(VolumeManager *m);
+/* Writes the controller-managed annotation (and whatever is pending). */
+void drivers_start(VolumeManager *m);
+/* The node informer's Node, added or updated. */
+void drivers_node_changed(VolumeManager *m, const K8sNode *node);
+void drivers_free(VolumeManager *m);
+
 /* actual.c */
+ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
+                                      const char *handle, const char *spec_name);
 ActualVolume *actual_volume_new(const VolumeSpec *spec);
 ActualVolume *actual_volume_free(ActualVolume *av);
 int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_name, const char *target,
@@ -178,7 +218,6 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
 void actual_publish_remove(ActualVolume *av, const char *pod_uid);
 Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool create);
 void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid);
-const char *op_kind_to_string(OpKind kind);
 
 int pod_info_from_desired(const DesiredPod *p, PodInfo *ret);
 int pod_info_copy(const PodInfo *from, PodInfo *to);
@@ -187,10 +226,19 @@ void pod_info_done(PodInfo *p);
 /* operations.c */
 /* Creates the directories and metadata an operation needs before its CSI
  * call (not yet durable: the pass syncs once for all), then starts it. */
+/* spec_name: the pod's name of the volume for publish and unpublish (the
+ * publish path is built from it), NULL for stage and unstage. */
 int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec, const PodInfo *pod,
-                  Operation **ret);
+                  const char *spec_name, Operation **ret);
 int operation_prepare(Operation *op);
 /* Runs it; it ends through manager_operation_done(), possibly at once. */
 void operation_start(Operation *op);
+/* Removes what an operation's prepare made for a volume dir (the target if
+ * it is no mount point, vol_data.json, the intent record, the dir and its
+ * empty parents); "target" and "dir" are relative to root-dir. */
+int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, const char *target, bool staging);
+/* Writes a volume dir's intent record; durable=false: the pass syncs once. */
+int intent_write(VolumeManager *m, const char *dir, OpKind kind, bool done, bool mount, const char *pod,
+                 bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);

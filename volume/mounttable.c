@@ -13,20 +13,21 @@ struct MountTable {
         sd_event_source *refresh_timer;
         mount_table_changed_t changed;
         void *userdata;
-        char **targets; /* sorted, unique */
-        size_t n_targets;
+        MountEntry *entries; /* sorted by target, unique */
+        size_t n_entries;
 };
 
-static int cmp_str(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
+static int cmp_entry(const void *a, const void *b) {
+        const MountEntry *x = a, *y = b;
+        int c = strcmp(x->target, y->target);
+        /* Stacked mounts: the later one (higher mount id) is what the path shows. */
+        return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
 }
 
-static void free_targets(MountTable *t) {
-        for (size_t i = 0; i < t->n_targets; i++)
-                free(t->targets[i]);
-        free(t->targets);
-        t->targets = NULL;
-        t->n_targets = 0;
+static void free_entries(MountEntry *entries, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(entries[i].target);
+        free(entries);
 }
 
 static bool under_root(MountTable *t, const char *target) {
@@ -37,7 +38,7 @@ int mount_table_refresh(MountTable *t) {
         struct libmnt_table *tb = mnt_new_table();
         struct libmnt_iter *it = mnt_new_iter(MNT_ITER_FORWARD);
         struct libmnt_fs *fs;
-        char **targets = NULL;
+        MountEntry *entries = NULL;
         size_t n = 0, allocated = 0;
         int r;
 
@@ -56,41 +57,42 @@ int mount_table_refresh(MountTable *t) {
                         continue;
                 if (n == allocated) {
                         size_t want = allocated ? 2 * allocated : 64;
-                        char **nt = reallocarray(targets, want, sizeof *nt);
-                        if (!nt) {
+                        MountEntry *ne = reallocarray(entries, want, sizeof *ne);
+                        if (!ne) {
                                 r = -ENOMEM;
                                 goto out;
                         }
-                        targets = nt;
+                        entries = ne;
                         allocated = want;
                 }
-                targets[n] = strdup(target);
-                if (!targets[n]) {
+                entries[n] = (MountEntry){ .target = strdup(target),
+                                           .devno = mnt_fs_get_devno(fs),
+                                           .id = mnt_fs_get_id(fs) };
+                if (!entries[n].target) {
                         r = -ENOMEM;
                         goto out;
                 }
                 n++;
         }
         if (n > 0)
-                qsort(targets, n, sizeof *targets, cmp_str);
-        /* Stacked mounts on one target count once. */
+                qsort(entries, n, sizeof *entries, cmp_entry);
+        /* Stacked mounts on one target count once: the top one. */
         size_t unique = 0;
         for (size_t i = 0; i < n; i++) {
-                if (unique > 0 && streq(targets[unique - 1], targets[i])) {
-                        free(targets[i]);
+                if (unique > 0 && streq(entries[unique - 1].target, entries[i].target)) {
+                        free(entries[unique - 1].target);
+                        entries[unique - 1] = entries[i];
                         continue;
                 }
-                targets[unique++] = targets[i];
+                entries[unique++] = entries[i];
         }
-        free_targets(t);
-        t->targets = TAKE_PTR(targets);
-        t->n_targets = unique;
+        free_entries(t->entries, t->n_entries);
+        t->entries = TAKE_PTR(entries);
+        t->n_entries = unique;
         n = 0;
         r = 0;
 out:
-        for (size_t i = 0; i < n; i++)
-                free(targets[i]);
-        free(targets);
+        free_entries(entries, n);
         mnt_free_iter(it);
         mnt_unref_table(tb);
         return r;
@@ -172,23 +174,55 @@ MountTable *mount_table_free(MountTable *t) {
         sd_event_source_disable_unref(t->refresh_timer);
         mnt_unref_monitor(t->monitor);
         sd_event_unref(t->event);
-        free_targets(t);
+        free_entries(t->entries, t->n_entries);
         free(t->root_dir);
         free(t);
         return NULL;
 }
 
+static const MountEntry *find_entry(MountTable *t, const char *abs_path) {
+        size_t lo = 0, hi = t->n_entries;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                int c = strcmp(abs_path, t->entries[mid].target);
+                if (c == 0)
+                        return &t->entries[mid];
+                if (c < 0)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        return NULL;
+}
+
 bool mount_table_is_mounted(MountTable *t, const char *abs_path) {
-        const char *key = abs_path;
-        if (t->n_targets == 0)
-                return false; /* bsearch() on no array at all is undefined */
-        return bsearch(&key, t->targets, t->n_targets, sizeof *t->targets, cmp_str) != NULL;
+        return find_entry(t, abs_path) != NULL;
+}
+
+const MountEntry *mount_table_get(MountTable *t, const char *abs_path) {
+        return find_entry(t, abs_path);
+}
+
+size_t mount_table_other_mounts(MountTable *t, const char *abs_path, const char **ret, size_t max) {
+        const MountEntry *e = find_entry(t, abs_path);
+        size_t n = 0;
+
+        if (!e)
+                return 0;
+        for (size_t i = 0; i < t->n_entries; i++) {
+                if (&t->entries[i] == e || t->entries[i].devno != e->devno)
+                        continue;
+                if (n < max)
+                        ret[n] = t->entries[i].target;
+                n++;
+        }
+        return n;
 }
 
 size_t mount_table_count(MountTable *t) {
-        return t->n_targets;
+        return t->n_entries;
 }
 
 const char *mount_table_target(MountTable *t, size_t i) {
-        return i < t->n_targets ? t->targets[i] : NULL;
+        return i < t->n_entries ? t->entries[i].target : NULL;
 }

@@ -11,7 +11,15 @@
 
 #include "systemd/macro.h"
 
+#include <sys/types.h>
+
 typedef struct MountTable MountTable;
+
+typedef struct MountEntry {
+        char *target;
+        dev_t devno; /* st_dev of the mounted file system: shared by its bind mounts */
+        int id;      /* mountinfo's mount ID */
+} MountEntry;
 
 #define MOUNT_TABLE_REFRESH_USEC (200 * USEC_PER_MSEC)
 
@@ -29,6 +37,13 @@ int mount_table_refresh(MountTable *t);
 
 /* Whether abs_path is a mount target; mounts stacked on it count once. */
 bool mount_table_is_mounted(MountTable *t, const char *abs_path);
+/* The mount at abs_path (the top one where mounts are stacked), or NULL. */
+const MountEntry *mount_table_get(MountTable *t, const char *abs_path);
+/* The other mount targets under root-dir of the file system mounted at
+ * abs_path (same device: bind mounts of it, or mounts of the same block
+ * device), kubelet's GetDeviceMountRefs.  Fills at most max of them into
+ * ret (borrowed until the next refresh) and returns how many there are. */
+size_t mount_table_other_mounts(MountTable *t, const char *abs_path, const char **ret, size_t max);
 /* Mount targets under root-dir (not counting root-dir itself). */
 size_t mount_table_count(MountTable *t);
 /* The i-th target, sorted; for listing and tests. */

@@ -30,7 +30,7 @@ static LogFields op_fields(const Operation *op) {
         return (LogFields){
                 .pod_uid = op->pod.uid,
                 .pod = op->pod.key,
-                .volume = op->av->spec_name,
+                .volume = op->spec_name,
                 .driver = op->av->driver,
                 .volume_handle = op->av->handle,
         };
@@ -77,10 +77,14 @@ static void op_continue(Operation *op) {
 
 /* ---- directories and metadata ----------------------------------------------- */
 
+static bool op_staging(const Operation *op) {
+        return op->kind == OP_STAGE || op->kind == OP_UNSTAGE;
+}
+
 static int volume_dir_of(const Operation *op, char **ret) {
-        if (op->kind == OP_STAGE || op->kind == OP_UNSTAGE)
+        if (op_staging(op))
                 return path_staging_volume_dir(op->av->driver, op->av->handle, ret);
-        return path_pod_volume_dir(op->pod.uid, op->av->spec_name, ret);
+        return path_pod_volume_dir(op->pod.uid, op->spec_name, ret);
 }
 
 static int write_vol_data(Operation *op, const char *dir) {
@@ -97,7 +101,7 @@ static int write_vol_data(Operation *op, const char *dir) {
                         return r;
                 /* kubelet always writes attachmentID, even for volumes never attached. */
                 d = (VolData){
-                        .spec_vol_id = op->av->spec_name,
+                        .spec_vol_id = op->spec_name,
                         .volume_handle = op->av->handle,
                         .driver_name = op->av->driver,
                         .node_name = op->m->node_name,
@@ -115,73 +119,107 @@ static int write_vol_data(Operation *op, const char *dir) {
         return root_dir_write_file(op->m->root, path, text, strlen(text), 0640, false);
 }
 
-static int remove_volume_dirs(Operation *op);
+int intent_write(VolumeManager *m, const char *dir, OpKind kind, bool done, bool mount, const char *pod,
+                 bool durable) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        Intent i = { .operation = kind, .done = done, .mount = mount, .pod = (char *) pod };
+        int r;
 
+        memcpy(i.boot_id, m->boot_id, sizeof i.boot_id);
+        r = intent_format(&i, &text);
+        if (r < 0)
+                return r;
+        if (asprintf(&path, "%s/" INTENT_FILE, dir) < 0)
+                return -ENOMEM;
+        return root_dir_write_file(m->root, path, text, strlen(text), 0640, durable);
+}
+
+static int remove_volume_dirs(Operation *op) {
+        _cleanup_free_ char *dir = NULL;
+        LogFields f = op_fields(op);
+        int r = volume_dir_of(op, &dir);
+        if (r < 0)
+                return r;
+        return volume_dirs_remove(op->m, &f, dir, op->target, op_staging(op));
+}
+
+/* Before the CSI call: what it needs on disk, and the intent record that
+ * tells reconstruction this call may have happened.  Not durable yet: the
+ * pass makes all of them durable with one syncfs. */
 int operation_prepare(Operation *op) {
         _cleanup_free_ char *dir = NULL;
         LogFields f = op_fields(op);
+        bool setup = op->kind == OP_STAGE || op->kind == OP_PUBLISH;
         int r;
 
-        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH)
-                return 0;
         r = volume_dir_of(op, &dir);
         if (r < 0)
                 return r;
-        /* kubelet makes globalmount itself, but leaves the publish target
-         * "mount" to the driver and makes only its parent. */
-        r = root_dir_mkdir_p(op->m->root, op->kind == OP_STAGE ? op->target : dir, 0750, NULL);
-        if (r < 0)
-                return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
-                                        op->kind == OP_STAGE ? op->target : dir);
-        r = write_vol_data(op, dir);
+        if (setup) {
+                /* kubelet makes globalmount itself, but leaves the publish target
+                 * "mount" to the driver and makes only its parent. */
+                r = root_dir_mkdir_p(op->m->root, op->kind == OP_STAGE ? op->target : dir, 0750, NULL);
+                if (r < 0)
+                        return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
+                                                op->kind == OP_STAGE ? op->target : dir);
+                r = write_vol_data(op, dir);
+                if (r < 0)
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
+                                         op->m->root->path, dir);
+        }
+        if (r >= 0) {
+                r = intent_write(op->m, dir, op->kind, false, false, op->pod.key, false);
+                if (r == -ENOENT && !setup)
+                        r = 0; /* nothing left on disk to record the teardown in */
+                else if (r < 0)
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" INTENT_FILE ": %m",
+                                         op->m->root->path, dir);
+        }
         if (r < 0) {
-                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m", op->m->root->path,
-                                 dir);
                 /* Nothing will track what was made: take it away again (never a
                  * mount point, never recursively), unless a volume lives there. */
-                if (!(op->kind == OP_STAGE ? op->av->stage != STAGE_NONE
-                                           : hashmap_get(op->av->publishes, op->pod.uid) != NULL))
+                if (setup && !(op->kind == OP_STAGE ? op->av->stage != STAGE_NONE
+                                                    : hashmap_get(op->av->publishes, op->pod.uid) != NULL))
                         (void) remove_volume_dirs(op);
                 return r;
         }
-        log_fields(LOG_DEBUG, &f, "Created %s/%s with " VOL_DATA_FILE, op->m->root->path, dir);
+        log_fields(LOG_DEBUG, &f, "Recorded %s intent in %s/%s", op_kind_to_string(op->kind), op->m->root->path,
+                   dir);
         return 0;
 }
 
-/* Removes what prepare made, never a mount point, never recursively.  Used
- * after a final failure and after a successful teardown. */
-static int remove_volume_dirs(Operation *op) {
-        _cleanup_free_ char *dir = NULL, *vol_data = NULL;
-        bool staging = op->kind == OP_STAGE || op->kind == OP_UNSTAGE;
-        LogFields f = op_fields(op);
+int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir_in, const char *target,
+                       bool staging) {
+        _cleanup_free_ char *dir = strdup(dir_in), *vol_data = NULL, *intent = NULL;
         int r;
 
-        r = volume_dir_of(op, &dir);
-        if (r < 0)
-                return r;
-        r = root_dir_is_mount_point(op->m->root, op->target);
-        if (r > 0)
-                return log_fields_errno(LOG_ERR, EBUSY, &f, "%s/%s is still a mount point; not removing it",
-                                        op->m->root->path, op->target);
-        r = root_dir_rmdir(op->m->root, op->target);
-        if (r < 0 && r != -ENOTDIR)
-                return log_fields_errno(LOG_ERR, r, &f, "Failed to remove %s/%s: %m", op->m->root->path,
-                                        op->target);
-        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0)
+        if (!dir)
                 return -ENOMEM;
-        r = root_dir_unlink(op->m->root, vol_data);
+        r = root_dir_is_mount_point(m->root, target);
+        if (r > 0)
+                return log_fields_errno(LOG_ERR, EBUSY, f, "%s/%s is still a mount point; not removing it",
+                                        m->root->path, target);
+        r = root_dir_rmdir(m->root, target);
+        if (r < 0 && r != -ENOTDIR)
+                return log_fields_errno(LOG_ERR, r, f, "Failed to remove %s/%s: %m", m->root->path, target);
+        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&intent, "%s/" INTENT_FILE, dir) < 0)
+                return -ENOMEM;
+        /* The intent last: until it goes, reconstruction knows the volume is ours. */
+        r = root_dir_unlink(m->root, vol_data);
         if (r >= 0)
-                r = root_dir_rmdir(op->m->root, dir);
+                r = root_dir_unlink(m->root, intent);
+        if (r >= 0)
+                r = root_dir_rmdir(m->root, dir);
         if (r < 0)
-                return log_fields_errno(LOG_ERR, r, &f, "Failed to remove %s/%s: %m", op->m->root->path, dir);
-        log_fields(LOG_DEBUG, &f, "Removed %s/%s", op->m->root->path, dir);
+                return log_fields_errno(LOG_ERR, r, f, "Failed to remove %s/%s: %m", m->root->path, dir);
+        log_fields(LOG_DEBUG, f, "Removed %s/%s", m->root->path, dir);
 
         /* Parents made by mkdir -p, if nothing else lives there any more. */
         for (char *slash; (slash = strrchr(dir, '/'));) {
                 *slash = '\0';
                 if (streq(dir, staging ? "plugins/" CSI_PLUGIN_NAME : "pods"))
                         break;
-                if (root_dir_rmdir(op->m->root, dir) < 0)
+                if (root_dir_rmdir(m->root, dir) < 0)
                         break;
         }
         return 0;
@@ -367,6 +405,33 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
 }
 
 #define MAX_CONTEXT 64
+#define MAX_REFS_SHOWN 8
+
+/* kubelet's mount-reference check before UnmountDevice, against the mount
+ * table as the kernel has it now, whatever our state believes: another
+ * mount of the staged file system under root-dir is a publish (or a copy of
+ * one) that NodeUnstageVolume would pull from under a pod. */
+static bool unstage_guard_passes(Operation *op, const char *target) {
+        const char *refs[MAX_REFS_SHOWN];
+        char list[2048] = "";
+        size_t n, len = 0;
+        int r;
+
+        r = mount_table_refresh(op->m->mounts);
+        if (r < 0) {
+                op_fail(op, r, false, "kubernetes.io/csi: cannot read the mount table to check %s: %s", target,
+                        strerror(-r));
+                return false;
+        }
+        n = mount_table_other_mounts(op->m->mounts, target, refs, MAX_REFS_SHOWN);
+        if (n == 0)
+                return true;
+        for (size_t i = 0; i < MIN(n, (size_t) MAX_REFS_SHOWN) && len < sizeof list - 1; i++)
+                len += (size_t) snprintf(list + len, sizeof list - len, "%s%s", i ? " " : "", refs[i]);
+        op_fail(op, -EBUSY, false, "the device mount path %s is still mounted by other references [%s]%s", target,
+                list, n > MAX_REFS_SHOWN ? " ..." : "");
+        return false;
+}
 
 static void step_call(Operation *op) {
         _cleanup_free_ char *target = abs_path(op, op->target), *staging = NULL;
@@ -392,6 +457,8 @@ static void step_call(Operation *op) {
                         op_continue(op); /* kubelet: no STAGE_UNSTAGE, just remove the dirs */
                         return;
                 }
+                if (!unstage_guard_passes(op, target))
+                        return;
                 r = csi_node_unstage_volume(op->m->csi, op->av->driver,
                                             &(CsiNodeUnstageVolumeRequest){ .volume_id = op->av->handle,
                                                                             .staging_target_path = target },
@@ -576,6 +643,21 @@ static void op_run(Operation *op) {
 
 /* ---- outcome ------------------------------------------------------------------- */
 
+/* The call succeeded: say so in the intent record, lazily (if the record
+ * is lost, reconstruction takes the volume for uncertain and repeats the
+ * call, which drivers must accept). */
+static void record_done(Operation *op, bool mount) {
+        _cleanup_free_ char *dir = NULL;
+        LogFields f = op_fields(op);
+        int r = volume_dir_of(op, &dir);
+
+        if (r >= 0)
+                r = intent_write(op->m, dir, op->kind, true, mount, op->pod.key, false);
+        if (r < 0)
+                log_fields_errno(LOG_WARNING, r, &f, "Failed to record the %s of %s as done: %m",
+                                 op_kind_to_string(op->kind), op->av->unique_name);
+}
+
 /* Updates the actual state.  Rules, as kubelet's: success → done; an
  * uncertain failure → uncertain (may be mounted); a failure where the call
  * never happened changes nothing; a final failure → nothing is there, and
@@ -590,8 +672,10 @@ static void record_outcome(Operation *op, bool success) {
         case OP_STAGE:
                 if (success) {
                         av->stage = STAGE_DONE;
+                        av->stage_stale = false;
                         /* Only a mount can be watched for loss. */
                         av->staged_mount = root_dir_is_mount_point(op->m->root, op->target) > 0;
+                        record_done(op, av->staged_mount);
                 }
                 else if (op->uncertain)
                         av->stage = STAGE_UNCERTAIN;
@@ -602,18 +686,22 @@ static void record_outcome(Operation *op, bool success) {
                 break;
         case OP_PUBLISH:
                 if (success || op->uncertain) {
-                        (void) actual_publish_set(av, &op->pod, av->spec_name, op->target,
+                        (void) actual_publish_set(av, &op->pod, op->spec_name, op->target,
                                                   success ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
                         existing = hashmap_get(av->publishes, op->pod.uid);
-                        if (existing && success)
+                        if (existing)
+                                existing->stale = false;
+                        if (existing && success) {
                                 existing->not_a_mount = root_dir_is_mount_point(op->m->root, op->target) <= 0;
+                                record_done(op, !existing->not_a_mount);
+                        }
                 }
                 else if (existing && (existing->state == PUBLISH_DONE || nothing_happened))
                         ; /* unchanged */
                 else if (remove_volume_dirs(op) >= 0)
                         actual_publish_remove(av, op->pod.uid);
                 else
-                        (void) actual_publish_set(av, &op->pod, av->spec_name, op->target, PUBLISH_UNCERTAIN);
+                        (void) actual_publish_set(av, &op->pod, op->spec_name, op->target, PUBLISH_UNCERTAIN);
                 break;
         case OP_UNPUBLISH:
                 if (success && remove_volume_dirs(op) >= 0)
@@ -650,7 +738,7 @@ static void op_finish(Operation *op, bool success) {
                                : op->kind == OP_UNPUBLISH ? LOG_MESSAGE_ID_VOLUME_UNPUBLISHED
                                                           : NULL;
                 log_fields(op->kind == OP_PUBLISH || op->kind == OP_UNPUBLISH ? LOG_INFO : LOG_DEBUG, &f,
-                           "Volume %s %s%s%s in %.1f ms", av->spec_name,
+                           "Volume %s %s%s%s in %.1f ms", op->spec_name,
                            op->kind == OP_STAGE       ? "staged"
                            : op->kind == OP_PUBLISH   ? "published"
                            : op->kind == OP_UNPUBLISH ? "unpublished"
@@ -659,7 +747,7 @@ static void op_finish(Operation *op, bool success) {
                 /* kubelet no longer records this as an Event by default; at debug level we do. */
                 if (op->kind == OP_PUBLISH && log_get_max_level() >= LOG_DEBUG)
                         manager_pod_event(m, &op->pod, "Normal", "SuccessfulMountVolume",
-                                          "MountVolume.SetUp succeeded for volume \"%s\"", av->spec_name);
+                                          "MountVolume.SetUp succeeded for volume \"%s\"", op->spec_name);
         } else {
                 b = actual_backoff(av, op->kind, op->pod.uid, true);
                 if (b)
@@ -673,7 +761,7 @@ static void op_finish(Operation *op, bool success) {
                                  b ? b->duration_usec / USEC_PER_MSEC : 0, strempty(op->message));
                 if ((op->kind == OP_STAGE || op->kind == OP_PUBLISH) && op->pod.uid && !m->stopping)
                         manager_pod_event(m, &op->pod, "Warning", "FailedMount", "%s for volume \"%s\" : %s",
-                                          event_prefix(op->kind), av->spec_name, strempty(op->message));
+                                          event_prefix(op->kind), op->spec_name, strempty(op->message));
         }
         if (m->metrics_hook) {
                 char plugin[128];
@@ -698,13 +786,14 @@ Operation *operation_free(Operation *op) {
         volume_spec_free(op->spec);
         pod_info_done(&op->pod);
         free(op->target);
+        free(op->spec_name);
         free(op->message);
         free(op);
         return NULL;
 }
 
 int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec, const PodInfo *pod,
-                  Operation **ret) {
+                  const char *spec_name, Operation **ret) {
         Operation *op = calloc(1, sizeof *op);
         int r = 0;
 
@@ -717,11 +806,13 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
                 r = -ENOMEM;
         if (r >= 0 && pod)
                 r = pod_info_copy(pod, &op->pod);
+        if (r >= 0 && !(op->spec_name = strdup(spec_name ?: av->spec_name)))
+                r = -ENOMEM;
         if (r >= 0) {
                 if (kind == OP_STAGE || kind == OP_UNSTAGE)
                         r = path_staging_target(av->driver, av->handle, &op->target);
                 else
-                        r = path_publish_target(pod->uid, av->spec_name, &op->target);
+                        r = path_publish_target(pod->uid, op->spec_name, &op->target);
         }
         if (r < 0) {
                 operation_free(op);

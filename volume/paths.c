@@ -83,6 +83,31 @@ int path_publish_target(const char *pod_uid, const char *spec_name, char **ret) 
         return make_path(ret, "pods/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED "/%s/mount", pod_uid, spec_name);
 }
 
+int path_parse_publish_target(const char *relpath, char **ret_uid, char **ret_spec_name) {
+        static const char prefix[] = "pods/", middle[] = "/volumes/" CSI_PLUGIN_NAME_ESCAPED "/", suffix[] = "/mount";
+        _cleanup_free_ char *uid = NULL, *spec_name = NULL;
+        const char *p = relpath, *slash;
+        size_t n = strlen(relpath);
+
+        if (strncmp(p, prefix, strlen(prefix)) != 0 || n < strlen(suffix) ||
+            !streq(relpath + n - strlen(suffix), suffix))
+                return -EINVAL;
+        p += strlen(prefix);
+        slash = strchr(p, '/');
+        if (!slash || !(uid = strndup(p, slash - p)))
+                return -EINVAL;
+        if (strncmp(slash, middle, strlen(middle)) != 0)
+                return -EINVAL;
+        p = slash + strlen(middle);
+        if (!(spec_name = strndup(p, (size_t) (relpath + n - strlen(suffix) - p))))
+                return -ENOMEM;
+        if (validate_uid(uid) < 0 || validate_path_component(spec_name) < 0)
+                return -EINVAL;
+        *ret_uid = TAKE_PTR(uid);
+        *ret_spec_name = TAKE_PTR(spec_name);
+        return 0;
+}
+
 static int staging_hash(const char *driver, const char *handle, char hex[static 65]) {
         char name[CSI_HASH_NAME_MAX];
         int r;

@@ -32,6 +32,8 @@ int csi_unique_volume_name(const char *driver, const char *handle, char **ret);
 int path_pod_volume_dir(const char *pod_uid, const char *spec_name, char **ret);
 /* pods/<uid>/volumes/kubernetes.io~csi/<specName>/mount — NodePublish target. */
 int path_publish_target(const char *pod_uid, const char *spec_name, char **ret);
+/* The inverse of path_publish_target(): -EINVAL for any other path. */
+int path_parse_publish_target(const char *relpath, char **ret_uid, char **ret_spec_name);
 /* plugins/kubernetes.io/csi/<driver>/<hex(sha256(handle))> — the staging
  * volume dir, holding vol_data.json and "globalmount". */
 int path_staging_volume_dir(const char *driver, const char *handle, char **ret);

@@ -1,151 +1,425 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+#include <systemd/sd-event.h>
 
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/validate.h"
 #include "volume/watches.h"
 
-typedef struct Watch {
-        K8sInformer *informer;
+typedef struct ObjectEntry {
+        ObjectWatches *w;
+        const K8sKind *kind;
+        char *key; /* "Kind/namespace/name", for logs */
+        char *namespace;
+        char *name;
+
+        bool answered;          /* obj holds an answer */
+        void *obj;              /* the last answer; NULL: the object does not exist */
+
+        K8sRequest *request;    /* the GET in flight */
+        bool again;             /* refreshed while a GET was in flight: GET again after it */
+        bool refresh_due;       /* a refresh wants a GET at the next loop iteration */
+        sd_event_source *timer; /* the next GET of an object not final, or after a failure */
+        uint64_t delay_usec;    /* the backoff: 0 after a final answer */
+
+        unsigned failures;            /* other GETs failed in a row */
+        unsigned forbidden;           /* GETs refused (403) in a row */
+        uint64_t forbidden_since_usec;
+        bool forbidden_reported;      /* object_watches_get says -EACCES */
+        char *error;                  /* why the last GET failed; NULL after a success */
+
         bool marked;
-} Watch;
+} ObjectEntry;
 
 struct ObjectWatches {
         K8sClient *client;
-        Hashmap *watches; /* "Kind/namespace/name" → Watch */
+        sd_event *event;
+        Hashmap *entries; /* key → ObjectEntry */
+        sd_event_source *refresh_source; /* runs the refreshes asked for in this iteration */
         object_watches_changed_t changed;
         void *userdata;
 };
 
-static void notify(K8sInformer *i, void *userdata) {
-        ObjectWatches *w = userdata;
-        w->changed(w->userdata);
-}
-static void on_add(K8sInformer *i, const void *obj, void *userdata) {
-        notify(i, userdata);
-}
-static void on_update(K8sInformer *i, const void *old, const void *new, void *userdata) {
-        notify(i, userdata);
-}
-static void on_delete(K8sInformer *i, const void *old, void *userdata) {
-        notify(i, userdata);
+static uint64_t now_usec(ObjectWatches *w) {
+        uint64_t now = 0;
+        (void) sd_event_now(w->event, CLOCK_MONOTONIC, &now);
+        return now;
 }
 
-static const K8sInformerHandlers handlers = {
-        .on_add = on_add,
-        .on_update = on_update,
-        .on_delete = on_delete,
-        /* The first list also answers "does not exist": a pass must run then. */
-        .on_synced = notify,
-};
-
-int object_watches_new(K8sClient *client, object_watches_changed_t changed, void *userdata, ObjectWatches **ret) {
-        ObjectWatches *w = calloc(1, sizeof *w);
-        if (!w)
-                return -ENOMEM;
-        w->watches = hashmap_new();
-        if (!w->watches) {
-                free(w);
-                return -ENOMEM;
+/* Whether the answer is what a volume waits for (a bound claim, a PV that
+ * exists, an attached VolumeAttachment): no need to look again while pods
+ * use it. */
+static bool entry_final(const ObjectEntry *e) {
+        if (!e->answered || !e->obj || e->forbidden_reported)
+                return false;
+        if (e->kind == &k8s_kind_pvc) {
+                const K8sPersistentVolumeClaim *pvc = e->obj;
+                return !isempty(pvc->volume_name) && streq_ptr(pvc->phase, "Bound");
         }
-        w->client = client;
-        w->changed = changed;
-        w->userdata = userdata;
-        *ret = w;
+        if (e->kind == &k8s_kind_volume_attachment)
+                return ((const K8sVolumeAttachment *) e->obj)->attached;
+        return true; /* a PV (or anything else) that exists */
+}
+
+/* Every typed object starts with its K8sMeta. */
+static const K8sMeta *object_meta(const void *obj) {
+        return obj;
+}
+
+static bool same_answer(const void *a, const void *b) {
+        if (!a || !b)
+                return a == b;
+        const K8sMeta *ma = object_meta(a), *mb = object_meta(b);
+        /* Without a resourceVersion nothing tells them apart: take it as new. */
+        return ma->resource_version && streq_ptr(ma->resource_version, mb->resource_version) &&
+               streq_ptr(ma->uid, mb->uid);
+}
+
+static void entry_free(ObjectEntry *e) {
+        if (!e)
+                return;
+        k8s_request_cancel(e->request);
+        sd_event_source_disable_unref(e->timer);
+        if (e->obj)
+                e->kind->free(e->obj);
+        free(e->key);
+        free(e->namespace);
+        free(e->name);
+        free(e->error);
+        free(e);
+}
+
+static void entry_fetch(ObjectEntry *e);
+
+static int on_retry_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        entry_fetch(userdata);
         return 0;
 }
 
-static void watch_free(Watch *watch) {
-        k8s_informer_free(watch->informer);
-        free(watch);
+static void entry_schedule(ObjectEntry *e, uint64_t delay) {
+        uint64_t when = now_usec(e->w) + delay;
+        /* sd-event's default slack is 250 ms: far too much for a 100 ms step. */
+        uint64_t accuracy = MAX(delay / 8, USEC_PER_MSEC);
+        int r;
+
+        if (!e->timer) {
+                r = sd_event_add_time(e->w->event, &e->timer, CLOCK_MONOTONIC, when, accuracy, on_retry_timer, e);
+                if (r < 0) {
+                        log_warning_errno(r, "Cannot schedule the next GET of %s: %m", e->key);
+                        return;
+                }
+        } else {
+                (void) sd_event_source_set_time(e->timer, when);
+                (void) sd_event_source_set_time_accuracy(e->timer, accuracy);
+        }
+        (void) sd_event_source_set_enabled(e->timer, SD_EVENT_ONESHOT);
+}
+
+static uint64_t next_delay(uint64_t delay) {
+        return delay == 0 ? OBJECT_LOOKUP_RETRY_INITIAL_USEC : MIN(2 * delay, OBJECT_LOOKUP_RETRY_MAX_USEC);
+}
+
+/* A GET failed: keep the last answer, retry with the backoff.  Returns
+ * whether what object_watches_get says changed. */
+static bool entry_failed(ObjectEntry *e, const K8sResponse *resp, char *message, uint64_t now) {
+        bool was_reported = e->forbidden_reported;
+
+        free(e->error);
+        e->error = message;
+        if (resp && resp->error == 0 && resp->status == 403) {
+                if (e->forbidden++ == 0)
+                        e->forbidden_since_usec = now;
+                /* The authorizer's graph lags behind new pods: a refusal is
+                 * reported only when it persists. */
+                if (e->forbidden >= OBJECT_LOOKUP_FORBIDDEN_ATTEMPTS &&
+                    now - e->forbidden_since_usec >= OBJECT_LOOKUP_FORBIDDEN_USEC && !e->forbidden_reported) {
+                        e->forbidden_reported = true;
+                        log_warning("GET %s refused %u times in %" PRIu64 " ms, still retrying: %s", e->key,
+                                    e->forbidden, (now - e->forbidden_since_usec) / USEC_PER_MSEC,
+                                    strempty(e->error));
+                } else
+                        log_debug("GET %s refused (%u in a row): %s", e->key, e->forbidden, strempty(e->error));
+        } else {
+                e->forbidden = 0;
+                e->forbidden_reported = false;
+                /* The first failure of a series says what happened: an API
+                 * server that is down must not flood the log once per object
+                 * and retry. */
+                if (e->failures++ == 0)
+                        log_warning("GET %s failed, retrying with backoff: %s", e->key, strempty(e->error));
+                else
+                        log_debug("GET %s failed (%u in a row): %s", e->key, e->failures, strempty(e->error));
+        }
+        e->delay_usec = next_delay(e->delay_usec);
+        entry_schedule(e, MAX(e->delay_usec, resp ? resp->retry_after_usec : 0));
+        return was_reported != e->forbidden_reported;
+}
+
+static bool entry_answered(ObjectEntry *e, void *obj) {
+        bool changed = !e->answered || e->forbidden_reported || !same_answer(e->obj, obj);
+
+        if (e->obj)
+                e->kind->free(e->obj);
+        e->obj = obj;
+        e->answered = true;
+        if (e->failures > 0)
+                log_info("GET %s answered again after %u failures", e->key, e->failures);
+        e->failures = 0;
+        e->forbidden = 0;
+        e->forbidden_reported = false;
+        e->error = mfree_str(e->error);
+        if (entry_final(e)) {
+                e->delay_usec = 0;
+                (void) sd_event_source_set_enabled(e->timer, SD_EVENT_OFF);
+        } else {
+                /* Something moves (a claim just created, say): look soon. */
+                e->delay_usec = changed ? OBJECT_LOOKUP_RETRY_INITIAL_USEC : next_delay(e->delay_usec);
+                entry_schedule(e, e->delay_usec);
+        }
+        if (changed)
+                log_debug("GET %s: %s", e->key, obj ? "changed" : "not found");
+        return changed;
+}
+
+static void on_answer(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        ObjectEntry *e = userdata;
+        ObjectWatches *w = e->w;
+        uint64_t now = now_usec(w);
+        K8sDecodeError err = {};
+        void *obj = NULL;
+        char *message = NULL;
+        bool changed;
+        int r;
+
+        e->request = NULL;
+        if (resp->error == 0 && resp->status == 200) {
+                r = k8s_object_decode(e->kind, resp->body, resp->size, &obj, &err);
+                if (r < 0 && asprintf(&message, "%s from API server %s does not decode: field %s: %s", e->key,
+                                      k8s_client_server(c), strempty(err.field), strempty(err.problem)) < 0)
+                        message = NULL;
+                changed = r >= 0 ? entry_answered(e, obj) : entry_failed(e, resp, message, now);
+        } else if (resp->error == 0 && resp->status == 404)
+                changed = entry_answered(e, NULL);
+        else {
+                /* The server's own words for a refusal ("persistentvolumeclaims
+                 * \"x\" is forbidden: ..."), they go into an Event. */
+                if (resp->error == 0 && resp->status == 403)
+                        message = k8s_status_message(resp->body, resp->size);
+                if (!message && resp->message)
+                        message = strdup(resp->message);
+                changed = entry_failed(e, resp, message, now);
+        }
+        if (e->again) {
+                e->again = false;
+                entry_fetch(e);
+        }
+        if (changed)
+                w->changed(w->userdata);
+}
+
+static int object_path(const ObjectEntry *e, char **ret) {
+        int n;
+
+        if (e->kind->namespaced)
+                n = asprintf(ret, "%s/namespaces/%s/%s/%s", e->kind->api_prefix, e->namespace, e->kind->plural,
+                             e->name);
+        else
+                n = asprintf(ret, "%s/%s/%s", e->kind->api_prefix, e->kind->plural, e->name);
+        return n < 0 ? -ENOMEM : 0;
+}
+
+/* GET now, or once more after the GET in flight (its answer may predate
+ * what made us ask). */
+static void entry_fetch(ObjectEntry *e) {
+        _cleanup_free_ char *path = NULL;
+        int r;
+
+        e->refresh_due = false;
+        if (e->request) {
+                e->again = true;
+                return;
+        }
+        (void) sd_event_source_set_enabled(e->timer, SD_EVENT_OFF);
+        /* k8s_get_object cannot be cancelled, and an entry dropped by a sweep
+         * must never be called back: the request is ours. */
+        r = object_path(e, &path);
+        if (r >= 0)
+                r = k8s_client_request(e->w->client, "GET", path, NULL, NULL, on_answer, e, &e->request);
+        if (r < 0) {
+                char *message = NULL;
+                if (asprintf(&message, "cannot GET %s: %s", e->key, strerror(-r)) < 0)
+                        message = NULL;
+                /* Out of memory, most likely: the backoff gives it time. */
+                if (entry_failed(e, NULL, message, now_usec(e->w)))
+                        e->w->changed(e->w->userdata);
+        }
+}
+
+static int on_refresh(sd_event_source *s, void *userdata) {
+        ObjectWatches *w = userdata;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
+                ObjectEntry *e = value;
+                if (e->refresh_due)
+                        entry_fetch(e);
+        }
+        return 0;
+}
+
+int object_watches_new(K8sClient *client, object_watches_changed_t changed, void *userdata, ObjectWatches **ret) {
+        _cleanup_(object_watches_freep) ObjectWatches *w = calloc(1, sizeof *w);
+        int r;
+
+        if (!w)
+                return -ENOMEM;
+        w->entries = hashmap_new();
+        if (!w->entries)
+                return -ENOMEM;
+        w->client = client;
+        w->event = k8s_client_event(client);
+        w->changed = changed;
+        w->userdata = userdata;
+        r = sd_event_add_defer(w->event, &w->refresh_source, on_refresh, w);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(w->refresh_source, SD_EVENT_OFF);
+        *ret = TAKE_PTR(w);
+        return 0;
 }
 
 ObjectWatches *object_watches_free(ObjectWatches *w) {
-        const char *key;
         void *value;
 
         if (!w)
                 return NULL;
-        for (size_t i = 0; hashmap_iterate(w->watches, &i, &key, &value);)
-                watch_free(value);
-        hashmap_free(w->watches);
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);)
+                entry_free(value);
+        hashmap_free(w->entries);
+        sd_event_source_disable_unref(w->refresh_source);
         free(w);
         return NULL;
 }
 
 void object_watches_begin(ObjectWatches *w) {
         void *value;
-        for (size_t i = 0; hashmap_iterate(w->watches, &i, NULL, &value);)
-                ((Watch *) value)->marked = false;
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);)
+                ((ObjectEntry *) value)->marked = false;
 }
 
 void object_watches_sweep(ObjectWatches *w) {
         const char *key;
         void *value;
 
-        for (size_t i = 0; hashmap_iterate(w->watches, &i, &key, &value);) {
-                Watch *watch = value;
-                if (watch->marked)
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, &key, &value);) {
+                ObjectEntry *e = value;
+                if (e->marked)
                         continue;
-                log_debug("No longer watching %s", key);
-                hashmap_remove(w->watches, key);
-                watch_free(watch);
+                log_debug("No longer looking up %s", key);
+                hashmap_remove(w->entries, key);
+                entry_free(e);
         }
 }
 
 size_t object_watches_count(ObjectWatches *w) {
-        return hashmap_size(w->watches);
+        return hashmap_size(w->entries);
 }
 
-static int start_watch(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name,
-                       const char *key, Watch **ret) {
-        _cleanup_free_ char *selector = NULL;
-        Watch *watch;
+void object_watches_refresh(ObjectWatches *w, const K8sKind *kind) {
+        bool any = false;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
+                ObjectEntry *e = value;
+                /* A final answer stays so for as long as a pod uses the
+                 * object (a bound claim's volumeName cannot change, a claim
+                 * in use cannot be deleted): fetching every one again on each
+                 * pod update would cost pods × claims GETs. */
+                if ((kind && e->kind != kind) || entry_final(e))
+                        continue;
+                e->refresh_due = true;
+                any = true;
+        }
+        /* A deferred source runs once per loop iteration however often it is
+         * enabled: a burst of pod events costs one GET per object. */
+        if (any)
+                (void) sd_event_source_set_enabled(w->refresh_source, SD_EVENT_ONESHOT);
+}
+
+static int entry_key(const K8sKind *kind, const char *namespace, const char *name, char **ret) {
+        return asprintf(ret, "%s/%s/%s", kind->kind, strempty(namespace), name) < 0 ? -ENOMEM : 0;
+}
+
+static int entry_new(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name, char *key,
+                     ObjectEntry **ret) {
+        ObjectEntry *e;
         int r;
 
-        /* Names go into a query; only well-formed ones are asked for. */
-        if (validate_dns1123_subdomain(name) < 0 || (namespace && validate_dns1123_label(namespace) < 0))
+        /* Names go into the request's path; only well-formed ones are asked for. */
+        if (validate_dns1123_subdomain(name) < 0 || (kind->namespaced && validate_dns1123_label(namespace) < 0))
                 return -EINVAL;
-        if (asprintf(&selector, "metadata.name=%s", name) < 0)
+        e = calloc(1, sizeof *e);
+        if (!e)
                 return -ENOMEM;
-        watch = calloc(1, sizeof *watch);
-        if (!watch)
+        *e = (ObjectEntry){ .w = w, .kind = kind, .key = key };
+        if (strdup_or_null(namespace, &e->namespace) < 0 || !(e->name = strdup(name))) {
+                e->key = NULL;
+                entry_free(e);
                 return -ENOMEM;
-        r = k8s_informer_new(w->client, kind,
-                             &(K8sInformerOptions){ .namespace = namespace, .field_selector = selector }, &handlers,
-                             w, &watch->informer);
-        if (r >= 0)
-                r = k8s_informer_start(watch->informer);
-        if (r >= 0)
-                r = hashmap_put(w->watches, key, watch, NULL);
+        }
+        r = hashmap_put(w->entries, key, e, NULL);
         if (r < 0) {
-                watch_free(watch);
+                e->key = NULL;
+                entry_free(e);
                 return r;
         }
-        log_debug("Watching %s", key);
-        *ret = watch;
+        log_debug("Looking up %s", key);
+        entry_fetch(e);
+        *ret = e;
         return 0;
+}
+
+static ObjectEntry *entry_find(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name) {
+        _cleanup_free_ char *key = NULL;
+
+        if (entry_key(kind, namespace, name, &key) < 0)
+                return NULL;
+        return hashmap_get(w->entries, key);
 }
 
 int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name,
                        const void **ret) {
-        _cleanup_free_ char *key = NULL;
-        Watch *watch;
+        char *key = NULL;
+        ObjectEntry *e;
         int r;
 
         *ret = NULL;
-        if (asprintf(&key, "%s/%s/%s", kind->kind, strempty(namespace), name) < 0)
-                return -ENOMEM;
-        watch = hashmap_get(w->watches, key);
-        if (!watch) {
-                r = start_watch(w, kind, namespace, name, key, &watch);
-                if (r < 0)
+        r = entry_key(kind, namespace, name, &key);
+        if (r < 0)
+                return r;
+        e = hashmap_get(w->entries, key);
+        if (e)
+                free(key);
+        else {
+                r = entry_new(w, kind, namespace, name, key, &e);
+                if (r < 0) {
+                        free(key);
                         return r;
+                }
         }
-        watch->marked = true;
-        if (!k8s_informer_synced(watch->informer))
+        e->marked = true;
+        if (e->forbidden_reported)
+                return -EACCES;
+        if (!e->answered)
                 return -EAGAIN;
-        *ret = k8s_informer_get(watch->informer, namespace, name);
+        *ret = e->obj;
         return 0;
+}
+
+const char *object_watches_error(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name) {
+        ObjectEntry *e = entry_find(w, kind, namespace, name);
+        return e ? e->error : NULL;
 }

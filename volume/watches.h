@@ -1,32 +1,67 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* Watches of single API objects by name (PVCs, PVs, VolumeAttachments),
- * started when a reconcile pass first looks one up and stopped when a pass
- * no longer does.  This keeps waiting event-driven (a claim bound late wakes
- * the reconciler at once) while watching only the objects this node's pods
- * use, rather than every claim of the cluster or a GET per retry. */
+/* A cache of single API objects read by GET (PVCs, PVs, VolumeAttachments),
+ * one entry per object shared by every pod that needs it, kept while a
+ * reconcile pass looks it up and dropped when a pass no longer does.
+ *
+ * A node may only GET these kinds, never list or watch them (the Node
+ * authorizer, kubelet-facts §14), so nothing tells us when they change.  An
+ * object not yet in its final state for a volume (a claim not bound, a PV or
+ * claim that does not exist, a VolumeAttachment not attached) is fetched
+ * again with a per-object exponential backoff (OBJECT_LOOKUP_RETRY_*), and
+ * at once when object_watches_refresh() says an event the node can watch
+ * (its pods, its Node) may have changed it; objects in their final state are
+ * not fetched again.  Failed GETs (5xx, no connection, a 403 while
+ * the authorizer's graph does not know a new pod yet) are retried the same
+ * way.  The "changed" callback runs after the first answer for an object and
+ * after every answer that differs from the cached one. */
 
-#include "k8s/informer.h"
+#include "k8s/client.h"
+#include "k8s/objects.h"
 #include "systemd/macro.h"
+
+#define OBJECT_LOOKUP_RETRY_INITIAL_USEC (100 * USEC_PER_MSEC)
+#define OBJECT_LOOKUP_RETRY_MAX_USEC (3200 * USEC_PER_MSEC)
+/* A 403 is reported to the caller (-EACCES) once this many GETs in a row
+ * were refused over at least this long: before that it is taken for the
+ * authorizer's lag. */
+#define OBJECT_LOOKUP_FORBIDDEN_ATTEMPTS 5
+#define OBJECT_LOOKUP_FORBIDDEN_USEC (3 * USEC_PER_SEC)
 
 typedef struct ObjectWatches ObjectWatches;
 
-/* Called after any watched object changed or was first listed. */
+/* Called after any cached object changed or was first answered, and when a
+ * lookup starts or stops being refused (-EACCES). */
 typedef void (*object_watches_changed_t)(void *userdata);
 
 int object_watches_new(K8sClient *client, object_watches_changed_t changed, void *userdata, ObjectWatches **ret);
 ObjectWatches *object_watches_free(ObjectWatches *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ObjectWatches *, object_watches_free);
 
-/* A pass begins: every watch is unmarked. */
+/* A pass begins: every entry is unmarked. */
 void object_watches_begin(ObjectWatches *w);
-/* Looks the object up, starting its watch when needed, and marks the watch
- * used.  0 with *ret the object (NULL: it does not exist), -EAGAIN while its
- * first list has not arrived, other -errno when the watch cannot start. */
+/* Looks the object up in the cache, creating its entry (and starting its
+ * first GET) when needed, and marks the entry used.  0 with *ret the object
+ * (NULL: it does not exist); -EAGAIN while its first answer has not arrived
+ * (or only failures came so far); -EACCES while the API server keeps refusing
+ * it (object_watches_error() says what the server said; the GETs go on at
+ * the backoff's cap); -EINVAL for a name that cannot be asked for. */
 int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name,
                        const void **ret);
-/* The pass is over: watches no lookup marked are stopped. */
+/* The last failure of the object's GETs (the API server's Status message for
+ * a 403), or NULL when the last GET succeeded or the object is not cached. */
+const char *object_watches_error(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name);
+/* Something the node can watch says objects of this kind (NULL: every kind)
+ * may have changed (a pod added or updated: its claim may just have been
+ * bound; the Node's volumesAttached: a VolumeAttachment attached): every
+ * cached entry of it not in its final state is fetched again soon, once per
+ * event-loop iteration however many calls come, and once more after a GET
+ * already in flight.  Entries in their final state are left alone: what
+ * made them final does not change while a pod uses the object, and a burst
+ * of pods on one claim must cost one GET. */
+void object_watches_refresh(ObjectWatches *w, const K8sKind *kind);
+/* The pass is over: entries no lookup marked are dropped, their GETs cancelled. */
 void object_watches_sweep(ObjectWatches *w);
 
 size_t object_watches_count(ObjectWatches *w);

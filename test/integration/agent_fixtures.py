@@ -194,9 +194,13 @@ def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
 
 class VolumeEnv:
     """kvolumed on node "test-node" with a private root-dir, against the fake
-    API server and one mock CSI driver configured statically."""
+    API server and one mock CSI driver configured statically.  kvolumed runs
+    as the node itself (system:node:test-node), as on a real cluster: the
+    fake enforces the Node authorizer and NodeRestriction for it, so a request
+    a real cluster refuses fails the test.  broad=True gives it the fake's
+    all-powerful identity instead."""
 
-    def __init__(self, fake_api, driver, start_agent, tmp_path):
+    def __init__(self, fake_api, driver, start_agent, tmp_path, broad=False):
         self.api = fake_api
         self.driver = driver
         self.start_agent = start_agent
@@ -204,10 +208,12 @@ class VolumeEnv:
         self.root = str(tmp_path / "root")
         os.makedirs(self.root, exist_ok=True)
         self.agent = None
+        self.broad = broad
         fake_api.create(make_node())
 
     def start(self, extra="", csi=""):
-        config = write_config(self.tmp_path / "kvolumed.conf", self.root, self.api.kubeconfig_path,
+        kubeconfig = self.api.kubeconfig_path if self.broad else self.api.node_kubeconfig("test-node")
+        config = write_config(self.tmp_path / "kvolumed.conf", self.root, kubeconfig,
                               f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
                               "[log]\nlevel = debug\n" + extra, csi=csi)
         self.agent = self.start_agent(config)

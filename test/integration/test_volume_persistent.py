@@ -145,7 +145,11 @@ def test_no_csidriver_then_non_attachable_driver_ends_the_wait(volume_env):
     assert not env.calls("NodeStageVolume")
     env.csidriver(attachRequired=False)
     env.wait_mounted(env.target(pod, "pv-1"))
-    # No longer attachable: it leaves volumesInUse.
+    # Reported once, it stays in volumesInUse while staged, whatever the
+    # CSIDriver says now, and leaves it once unstaged.
+    assert UNIQUE + "vol-1" in (env.node().get("status") or {}).get("volumesInUse", [])
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume")
     wait_until(lambda: UNIQUE + "vol-1" not in (env.node().get("status") or {}).get("volumesInUse", []),
                what="volumesInUse without the volume")
 
@@ -282,11 +286,11 @@ def test_staged_volume_stays_while_another_pod_wants_it(volume_env):
     assert env.wait_calls("NodeUnstageVolume", code="OK")
 
 
-def test_volumes_in_use_at_start_stay_while_staged_on_disk(volume_env):
-    """Restarted kvolumed does not know yet what was mounted before (no
-    reconstruction so far): volumes the Node lists in use whose staging
-    directory is on disk stay listed, so nothing is detached under a pod;
-    those with nothing on disk are dropped."""
+def test_volumes_in_use_at_start_stay_until_unstaged(volume_env):
+    """A restarted kvolumed finds the staged volumes on disk (vol_data.json as
+    kubelet or kvolumed leave it): the ones the Node lists in use stay listed
+    until NodeUnstageVolume of each succeeded, so nothing is detached under a
+    mount; an entry with nothing on disk is dropped."""
     env = volume_env
     env.csidriver(attachRequired=True)
     listed = [UNIQUE + "vol-a", UNIQUE + "vol-b", UNIQUE + "vol-gone"]
@@ -295,7 +299,34 @@ def test_volumes_in_use_at_start_stay_while_staged_on_disk(volume_env):
     env.api.update(node)
     for handle in ("vol-a", "vol-b"):
         os.makedirs(env.staging(handle))
+        with open(os.path.join(os.path.dirname(env.staging(handle)), "vol_data.json"), "w") as f:
+            f.write('{"driverName":"%s","volumeHandle":"%s"}\n' % (DRIVER, handle))
     env.start()
-    wait_until(lambda: env.node()["status"].get("volumesInUse") == listed[:2], what="volumesInUse of a and b")
-    time.sleep(0.5)
-    assert env.node()["status"]["volumesInUse"] == listed[:2]
+    wait_until(lambda: not (env.node().get("status") or {}).get("volumesInUse"), what="volumesInUse emptied")
+    unstaged = {c["request"]["volume_id"]: c["time"] for c in env.calls("NodeUnstageVolume") if c["code"] == "OK"}
+    assert sorted(unstaged) == ["vol-a", "vol-b"]
+    patches = [r for r in env.api.requests() if r["method"] == "PATCH" and "volumesInUse" in str(r["body"])
+               and r["status"] == 200]
+    assert patches
+    for r in patches:
+        for handle, when in unstaged.items():
+            if r["time"] < when:
+                assert UNIQUE + handle in str(r["body"]), f"{handle} dropped before it was unstaged"
+
+
+def test_a_broad_identity_works_too(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """The suite runs kvolumed as the node; with a cluster-wide identity (the
+    RBAC fallback of conf/rbac.yaml) the same flows work."""
+    from integration.agent_fixtures import VolumeEnv
+    env = VolumeEnv(fake_api, mock_csi_factory(name=DRIVER, tmpfs=True), start_agent, tmp_path, broad=True)
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.pv("pv-b", "vol-b", claim="cb")
+    env.pvc("cb", "pv-b")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "cb"), {"name": "s", "csi": {"driver": DRIVER}}])
+    env.wait_mounted(env.target(pod, "pv-b"))
+    env.wait_mounted(env.target(pod, "s"))
+    assert {r["user"] if isinstance(r["user"], str) else str(r["user"]) for r in env.api.requests()
+            if r["method"] == "GET" and "/persistentvolumeclaims/" in r["path"]}
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(env.target(pod, "pv-b")))

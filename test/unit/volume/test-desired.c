@@ -23,6 +23,8 @@ typedef struct Fake {
         K8sPersistentVolumeClaim *pvcs[4];
         K8sPersistentVolume *pvs[4];
         bool pending; /* lookups not answered yet */
+        const K8sKind *refused; /* lookups of this kind answer -EACCES */
+        const char *refusal;    /* what the API server said then */
 } Fake;
 
 static int get_pvc(void *u, const char *ns, const char *name, const K8sPersistentVolumeClaim **ret) {
@@ -30,6 +32,8 @@ static int get_pvc(void *u, const char *ns, const char *name, const K8sPersisten
         *ret = NULL;
         if (f->pending)
                 return -EAGAIN;
+        if (f->refused == &k8s_kind_pvc)
+                return -EACCES;
         for (size_t i = 0; i < 4; i++)
                 if (f->pvcs[i] && streq(f->pvcs[i]->meta.namespace, ns) && streq(f->pvcs[i]->meta.name, name))
                         *ret = f->pvcs[i];
@@ -39,10 +43,17 @@ static int get_pvc(void *u, const char *ns, const char *name, const K8sPersisten
 static int get_pv(void *u, const char *name, const K8sPersistentVolume **ret) {
         Fake *f = u;
         *ret = NULL;
+        if (f->refused == &k8s_kind_pv)
+                return -EACCES;
         for (size_t i = 0; i < 4; i++)
                 if (f->pvs[i] && streq(f->pvs[i]->meta.name, name))
                         *ret = f->pvs[i];
         return 0;
+}
+
+static const char *lookup_error(void *u, const K8sKind *kind, const char *ns, const char *name) {
+        Fake *f = u;
+        return kind == f->refused ? f->refusal : NULL;
 }
 
 static void fake_free(Fake *f) {
@@ -78,7 +89,7 @@ static K8sPod *pod_with(const char *volumes, const char *mounts, const char *dev
 
 static void test_inline_volume(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"scratch\",\"csi\":{\"driver\":\"inline.example.com\",\"readOnly\":true,"
                                "\"fsType\":\"xfs\",\"volumeAttributes\":{\"size\":\"1Gi\"},"
                                "\"nodePublishSecretRef\":{\"name\":\"creds\"}}},"
@@ -113,7 +124,7 @@ static void test_inline_volume(void **state) {
 
 static void test_pvc_waits_then_resolves(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\",\"readOnly\":true}}",
                                "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
         DesiredPod *p = NULL;
@@ -169,7 +180,7 @@ static void test_pvc_waits_then_resolves(void **state) {
 
 static void test_generic_ephemeral_and_non_csi(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"eph\",\"ephemeral\":{\"volumeClaimTemplate\":{\"spec\":{}}}},"
                                "{\"name\":\"nfs\",\"persistentVolumeClaim\":{\"claimName\":\"nfs-claim\"}},"
                                "{\"name\":\"cfg\",\"configMap\":{\"name\":\"x\"}}",
@@ -195,7 +206,7 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
 
 static void test_mode_mismatch_and_other_claim(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}", "",
                                "{\"name\":\"data\",\"devicePath\":\"/dev/xvda\"}");
         DesiredPod *p = NULL;
@@ -224,9 +235,61 @@ static void test_mode_mismatch_and_other_claim(void **state) {
         fake_free(&f);
 }
 
+/* A lookup the API server refuses (the Node authorizer's graph does not
+ * have the pod yet, or never will): the volume waits with the server's words,
+ * to be reported in an Event, and is not failed for good. */
+static void test_refused_lookup_waits_with_server_message(void **state) {
+        Fake f = { .refused = &k8s_kind_pvc,
+                   .refusal = "persistentvolumeclaims \"claim\" is forbidden: User \"system:node:node-a\" cannot "
+                              "get resource \"persistentvolumeclaims\" in API group \"\" in the namespace \"ns1\": "
+                              "no relationship found between node 'node-a' and this object" };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
+                               "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+        DesiredPod *p = NULL;
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_int_equal(p->n_volumes, 1);
+        assert_null(p->volumes[0].spec);
+        assert_null(p->volumes[0].failed);
+        assert_false(p->volumes[0].looking_up); /* reported, unlike a lookup in progress */
+        assert_string_equal(p->volumes[0].waiting, f.refusal);
+        desired_pod_free(p);
+
+        /* No message to give: the refusal is still named. */
+        view.lookup_error = NULL;
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].failed);
+        assert_false(p->volumes[0].looking_up);
+        assert_string_equal(p->volumes[0].waiting, "persistentvolumeclaims \"claim\" is forbidden");
+        desired_pod_free(p);
+
+        /* The claim is allowed, its PV is refused. */
+        f.refused = &k8s_kind_pv;
+        f.refusal = "persistentvolumes \"pv-1\" is forbidden: no relationship found";
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        view.lookup_error = lookup_error;
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_null(p->volumes[0].failed);
+        assert_false(p->volumes[0].looking_up);
+        assert_string_equal(p->volumes[0].waiting, f.refusal);
+        desired_pod_free(p);
+
+        /* Allowed at last: the volume resolves. */
+        f.refused = NULL;
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_non_null(p->volumes[0].spec);
+        assert_null(p->volumes[0].waiting);
+        desired_pod_free(p);
+        fake_free(&f);
+        k8s_pod_free(pod);
+}
+
 static void test_malicious_names_refused(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f };
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
         const char *field = NULL;
         DesiredPod *p = NULL;
         K8sPod *pod = pod_with("{\"name\":\"../../etc\",\"csi\":{\"driver\":\"d.example\"}}",
@@ -278,6 +341,7 @@ int main(void) {
                 cmocka_unit_test(test_pvc_waits_then_resolves),
                 cmocka_unit_test(test_generic_ephemeral_and_non_csi),
                 cmocka_unit_test(test_mode_mismatch_and_other_claim),
+                cmocka_unit_test(test_refused_lookup_waits_with_server_message),
                 cmocka_unit_test(test_malicious_names_refused),
                 cmocka_unit_test(test_pod_volumes_wanted),
         };

@@ -106,7 +106,35 @@ static void test_tracks_mounts_under_root(void **state) {
         sd_event_unref(seen.event);
 }
 
+/* kubelet's mount references: bind mounts of one file system under
+ * root-dir, whatever their paths; another file system is not one. */
+static void test_other_mounts_of_a_file_system(void **state) {
+        MountTable *t = NULL;
+        const char *refs[4];
+
+        if (geteuid() != 0)
+                skip();
+        assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(mount(a, b, NULL, MS_BIND, NULL), 0);
+        assert_int_equal(mount("tmpfs", outside, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(mount_table_new(NULL, root, NULL, NULL, &t), 0);
+        assert_int_equal(mount_table_other_mounts(t, a, refs, 4), 1);
+        assert_string_equal(refs[0], b);
+        assert_int_equal(mount_table_other_mounts(t, b, refs, 4), 1);
+        assert_string_equal(refs[0], a);
+        assert_int_equal(mount_table_other_mounts(t, outside, refs, 4), 0); /* not under root */
+        assert_int_equal(umount2(b, 0), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        assert_int_equal(mount_table_other_mounts(t, a, refs, 4), 0);
+        assert_non_null(mount_table_get(t, a));
+        assert_null(mount_table_get(t, b));
+        assert_int_equal(umount2(a, 0), 0);
+        assert_int_equal(umount2(outside, 0), 0);
+        mount_table_free(t);
+}
+
 int main(void) {
-        const struct CMUnitTest tests[] = { cmocka_unit_test(test_tracks_mounts_under_root) };
+        const struct CMUnitTest tests[] = { cmocka_unit_test(test_tracks_mounts_under_root),
+                                            cmocka_unit_test(test_other_mounts_of_a_file_system) };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

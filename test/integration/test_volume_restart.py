@@ -1,0 +1,477 @@
+"""Restart and crash safety: reconstruction from disk, intent records, the
+mount-reference guard on unstage, volumesInUse computed against the Node,
+pinned volume sources, and the defects of issue 9 (each fails on the code
+before it)."""
+import glob
+import hashlib
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from integration.agent_fixtures import DRIVER, wait_until
+
+UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
+
+
+def claim_volume(name, claim):
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
+def inline_volume(name):
+    return {"name": name, "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}}
+
+
+def attachment_name(handle):
+    return "csi-" + hashlib.sha256((handle + DRIVER + "test-node").encode()).hexdigest()
+
+
+def kill_agent(env):
+    """SIGKILL: no chance to finish anything."""
+    env.agent.proc.send_signal(signal.SIGKILL)
+    env.agent.proc.wait()
+
+
+def in_use(env):
+    return (env.node().get("status") or {}).get("volumesInUse", [])
+
+
+def attach(env, pv, handle):
+    """What the attach/detach controller and csi-attacher do for one volume."""
+    node = env.node()
+    attached = (node.get("status") or {}).get("volumesAttached", [])
+    node.setdefault("status", {})["volumesAttached"] = attached + [{"name": UNIQUE + handle, "devicePath": ""}]
+    env.api.update(node)
+    env.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+                    "metadata": {"name": attachment_name(handle)},
+                    "spec": {"attacher": DRIVER, "nodeName": "test-node", "source": {"persistentVolumeName": pv}},
+                    "status": {"attached": True}})
+
+
+def unpublished_targets(env):
+    return [c["request"]["target_path"] for c in env.calls("NodeUnpublishVolume")]
+
+
+def records_under(root):
+    return sorted(glob.glob(f"{root}/**/vol_data.json", recursive=True)
+                  + glob.glob(f"{root}/**/kvolumed.json", recursive=True))
+
+
+def mounts_under(root):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(root + "/")]
+
+
+def assert_all_gone(env, timeout=15.0):
+    """Nothing left once no pod wants anything: mounts, records, dirs, volumesInUse."""
+    wait_until(lambda: not mounts_under(env.root), timeout, what="no mounts under root-dir\n"
+               + env.agent.output()[-3000:])
+    wait_until(lambda: not records_under(env.root), timeout, what="no records under root-dir")
+    wait_until(lambda: not glob.glob(f"{env.root}/pods/*"), timeout, what="no pod dirs")
+    wait_until(lambda: not glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*"), timeout,
+               what="no staging dirs")
+    wait_until(lambda: not in_use(env), timeout, what="volumesInUse empty")
+    assert not env.driver.violations()
+
+
+def shared_pv(env, attach_required=False):
+    env.csidriver(attachRequired=attach_required, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.pv("pv-shared", "vol-shared", claim="shared")
+    env.pvc("shared", "pv-shared")
+
+
+# --- the six defects ------------------------------------------------------------------
+
+
+def test_pod_deleted_while_down_is_unpublished_before_unstage(volume_env):
+    """Defect 1: A and B share a PV; A is deleted while kvolumed is down.  A's
+    publish must be found and unpublished, and NodeUnstage wait for both."""
+    env = volume_env
+    shared_pv(env)
+    env.start()
+    a = env.pod("a", [claim_volume("data", "shared")])
+    b = env.pod("b", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(a, "pv-shared"))
+    env.wait_mounted(env.target(b, "pv-shared"))
+    kill_agent(env)
+    env.api.remove("pods", "default", "a")
+    env.start()
+    env.wait_gone(os.path.dirname(env.target(a, "pv-shared")))
+    assert os.path.ismount(env.target(b, "pv-shared"))
+    assert env.target(b, "pv-shared") not in unpublished_targets(env)
+    env.api.remove("pods", "default", "b")
+    env.wait_calls("NodeUnstageVolume")
+    order = [c["method"] for c in env.calls() if c["method"] in ("NodeUnpublishVolume", "NodeUnstageVolume")]
+    assert order == ["NodeUnpublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume"]
+    assert_all_gone(env)
+
+
+def test_volumes_of_pods_gone_while_down_are_cleaned_up(volume_env):
+    """Defect 2: no leak of mounts, dirs, records or volumesInUse entries."""
+    env = volume_env
+    shared_pv(env, attach_required=True)
+    env.start()
+    inline = env.pod("inline", [inline_volume("scratch")])
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    attach(env, "pv-shared", "vol-shared")
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    env.wait_mounted(env.target(inline, "scratch"))
+    kill_agent(env)
+    env.api.remove("pods", "default", "web")
+    env.api.remove("pods", "default", "inline")
+    env.start()
+    assert_all_gone(env)
+    env.wait_calls("NodeUnstageVolume")
+
+
+def test_volumes_in_use_restored_when_the_node_is_recreated(volume_env):
+    """Defect 3: compared with the Node, not with kvolumed's last patch."""
+    env = volume_env
+    shared_pv(env, attach_required=True)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    attach(env, "pv-shared", "vol-shared")
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    # Someone else clears the field: listed again.
+    node = env.node()
+    node["status"]["volumesInUse"] = []
+    env.api.update(node)
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse restored after an edit")
+    # The Node is deleted and registered again: listed again.
+    env.api.remove("nodes", None, "test-node")
+    env.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "test-node"}, "status": {}})
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse restored on a new Node")
+    assert os.path.ismount(env.target(pod, "pv-shared"))
+
+
+def test_csidriver_recreated_without_attach_keeps_the_volume_in_use(volume_env):
+    """Defect 4: a mounted attachable volume stays in volumesInUse until unstaged."""
+    env = volume_env
+    shared_pv(env, attach_required=True)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    attach(env, "pv-shared", "vol-shared")
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    env.api.remove("csidrivers", None, DRIVER)
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    # Let kvolumed see both events; a later pod proves it has.
+    env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(env.api.get("pods", "default", "probe"), "x"))
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert UNIQUE + "vol-shared" in in_use(env), "dropped from volumesInUse while staged"
+        time.sleep(0.1)
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume")
+    wait_until(lambda: UNIQUE + "vol-shared" not in in_use(env), what="dropped after unstage")
+    unstaged = env.calls("NodeUnstageVolume")[0]["time"]
+    patches = [r for r in env.api.requests() if r["method"] == "PATCH" and "volumesInUse" in str(r["body"])
+               and UNIQUE + "vol-shared" not in str(r["body"]) and r["status"] == 200]
+    assert patches and min(p["time"] for p in patches) >= unstaged
+
+
+def test_pv_recreated_with_another_handle_keeps_the_running_volume(volume_env):
+    """Defect 5: what a running pod resolved is pinned; an Event says why."""
+    env = volume_env
+    shared_pv(env)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    env.api.remove("persistentvolumes", None, "pv-shared")
+    env.pv("pv-shared", "vol-other", claim="shared")
+    # Pod updates make kvolumed look at its claim again (at most once a
+    # second per object): a running pod's status changes now and then.
+    def touched_and_seen():
+        p = env.api.get("pods", "default", "web")
+        p["metadata"].setdefault("labels", {})["touched"] = str(time.monotonic())
+        env.api.update(p)
+        return [e for e in env.events() if e.get("reason") == "VolumeSourceChanged" and "vol-other" in e["message"]]
+    wait_until(touched_and_seen, timeout=15, interval=0.3, what="a VolumeSourceChanged event")
+    assert os.path.ismount(env.target(pod, "pv-shared"))
+    assert not env.calls("NodeUnpublishVolume")
+    assert all(c["request"]["volume_id"] == "vol-shared" for c in env.calls("NodePublishVolume"))
+
+
+def test_two_pvs_with_one_handle_publish_at_their_own_paths(volume_env):
+    """Defect 6: each pod's target is named after its own PV."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pv("pv-a", "vol-same", claim="ca")
+    env.pv("pv-b", "vol-same", claim="cb")
+    env.pvc("ca", "pv-a")
+    env.pvc("cb", "pv-b")
+    env.start()
+    a = env.pod("a", [claim_volume("data", "ca")])
+    env.wait_mounted(env.target(a, "pv-a"))
+    b = env.pod("b", [claim_volume("data", "cb")])
+    env.wait_mounted(env.target(b, "pv-b"))
+    assert len(env.calls("NodeStageVolume")) == 1
+    with open(os.path.join(env.target(b, "pv-b"), "..", "vol_data.json")) as f:
+        assert json.load(f)["specVolID"] == "pv-b"
+    env.api.remove("pods", "default", "a")
+    env.api.remove("pods", "default", "b")
+    assert_all_gone(env)
+
+
+# --- start-up conditions -------------------------------------------------------------
+
+
+def test_nothing_is_torn_down_while_the_api_server_does_not_answer(volume_env):
+    env = volume_env
+    shared_pv(env)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    kill_agent(env)
+    env.api.remove("pods", "default", "web")
+    env.api.fail_next(100000, status=503)
+    agent = env.start()
+    wait_until(lambda: len([r for r in env.api.requests() if r["status"] == 503]) >= 5, timeout=20,
+               what="kvolumed retrying the API server")
+    assert os.path.ismount(env.target(pod, "pv-shared"))
+    assert not env.calls("NodeUnpublishVolume") and not env.calls("NodeUnstageVolume")
+    assert agent.proc.poll() is None
+    env.api.clear_faults()
+    assert_all_gone(env, timeout=30)
+
+
+def test_teardown_waits_for_an_absent_driver_and_others_proceed(volume_env, mock_csi_factory):
+    env = volume_env
+    other = mock_csi_factory(name="other.csi.kvolumed.io", tmpfs=True)
+    env.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                    "metadata": {"name": "other.csi.kvolumed.io"},
+                    "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
+    extra = f'[driver "other.csi.kvolumed.io"]\nendpoint = {other.endpoint}\n'
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.start(extra)
+    pod = env.pod("web", [inline_volume("scratch")])
+    env.wait_mounted(env.target(pod, "scratch"))
+    kill_agent(env)
+    env.driver.control.shutdown(cleanup=False)  # the driver goes, its mounts stay
+    env.driver.wait_exit()
+    env.api.remove("pods", "default", "web")
+    env.start(extra)
+    second = env.pod("second", [{"name": "v", "csi": {"driver": "other.csi.kvolumed.io"}}])
+    env.wait_mounted(env.target(second, "v"))
+    assert os.path.ismount(env.target(pod, "scratch")), "torn down without its driver"
+    env.driver.start()
+    env.wait_gone(os.path.dirname(env.target(pod, "scratch")), timeout=30)
+    env.api.remove("pods", "default", "second")
+    assert_all_gone(env)
+
+
+# --- a node set up by kubelet, and a reboot ------------------------------------------------
+
+
+def kubelet_vol_data(path, **keys):
+    with open(path, "w") as f:
+        f.write(json.dumps(keys, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def test_adopts_a_node_set_up_by_kubelet(volume_env):
+    """Directories, vol_data.json and mounts as kubelet leaves them (no intent
+    records): the wanted volume stays, the other is torn down and cleaned."""
+    env = volume_env
+    shared_pv(env)
+    env.pv("pv-old", "vol-old", claim="old")
+    env.pvc("old", "pv-old")
+    keep = env.pod("keep", [claim_volume("data", "shared")])
+    uid_gone = "0b5e9c1e-1111-4222-8333-444455556666"
+    csi = env.driver.csi
+    for handle, uid, pv in (("vol-shared", keep["metadata"]["uid"], "pv-shared"), ("vol-old", uid_gone, "pv-old")):
+        staging = env.staging(handle)
+        os.makedirs(staging)
+        kubelet_vol_data(os.path.join(os.path.dirname(staging), "vol_data.json"), driverName=DRIVER,
+                         volumeHandle=handle)
+        csi.stage(handle, staging)
+        target = f"{env.root}/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount"
+        os.makedirs(os.path.dirname(target))
+        kubelet_vol_data(os.path.join(os.path.dirname(target), "vol_data.json"), attachmentID="csi-x",
+                         driverName=DRIVER, nodeName="test-node", specVolID=pv, volumeHandle=handle,
+                         volumeLifecycleMode="Persistent")
+        csi.publish(handle, target, staging_path=staging)
+    # A leftover of an interrupted removal: a dir with only our record.
+    leftover = f"{env.root}/pods/{uid_gone}/volumes/kubernetes.io~csi/half-gone"
+    os.makedirs(leftover + "/mount")
+    with open(leftover + "/kvolumed.json", "w") as f:
+        f.write('{"operation":"unpublish","done":false,"mount":false,"bootID":"1234"}')
+    env.start()
+    env.wait_gone(f"{env.root}/pods/{uid_gone}")
+    assert os.path.ismount(env.target(keep, "pv-shared"))
+    assert env.target(keep, "pv-shared") not in unpublished_targets(env)
+    unstaged = [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")]
+    assert unstaged == ["vol-old"]
+    env.api.remove("pods", "default", "keep")
+    assert_all_gone(env)
+
+
+def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
+    env = volume_env
+    shared_pv(env)
+    env.pv("pv-2", "vol-2", claim="c2")
+    env.pvc("c2", "pv-2")
+    env.start()
+    keep = env.pod("keep", [claim_volume("data", "shared"), inline_volume("scratch")])
+    gone = env.pod("gone", [claim_volume("data", "c2"), inline_volume("scratch")])
+    for pod, name in ((keep, "pv-shared"), (keep, "scratch"), (gone, "pv-2"), (gone, "scratch")):
+        env.wait_mounted(env.target(pod, name))
+    kill_agent(env)
+    # The reboot: every mount gone (the driver's clean stop undoes them), a new boot ID.
+    env.driver.stop()
+    assert not mounts_under(env.root)
+    for path in glob.glob(f"{env.root}/**/kvolumed.json", recursive=True):
+        with open(path) as f:
+            record = json.load(f)
+        record["bootID"] = "00000000-0000-4000-8000-000000000000"
+        with open(path, "w") as f:
+            json.dump(record, f)
+    env.driver.start()
+    before = len(env.calls())
+    env.api.remove("pods", "default", "gone")
+    env.start()
+    env.wait_mounted(env.target(keep, "pv-shared"))
+    env.wait_mounted(env.target(keep, "scratch"))
+    env.wait_gone(f"{env.root}/pods/{gone['metadata']['uid']}")
+    env.wait_gone(os.path.dirname(env.staging("vol-2")))
+    after = [c for c in env.calls()[before:]]
+    assert not [c for c in after if c["method"] in ("NodeUnstageVolume", "NodeUnpublishVolume")], \
+        "tore down what was never set up in this boot"
+    assert [c["request"]["volume_id"] for c in after if c["method"] == "NodeStageVolume"] == ["vol-shared"]
+    env.api.remove("pods", "default", "keep")
+    assert_all_gone(env)
+
+
+# --- the guard ------------------------------------------------------------------------
+
+
+def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env):
+    """Below the reconciler: a bind mount of the staged file system that no
+    record names (here made behind kvolumed's back) holds NodeUnstage."""
+    env = volume_env
+    shared_pv(env)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    stray = f"{env.root}/stray"
+    os.makedirs(stray)
+    assert os.system(f"mount --bind {env.staging('vol-shared')} {stray}") == 0
+    try:
+        env.api.remove("pods", "default", "web")
+        env.agent.wait_for_log("still mount", timeout=15)
+        time.sleep(0.5)
+        assert not env.calls("NodeUnstageVolume"), "unstaged under another mount"
+    finally:
+        os.system(f"umount {stray}")
+    env.wait_calls("NodeUnstageVolume", timeout=30)
+    os.rmdir(stray)
+    assert_all_gone(env)
+
+
+# --- the crash matrix -----------------------------------------------------------------
+#
+# For each flow, kvolumed is killed with SIGKILL while a CSI call is in
+# flight (the driver holds it: "before" it did the work, or "after"), or
+# right after a pod appears (before any intent may be written); the pod is
+# deleted while kvolumed is down or kept; then kvolumed restarts and the node
+# must converge: the pod's volume where it belongs, no NodeUnstage while a
+# publish exists (the driver records that as a violation), no teardown of a
+# volume whose pod still exists, volumesInUse listing an attachable volume
+# whenever it is on the node, and nothing left once the pods are gone.
+
+SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"]}
+TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"]}
+
+MATRIX = []
+for flow in ("persistent", "inline"):
+    for method in SETUP_CALLS[flow]:
+        for when in ("before", "after"):
+            for delete_while_down in (False, True):
+                MATRIX.append((flow, method, when, delete_while_down))
+    for method in TEARDOWN_CALLS[flow]:
+        for when in ("before", "after"):
+            MATRIX.append((flow, method, when, True))
+    MATRIX.append((flow, "immediately", "-", False))
+    MATRIX.append((flow, "immediately", "-", True))
+
+
+def matrix_id(case):
+    flow, method, when, delete_while_down = case
+    return f"{flow}-{method}-{when}-{'deleted' if delete_while_down else 'kept'}"
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=[matrix_id(c) for c in MATRIX])
+def test_crash_matrix(volume_env, case):
+    flow, method, when, delete_while_down = case
+    env = volume_env
+    persistent = flow == "persistent"
+    env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    if persistent:
+        env.pv("pv-c", "vol-c", claim="c")
+        env.pvc("c", "pv-c")
+        attach(env, "pv-c", "vol-c")  # the controller was quick: attached before the pod
+    volume = claim_volume("data", "c") if persistent else inline_volume("scratch")
+    spec_name = "pv-c" if persistent else "scratch"
+    unique = UNIQUE + "vol-c"
+
+    def on_node():
+        """The volume may be on the node: volumesInUse must list it then."""
+        return bool(glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*")) or bool(mounts_under(env.root))
+
+    def check_in_use():
+        if persistent and on_node() and env.agent.proc.poll() is None:
+            assert unique in in_use(env), "an attachable volume on the node is missing from volumesInUse"
+
+    if method != "immediately":
+        env.driver.control.hang(method, count=1, when=when)
+    env.start()
+    pod = env.pod("web", [volume])
+    target = env.target(pod, spec_name)
+    if method in TEARDOWN_CALLS[flow]:
+        env.wait_mounted(target)
+        env.wait_calls("NodePublishVolume")
+        check_in_use()
+        env.api.remove("pods", "default", "web")
+    if method != "immediately":
+        env.driver.control.wait_hung(method, timeout=15)
+    kill_agent(env)
+    if method != "immediately":
+        env.driver.control.release(method)
+    if delete_while_down and method not in TEARDOWN_CALLS[flow]:
+        env.api.remove("pods", "default", "web")
+    alive = not delete_while_down
+    env.start()
+
+    if alive:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(target):
+            assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
+            check_in_use()
+            time.sleep(0.05)
+        assert target not in unpublished_targets(env), "torn down while its pod exists"
+        check_in_use()
+        env.api.remove("pods", "default", "web")
+    else:
+        # Until the volume is gone, volumesInUse must keep listing it.
+        deadline = time.monotonic() + 20
+        while on_node():
+            assert time.monotonic() < deadline, "not torn down after the restart\n" + env.agent.output()[-3000:]
+            check_in_use()
+            time.sleep(0.05)
+    assert_all_gone(env)
+    if persistent:
+        # NodeUnstage only after every publish is gone: the driver's own
+        # bookkeeping (a violation) and the order of the call log agree.
+        calls = [c for c in env.calls() if c["code"] == "OK"]
+        published = set()
+        for c in calls:
+            if c["method"] == "NodePublishVolume":
+                published.add(c["request"]["target_path"])
+            elif c["method"] == "NodeUnpublishVolume":
+                published.discard(c["request"]["target_path"])
+            elif c["method"] == "NodeUnstageVolume":
+                assert not published, f"NodeUnstage while published at {published}"

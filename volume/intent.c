@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "volume/intent.h"
+
+static const char *const op_kind_names[_OP_KIND_MAX] = {
+        [OP_STAGE] = "stage",
+        [OP_PUBLISH] = "publish",
+        [OP_UNPUBLISH] = "unpublish",
+        [OP_UNSTAGE] = "unstage",
+};
+
+const char *op_kind_to_string(OpKind kind) {
+        return kind >= 0 && kind < _OP_KIND_MAX ? op_kind_names[kind] : "?";
+}
+
+OpKind op_kind_from_string(const char *s) {
+        for (OpKind k = 0; k < _OP_KIND_MAX; k++)
+                if (streq_ptr(s, op_kind_names[k]))
+                        return k;
+        return _OP_KIND_INVALID;
+}
+
+static bool boot_id_valid(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n >= BOOT_ID_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!strchr("0123456789abcdef-", s[i]))
+                        return false;
+        return true;
+}
+
+int intent_format(const Intent *i, char **ret) {
+        cJSON *o = cJSON_CreateObject();
+        char *text = NULL;
+
+        if (!o)
+                return -ENOMEM;
+        if (!cJSON_AddStringToObject(o, "operation", op_kind_to_string(i->operation)) ||
+            !cJSON_AddBoolToObject(o, "done", i->done) || !cJSON_AddBoolToObject(o, "mount", i->mount) ||
+            !cJSON_AddStringToObject(o, "bootID", i->boot_id) ||
+            (i->pod && !cJSON_AddStringToObject(o, "pod", i->pod)))
+                goto out;
+        text = cJSON_PrintUnformatted(o);
+out:
+        cJSON_Delete(o);
+        if (!text)
+                return -ENOMEM;
+        *ret = text;
+        return 0;
+}
+
+int intent_parse(const char *text, Intent *ret) {
+        cJSON *o = cJSON_Parse(text);
+        const cJSON *op, *done, *mount, *boot, *pod;
+        Intent i = {};
+        int r = -EBADMSG;
+
+        if (!cJSON_IsObject(o))
+                goto out;
+        op = cJSON_GetObjectItemCaseSensitive(o, "operation");
+        done = cJSON_GetObjectItemCaseSensitive(o, "done");
+        mount = cJSON_GetObjectItemCaseSensitive(o, "mount");
+        boot = cJSON_GetObjectItemCaseSensitive(o, "bootID");
+        pod = cJSON_GetObjectItemCaseSensitive(o, "pod");
+        if (!cJSON_IsString(op) || !cJSON_IsBool(done) || !cJSON_IsBool(mount) || !cJSON_IsString(boot) ||
+            (pod && !cJSON_IsString(pod)))
+                goto out;
+        i.operation = op_kind_from_string(op->valuestring);
+        if (i.operation == _OP_KIND_INVALID || !boot_id_valid(boot->valuestring))
+                goto out;
+        i.done = cJSON_IsTrue(done);
+        i.mount = cJSON_IsTrue(mount);
+        snprintf(i.boot_id, sizeof i.boot_id, "%s", boot->valuestring);
+        if (pod && !(i.pod = strdup(pod->valuestring))) {
+                r = -ENOMEM;
+                goto out;
+        }
+        *ret = i;
+        r = 0;
+out:
+        cJSON_Delete(o);
+        return r;
+}
+
+void intent_done(Intent *i) {
+        free(i->pod);
+        i->pod = NULL;
+}
+
+int boot_id_read(char ret[static BOOT_ID_MAX]) {
+        char buf[64];
+        ssize_t n;
+        int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+
+        if (fd < 0)
+                return -errno;
+        n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (n < 0)
+                return -errno;
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+                n--;
+        buf[n] = '\0';
+        if (!boot_id_valid(buf))
+                return -EBADMSG;
+        memcpy(ret, buf, (size_t) n + 1);
+        return 0;
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The intent record: a small file kvolumed keeps next to vol_data.json in
+ * each volume directory it manages (the staging volume dir and the per-pod
+ * volume dir), saying which mount-changing operation was last begun there,
+ * whether it finished, and in which boot.  It is written and made durable
+ * before every CSI call that can create or remove a mount, and rewritten
+ * (lazily) when the call succeeds, so that reconstruction after a crash or
+ * a reboot knows what may exist: kubelet keeps no such journal and has to
+ * assume "maybe mounted" for everything it finds. */
+
+#include <stdbool.h>
+
+#include "systemd/macro.h"
+
+#define INTENT_FILE "kvolumed.json"
+#define BOOT_ID_MAX 37 /* a UUID and NUL */
+
+typedef enum OpKind {
+        OP_STAGE,
+        OP_PUBLISH,
+        OP_UNPUBLISH,
+        OP_UNSTAGE,
+        _OP_KIND_MAX,
+        _OP_KIND_INVALID = -1,
+} OpKind;
+
+const char *op_kind_to_string(OpKind kind);
+OpKind op_kind_from_string(const char *s);
+
+typedef struct Intent {
+        OpKind operation;
+        bool done;                   /* the call succeeded; false: begun, maybe in flight when we died */
+        bool mount;                  /* done: the target was a mount point afterwards */
+        char boot_id[BOOT_ID_MAX];   /* the boot it happened in */
+        char *pod;                   /* "namespace/name" of a publish's pod, for logs and events */
+} Intent;
+
+int intent_format(const Intent *i, char **ret);
+/* -EBADMSG for anything that is not a record of ours. */
+int intent_parse(const char *text, Intent *ret);
+void intent_done(Intent *i);
+
+/* The kernel's boot ID (/proc/sys/kernel/random/boot_id): mounts and loop
+ * devices do not survive a change of it. */
+int boot_id_read(char ret[static BOOT_ID_MAX]);

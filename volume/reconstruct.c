@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reconstruction: at start-up, before the first pass, the actual state is
+ * rebuilt from what is on disk, so that a restart (crash, upgrade, OOM kill)
+ * or a reboot loses track of nothing.  It reads, under root-dir:
+ *   plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/  staged volumes
+ *   pods/<uid>/volumes/kubernetes.io~csi/<name>/          publishes
+ * each directory's vol_data.json (ours or a kubelet's, same format) and our
+ * intent record (volume/intent.h), and the mount table.  A volume is taken
+ * as set up only when the record says its last call succeeded in this boot
+ * and the mount it made is there; from a previous boot, nothing of it is
+ * mounted (the records only say what to set up again or clean away); any
+ * other case is uncertain ("maybe mounted"), as kubelet takes everything it
+ * finds.  Nothing is torn down here: the reconciler decides that once the
+ * pod list is complete. */
+#include <dirent.h>
+#include <stdio.h>
+
+#include "systemd/log.h"
+#include "systemd/validate.h"
+#include "volume/internal.h"
+#include "volume/paths.h"
+#include "volume/voldata.h"
+
+#define RECORD_MAX (64 * 1024)
+
+typedef enum Found {
+        FOUND_DONE,      /* its last call succeeded in this boot, and what it mounted is there */
+        FOUND_UNCERTAIN, /* may be mounted: set up again if wanted, torn down if not */
+        FOUND_STALE,     /* from a previous boot: nothing mounted, only dirs and records */
+} Found;
+
+typedef struct Counts {
+        unsigned staged, published, uncertain, stale, leftovers, skipped;
+} Counts;
+
+/* The files of one volume dir; either may be missing. */
+typedef struct Records {
+        bool has_vol_data, has_intent;
+        VolData vol_data;
+        Intent intent;
+} Records;
+
+static void records_done(Records *rec) {
+        vol_data_done(&rec->vol_data);
+        intent_done(&rec->intent);
+}
+
+static int read_records(VolumeManager *m, const char *dir, Records *ret) {
+        _cleanup_free_ char *vd_path = NULL, *in_path = NULL, *text = NULL;
+        Records rec = {};
+        int r;
+
+        if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&in_path, "%s/" INTENT_FILE, dir) < 0)
+                return -ENOMEM;
+        r = root_dir_read_file(m->root, vd_path, RECORD_MAX, &text, NULL);
+        if (r >= 0) {
+                r = vol_data_parse(text, &rec.vol_data);
+                if (r < 0)
+                        return r;
+                rec.has_vol_data = true;
+        } else if (r != -ENOENT)
+                return r;
+        free(text);
+        text = NULL;
+        r = root_dir_read_file(m->root, in_path, RECORD_MAX, &text, NULL);
+        if (r >= 0) {
+                /* A record we cannot read says nothing: the volume is uncertain. */
+                rec.has_intent = intent_parse(text, &rec.intent) >= 0;
+        } else if (r != -ENOENT) {
+                records_done(&rec);
+                return r;
+        }
+        *ret = rec;
+        return 0;
+}
+
+static bool is_mounted(VolumeManager *m, const char *rel) {
+        _cleanup_free_ char *abs = NULL;
+        return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
+}
+
+static Found judge(VolumeManager *m, const Records *rec, OpKind setup, bool mounted) {
+        const Intent *i = rec->has_intent ? &rec->intent : NULL;
+
+        if (i && !streq(i->boot_id, m->boot_id) && !mounted)
+                return FOUND_STALE;
+        if (i && streq(i->boot_id, m->boot_id) && i->operation == setup && i->done && (mounted || !i->mount))
+                return FOUND_DONE;
+        return FOUND_UNCERTAIN;
+}
+
+static const char *found_name(Found f) {
+        return f == FOUND_DONE ? "set up" : f == FOUND_STALE ? "from a previous boot" : "uncertain";
+}
+
+static ActualVolume *volume_get(VolumeManager *m, VolumeLifecycle lifecycle, const char *unique_name,
+                                const char *driver, const char *handle, const char *spec_name) {
+        ActualVolume *av = hashmap_get(m->volumes, unique_name);
+
+        if (av)
+                return av;
+        av = actual_volume_new_empty(lifecycle, unique_name, driver, handle, spec_name);
+        if (!av || hashmap_put(m->volumes, unique_name, av, NULL) < 0) {
+                actual_volume_free(av);
+                return NULL;
+        }
+        av->reconstructed = true;
+        return av;
+}
+
+/* A volume dir without vol_data.json: what a crash during removal (or
+ * before the first record) leaves.  Removed unless something is mounted. */
+static void remove_leftover(VolumeManager *m, Counts *c, const char *dir, const char *target, bool staging) {
+        LogFields f = {};
+
+        if (is_mounted(m, target)) {
+                log_warning("%s/%s is mounted but %s/%s/" VOL_DATA_FILE " is missing; leaving it alone",
+                            m->root->path, target, m->root->path, dir);
+                c->skipped++;
+                return;
+        }
+        if (volume_dirs_remove(m, &f, dir, target, staging) >= 0) {
+                log_info("Removed %s/%s, left behind without " VOL_DATA_FILE, m->root->path, dir);
+                c->leftovers++;
+        }
+}
+
+/* ---- staged volumes -------------------------------------------------------------- */
+
+static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver, const char *name) {
+        _cleanup_free_ char *dir = NULL, *target = NULL, *expected = NULL, *unique = NULL;
+        _cleanup_(records_done) Records rec = {};
+        ActualVolume *av;
+        Found found;
+        int r;
+
+        if (asprintf(&dir, "plugins/" CSI_PLUGIN_NAME "/%s/%s", driver, name) < 0 ||
+            asprintf(&target, "%s/globalmount", dir) < 0)
+                return;
+        r = read_records(m, dir, &rec);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
+                c->skipped++;
+                return;
+        }
+        if (!rec.has_vol_data) {
+                remove_leftover(m, c, dir, target, true);
+                return;
+        }
+        LogFields f = { .driver = rec.vol_data.driver_name, .volume_handle = rec.vol_data.volume_handle };
+        /* The dir must be where this driver and handle stage: anything else is not ours to touch. */
+        if (!streq_ptr(rec.vol_data.driver_name, driver) || !rec.vol_data.volume_handle ||
+            path_staging_volume_dir(driver, rec.vol_data.volume_handle, &expected) < 0 || !streq(expected, dir) ||
+            csi_unique_volume_name(driver, rec.vol_data.volume_handle, &unique) < 0) {
+                log_fields(LOG_WARNING, &f, "%s/%s/" VOL_DATA_FILE " does not match its directory; skipping it",
+                           m->root->path, dir);
+                c->skipped++;
+                return;
+        }
+        av = volume_get(m, VOLUME_PERSISTENT, unique, driver, rec.vol_data.volume_handle, rec.vol_data.volume_handle);
+        if (!av)
+                return;
+        found = judge(m, &rec, OP_STAGE, is_mounted(m, target));
+        switch (found) {
+        case FOUND_DONE:
+                av->stage = STAGE_DONE;
+                av->staged_mount = rec.intent.mount;
+                c->staged++;
+                break;
+        case FOUND_STALE:
+                av->stage = STAGE_NONE;
+                av->stage_stale = true;
+                c->stale++;
+                break;
+        default:
+                av->stage = STAGE_UNCERTAIN;
+                c->uncertain++;
+                break;
+        }
+        log_fields(LOG_DEBUG, &f, "Found staged volume %s at %s/%s: %s", unique, m->root->path, target,
+                   found_name(found));
+}
+
+/* ---- publishes ------------------------------------------------------------------- */
+
+static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid, const char *spec_name) {
+        _cleanup_free_ char *dir = NULL, *target = NULL, *unique = NULL;
+        _cleanup_(records_done) Records rec = {};
+        const VolData *d = &rec.vol_data;
+        VolumeLifecycle lifecycle;
+        ActualVolume *av;
+        ActualPublish *pub;
+        Found found;
+        int r;
+
+        if (path_pod_volume_dir(pod_uid, spec_name, &dir) < 0 || path_publish_target(pod_uid, spec_name, &target) < 0)
+                return;
+        r = read_records(m, dir, &rec);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
+                c->skipped++;
+                return;
+        }
+        if (!rec.has_vol_data) {
+                remove_leftover(m, c, dir, target, false);
+                return;
+        }
+        LogFields f = { .pod_uid = pod_uid, .volume = spec_name, .driver = d->driver_name,
+                        .volume_handle = d->volume_handle };
+        if (!d->driver_name || validate_csi_driver_name(d->driver_name) < 0 || isempty(d->volume_handle)) {
+                log_fields(LOG_WARNING, &f, "%s/%s/" VOL_DATA_FILE " names no valid driver and handle; skipping it",
+                           m->root->path, dir);
+                c->skipped++;
+                return;
+        }
+        lifecycle = streq_ptr(d->volume_lifecycle_mode, "Ephemeral") ? VOLUME_EPHEMERAL : VOLUME_PERSISTENT;
+        if (lifecycle == VOLUME_EPHEMERAL)
+                r = asprintf(&unique, CSI_PLUGIN_NAME "/%s-%s", pod_uid, spec_name) < 0 ? -ENOMEM : 0;
+        else
+                r = csi_unique_volume_name(d->driver_name, d->volume_handle, &unique);
+        if (r < 0)
+                return;
+        av = volume_get(m, lifecycle, unique, d->driver_name, d->volume_handle, spec_name);
+        if (!av)
+                return;
+        /* A staged volume found first is named by its handle until a publish names it. */
+        if (streq(av->spec_name, av->handle) && !streq(spec_name, av->handle))
+                (void) free_and_strdup(&av->spec_name, spec_name);
+
+        found = judge(m, &rec, OP_PUBLISH, is_mounted(m, target));
+        PodInfo info = { .uid = (char *) pod_uid,
+                         .key = rec.has_intent && rec.intent.pod ? rec.intent.pod : (char *) pod_uid };
+        r = actual_publish_set(av, &info, spec_name, target, found == FOUND_DONE ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
+        if (r < 0)
+                return;
+        pub = hashmap_get(av->publishes, pod_uid);
+        pub->stale = found == FOUND_STALE;
+        pub->not_a_mount = found == FOUND_DONE && !rec.intent.mount;
+        c->published += found == FOUND_DONE;
+        c->uncertain += found == FOUND_UNCERTAIN;
+        c->stale += found == FOUND_STALE;
+        log_fields(LOG_DEBUG, &f, "Found publish of %s at %s/%s: %s", unique, m->root->path, target,
+                   found_name(found));
+}
+
+/* ---- the scan -------------------------------------------------------------------- */
+
+/* Calls fn for each entry of a directory under root-dir (not "." nor ".."). */
+static int for_each_entry(VolumeManager *m, const char *rel, void (*fn)(VolumeManager *m, Counts *c,
+                                                                        const char *parent, const char *name),
+                          Counts *c) {
+        struct dirent *de;
+        DIR *d;
+        int fd, r;
+
+        r = root_dir_open_dir(m->root, rel, &fd);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_warning_errno(r, "Cannot read %s/%s: %m", m->root->path, rel);
+        d = fdopendir(fd);
+        if (!d) {
+                r = -errno;
+                close(fd);
+                return r;
+        }
+        while ((de = readdir(d))) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+                        continue;
+                fn(m, c, rel, de->d_name);
+        }
+        closedir(d);
+        return 0;
+}
+
+static void scan_staging_driver(VolumeManager *m, Counts *c, const char *parent, const char *driver);
+
+static void scan_staging_volume(VolumeManager *m, Counts *c, const char *parent, const char *name) {
+        const char *driver = strrchr(parent, '/') + 1;
+        if (strlen(name) != 64 || strspn(name, "0123456789abcdef") != 64)
+                return; /* not a hashed handle: nothing we made */
+        reconstruct_staging(m, c, driver, name);
+}
+
+static void scan_staging_driver(VolumeManager *m, Counts *c, const char *parent, const char *driver) {
+        _cleanup_free_ char *rel = NULL;
+        /* "volumeDevices" holds raw block volumes, "pv" the legacy layout; a
+         * driver name is never either (both fail the name rules or are reserved). */
+        if (streq(driver, "volumeDevices") || streq(driver, "pv") || validate_csi_driver_name(driver) < 0)
+                return;
+        if (asprintf(&rel, "%s/%s", parent, driver) < 0)
+                return;
+        (void) for_each_entry(m, rel, scan_staging_volume, c);
+}
+
+static void scan_pod_volume(VolumeManager *m, Counts *c, const char *parent, const char *spec_name) {
+        /* parent: pods/<uid>/volumes/kubernetes.io~csi */
+        _cleanup_free_ char *uid = strndup(parent + strlen("pods/"), strcspn(parent + strlen("pods/"), "/"));
+        if (!uid || validate_path_component(spec_name) < 0)
+                return;
+        reconstruct_publish(m, c, uid, spec_name);
+}
+
+static void scan_pod(VolumeManager *m, Counts *c, const char *parent, const char *uid) {
+        _cleanup_free_ char *rel = NULL;
+        if (validate_uid(uid) < 0)
+                return;
+        if (asprintf(&rel, "pods/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED, uid) < 0)
+                return;
+        (void) for_each_entry(m, rel, scan_pod_volume, c);
+}
+
+int reconstruct_actual_state(VolumeManager *m) {
+        Counts c = {};
+        int r;
+
+        r = mount_table_refresh(m->mounts);
+        if (r < 0)
+                return log_error_errno(r, "Cannot read the mount table for reconstruction: %m");
+        /* Staging first: publishes then name the volumes they belong to. */
+        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, &c);
+        (void) for_each_entry(m, "pods", scan_pod, &c);
+        if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0)
+                log_info("Reconstructed %u volumes from %s: %u staged, %u published, %u uncertain, %u from a previous "
+                         "boot; %u leftovers removed, %u skipped",
+                         (unsigned) hashmap_size(m->volumes), m->root->path, c.staged, c.published, c.uncertain, c.stale,
+                         c.leftovers, c.skipped);
+        return 0;
+}
+
+/* ---- previous boots ------------------------------------------------------------- */
+
+int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub) {
+        _cleanup_free_ char *dir = NULL;
+        LogFields f = { .pod_uid = pub->pod_uid, .pod = pub->pod_key, .volume = pub->spec_name,
+                        .driver = av->driver, .volume_handle = av->handle };
+        int r;
+
+        r = path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir);
+        if (r >= 0)
+                r = volume_dirs_remove(m, &f, dir, pub->target, false);
+        if (r < 0)
+                return r;
+        log_fields(LOG_INFO, &f, "Removed %s/%s, published before the last reboot for a pod that is gone",
+                   m->root->path, dir);
+        actual_publish_remove(av, pub->pod_uid);
+        return 0;
+}
+
+int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av) {
+        _cleanup_free_ char *dir = NULL, *target = NULL;
+        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
+        int r;
+
+        r = path_staging_volume_dir(av->driver, av->handle, &dir);
+        if (r >= 0)
+                r = path_staging_target(av->driver, av->handle, &target);
+        if (r >= 0)
+                r = volume_dirs_remove(m, &f, dir, target, true);
+        if (r < 0)
+                return r;
+        log_fields(LOG_INFO, &f, "Removed %s/%s, staged before the last reboot and no longer wanted",
+                   m->root->path, dir);
+        av->stage_stale = false;
+        return 0;
+}

@@ -63,6 +63,7 @@ typedef struct ActualVolume {
          * unstaged with no publish left, whatever its CSIDriver says meanwhile. */
         bool attachable;
         bool unstage_held;      /* the guard found other mounts of it: reported once */
+        bool driver_wait_logged; /* "teardown waits for the driver" said once */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
         bool attach_warned;
         Hashmap *publishes;     /* pod UID → ActualPublish */
@@ -188,6 +189,8 @@ void manager_operation_done(VolumeManager *m, Operation *op, bool success);
 
 /* reconciler.c */
 void reconciler_pass(VolumeManager *m);
+/* The Node informer showed the Node: our last volumesInUse patch may be in it. */
+void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
 
 /* reconstruct.c */
 /* Rebuilds the actual state from the volume directories under root-dir,

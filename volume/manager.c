@@ -34,7 +34,8 @@ static int on_resync(sd_event_source *s, uint64_t usec, void *userdata) {
         VolumeManager *m = userdata;
         void *value;
 
-        log_debug("Resync: rebuilding the desired state of every pod");
+        log_debug("Resync: reading the claims, volumes and attachments in use again, rebuilding every pod");
+        object_watches_refresh_all(m->watches);
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);)
                 ((PodEntry *) value)->dirty = true;
         (void) sd_event_source_set_time_relative(s, m->resync_interval_usec);
@@ -205,6 +206,7 @@ static void on_any_update(K8sInformer *i, const void *old, const void *new, void
 /* The node's own object: its status.volumesAttached and volumesInUse, its
  * annotations and labels. */
 static void on_node_add(K8sInformer *i, const void *obj, void *userdata) {
+        reconciler_node_seen(userdata, obj);
         drivers_node_changed(userdata, obj);
         manager_schedule_pass(userdata);
 }
@@ -213,6 +215,7 @@ static void on_node_update(K8sInformer *i, const void *old, const void *new, voi
         /* status.volumesAttached changes when the attach/detach controller saw a
          * VolumeAttachment attached: the one event that says so (they cannot be watched). */
         object_watches_refresh(((VolumeManager *) userdata)->watches, &k8s_kind_volume_attachment);
+        reconciler_node_seen(userdata, new);
         drivers_node_changed(userdata, new);
         manager_schedule_pass(userdata);
 }

@@ -306,6 +306,15 @@ static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
         return true;
 }
 
+static void log_driver_wait(ActualVolume *av) {
+        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
+        if (av->driver_wait_logged)
+                return;
+        av->driver_wait_logged = true;
+        log_fields(LOG_NOTICE, &f, "Volume %s is no longer wanted; tearing it down waits for CSI driver %s to "
+                   "register", av->unique_name, av->driver);
+}
+
 /* Teardown of what no pod wants: unpublish, then unstage once nothing is
  * published, then forget the volume.  What was found from a previous boot
  * is only removed from disk: nothing of it is mounted, nothing to call. */
@@ -317,6 +326,8 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
 
         if (av->op)
                 return;
+        if (driver_here)
+                av->driver_wait_logged = false;
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, &key, &value);) {
                 ActualPublish *pub = value;
                 _cleanup_free_ char *namespace = NULL;
@@ -329,8 +340,10 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                         (void) reconstruct_remove_stale_publish(m, av, pub);
                         continue;
                 }
-                if (!driver_here)
+                if (!driver_here) {
+                        log_driver_wait(av);
                         return;
+                }
                 namespace = slash ? strndup(pub->pod_key, slash - pub->pod_key) : NULL;
                 info = (PodInfo){ .uid = pub->pod_uid, .key = pub->pod_key, .namespace = namespace,
                                   .name = slash ? (char *) slash + 1 : NULL };
@@ -340,7 +353,11 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
         if (av->desired || hashmap_size(av->publishes) > 0)
                 return;
         if (av->lifecycle == VOLUME_PERSISTENT && av->stage != STAGE_NONE) {
-                if (!driver_here || unstage_held(m, ps, av))
+                if (!driver_here) {
+                        log_driver_wait(av);
+                        return;
+                }
+                if (unstage_held(m, ps, av))
                         return;
                 want_op(m, ps, OP_UNSTAGE, av, NULL, NULL, NULL);
                 return;
@@ -356,7 +373,8 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
 
 #define IN_USE_RETRY_USEC (2 * USEC_PER_SEC)
 /* How long a patch that went through may be missing from the Node informer
- * before we take the informer's word (someone else changed it since). */
+ * before we take the informer's word anyway (the watch is ordered: once it
+ * showed our patch, whatever differs later is someone else's change). */
 #define IN_USE_ECHO_USEC (5 * USEC_PER_SEC)
 
 static void on_in_use_patched(K8sClient *c, int error, const char *message, void *userdata) {
@@ -393,6 +411,13 @@ static bool same_set(char *const *a, char *const *b) {
                 if (!k8s_strv_contains(b, a[i]))
                         return false;
         return true;
+}
+
+void reconciler_node_seen(VolumeManager *m, const K8sNode *node) {
+        /* Our last patch has come back through the watch: from now on the
+         * informer's list is the truth, and any difference is corrected at once. */
+        if (m->in_use_sent && node && same_set(node->volumes_in_use, m->in_use_sent))
+                m->in_use_sent = k8s_strv_free(m->in_use_sent);
 }
 
 /* Whether the volume belongs in volumesInUse: an attachable persistent

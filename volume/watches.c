@@ -328,17 +328,13 @@ size_t object_watches_count(ObjectWatches *w) {
         return hashmap_size(w->entries);
 }
 
-void object_watches_refresh(ObjectWatches *w, const K8sKind *kind) {
+static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
         bool any = false;
         void *value;
 
         for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
                 ObjectEntry *e = value;
-                /* A final answer stays so for as long as a pod uses the
-                 * object (a bound claim's volumeName cannot change, a claim
-                 * in use cannot be deleted): fetching every one again on each
-                 * pod update would cost pods × claims GETs. */
-                if ((kind && e->kind != kind) || entry_final(e))
+                if ((kind && e->kind != kind) || (!final_too && entry_final(e)))
                         continue;
                 e->refresh_due = true;
                 any = true;
@@ -347,6 +343,18 @@ void object_watches_refresh(ObjectWatches *w, const K8sKind *kind) {
          * enabled: a burst of pod events costs one GET per object. */
         if (any)
                 (void) sd_event_source_set_enabled(w->refresh_source, SD_EVENT_ONESHOT);
+}
+
+void object_watches_refresh(ObjectWatches *w, const K8sKind *kind) {
+        /* A final answer stays so for as long as a pod uses the object (a
+         * bound claim's volumeName cannot change, a claim in use cannot be
+         * deleted): fetching every one again on each pod update would cost
+         * pods × claims GETs. */
+        refresh(w, kind, false);
+}
+
+void object_watches_refresh_all(ObjectWatches *w) {
+        refresh(w, NULL, true);
 }
 
 static int entry_key(const K8sKind *kind, const char *namespace, const char *name, char **ret) {

@@ -61,6 +61,12 @@ const char *object_watches_error(ObjectWatches *w, const K8sKind *kind, const ch
  * made them final does not change while a pod uses the object, and a burst
  * of pods on one claim must cost one GET. */
 void object_watches_refresh(ObjectWatches *w, const K8sKind *kind);
+/* The safety-net resync: every cached entry, final or not, is fetched again
+ * soon.  What made an entry final may still be undone by hand (a PV whose
+ * protection finalizer was removed, deleted and re-created under the same
+ * name): the reconciler must hear of it, if only to say it keeps what the
+ * running pod resolved. */
+void object_watches_refresh_all(ObjectWatches *w);
 /* The pass is over: entries no lookup marked are dropped, their GETs cancelled. */
 void object_watches_sweep(ObjectWatches *w);
 

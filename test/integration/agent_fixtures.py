@@ -80,7 +80,7 @@ def notify_socket(tmp_path):
     s.close()
 
 
-def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi=""):
+def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi="", agent=""):
     """A configuration for tests: a private root-dir, the fake API server's
     kubeconfig, no metrics port, no registration dir unless asked; `extra`
     is appended verbatim."""
@@ -88,6 +88,7 @@ def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi="")
         "[agent]\n"
         f"node-name = {node}\n"
         f"root-dir = {root_dir}\n"
+        + agent +
         "[kubernetes]\n"
         f"kubeconfig = {kubeconfig}\n"
         "[csi]\n"
@@ -211,11 +212,11 @@ class VolumeEnv:
         self.broad = broad
         fake_api.create(make_node())
 
-    def start(self, extra="", csi=""):
+    def start(self, extra="", csi="", agent=""):
         kubeconfig = self.api.kubeconfig_path if self.broad else self.api.node_kubeconfig("test-node")
         config = write_config(self.tmp_path / "kvolumed.conf", self.root, kubeconfig,
                               f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
-                              "[log]\nlevel = debug\n" + extra, csi=csi)
+                              "[log]\nlevel = debug\n" + extra, csi=csi, agent=agent)
         self.agent = self.start_agent(config)
         return self.agent
 

@@ -176,30 +176,24 @@ def test_csidriver_recreated_without_attach_keeps_the_volume_in_use(volume_env):
 
 
 def test_pv_recreated_with_another_handle_keeps_the_running_volume(volume_env):
-    """Defect 5: what a running pod resolved is pinned; an Event says why."""
+    """Defect 5: what a running pod resolved is pinned; an Event says why.
+    A bound claim's PV is final for the GET cache, read again only by the
+    safety-net resync (here every second)."""
     env = volume_env
     shared_pv(env)
-    env.start()
+    env.start(agent="resync-interval = 1s\n")
     pod = env.pod("web", [claim_volume("data", "shared")])
     env.wait_mounted(env.target(pod, "pv-shared"))
     env.api.remove("persistentvolumes", None, "pv-shared")
     env.pv("pv-shared", "vol-other", claim="shared")
-    # Pod updates make kvolumed look at its claim again (at most once a
-    # second per object): a running pod's status changes now and then.
-    def touched_and_seen():
-        p = env.api.get("pods", "default", "web")
-        p["metadata"].setdefault("labels", {})["touched"] = str(time.monotonic())
-        env.api.update(p)
-        return [e for e in env.events() if e.get("reason") == "VolumeSourceChanged" and "vol-other" in e["message"]]
-    # A bound claim's PV is final for the GET cache: kvolumed may not look
-    # again while the pod runs (then nothing changes either); whenever it
-    # does, the pod keeps its volume and an Event says why.
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and not touched_and_seen():
-        time.sleep(0.3)
+    env.wait_event("VolumeSourceChanged", "vol-other", timeout=15)
     assert os.path.ismount(env.target(pod, "pv-shared"))
     assert not env.calls("NodeUnpublishVolume")
     assert all(c["request"]["volume_id"] == "vol-shared" for c in env.calls("NodePublishVolume"))
+    # The pod keeps its volume until it goes; then all of it goes.
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
+    assert [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")] == ["vol-shared"]
 
 
 def test_two_pvs_with_one_handle_publish_at_their_own_paths(volume_env):
@@ -307,6 +301,8 @@ def test_adopts_a_node_set_up_by_kubelet(volume_env):
         f.write('{"operation":"unpublish","done":false,"mount":false,"bootID":"1234"}')
     env.start()
     env.wait_gone(f"{env.root}/pods/{uid_gone}")
+    env.wait_gone(os.path.dirname(env.staging("vol-old")))
+    env.wait_calls("NodeUnstageVolume")
     assert os.path.ismount(env.target(keep, "pv-shared"))
     assert env.target(keep, "pv-shared") not in unpublished_targets(env)
     unstaged = [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")]

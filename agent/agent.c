@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
 
-/* Settings that are applied while running; every other change needs a restart. */
+/* Settings that are applied while running; every other change needs a restart
+ * (the running value is kept until then). */
 static const char *const live_settings[] = { "log.level" };
 
 static void on_volumes_stopped(VolumeManager *m, void *userdata) {
@@ -25,6 +27,7 @@ static int on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si,
         a->stopping = true;
         log_info("Received %s, stopping; volumes stay as they are", strsignal((int) si->ssi_signo));
         (void) notify_stopping();
+        (void) notify_status("Stopping: letting the operations in flight finish; volumes stay as they are");
         /* CSI calls in flight finish (or time out) first, so that no volume is
          * left in a state nobody recorded. */
         volume_manager_stop(a->volumes, on_volumes_stopped, a);
@@ -70,7 +73,8 @@ static int connect_clients(Agent *a) {
         r = volume_manager_new(a->event, a->k8s, a->csi,
                                &(VolumeManagerOptions){ .node_name = c->node_name,
                                                         .root_dir = c->root_dir,
-                                                        .resync_interval_usec = c->resync_interval_usec },
+                                                        .resync_interval_usec = c->resync_interval_usec,
+                                                        .republish_interval_usec = c->republish_interval_usec },
                                &a->volumes);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the volume manager: %m");
@@ -79,8 +83,39 @@ static int connect_clients(Agent *a) {
 
 /* ---- the metrics and debug endpoint ----------------------------------------- */
 
-static void observe_pass(uint64_t duration_usec, void *userdata) {
-        metrics_observe_reconcile(userdata, (double) duration_usec / 1e6);
+/* STATUS= for "systemctl status": sent only when the counts changed. */
+static void update_status(Agent *a) {
+        VolumeManagerStats st = {};
+        _cleanup_free_ char *text = NULL;
+
+        volume_manager_get_stats(a->volumes, &st);
+        if (asprintf(&text,
+                     "Running on node %s: %u pods, %u volumes published, %u waiting, %u uncertain, "
+                     "%u operations in flight",
+                     a->config->node_name, st.pods, st.published, st.waiting, st.uncertain, st.running) < 0)
+                return;
+        if (streq_ptr(text, a->status))
+                return;
+        (void) notify_status("%s", text);
+        free(a->status);
+        a->status = TAKE_PTR(text);
+}
+
+/* Called after every reconcile pass; the first one runs as soon as the
+ * informers have synced, which is when the agent is ready. */
+static void on_pass_done(uint64_t duration_usec, void *userdata) {
+        Agent *a = userdata;
+
+        metrics_observe_reconcile(a->metrics, (double) duration_usec / 1e6);
+        if (a->stopping)
+                return;
+        if (!a->ready && volume_manager_synced(a->volumes)) {
+                a->ready = true;
+                log_info("Ready: volumes on disk reconstructed, pods, CSIDrivers and node %s listed",
+                         a->config->node_name);
+                (void) notify_ready();
+        }
+        update_status(a);
 }
 
 static void read_volume_stats(VolumeManagerStats *ret, void *userdata) {
@@ -128,7 +163,7 @@ static int setup_metrics(Agent *a) {
                 return log_error_errno(r, "Failed to create the metrics registry: %m");
         csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
-        volume_manager_set_pass_hook(a->volumes, observe_pass, a->metrics);
+        volume_manager_set_pass_hook(a->volumes, on_pass_done, a);
         metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);
 
         if (isempty(a->config->metrics_listen)) {
@@ -153,6 +188,41 @@ static int setup_metrics(Agent *a) {
 
 static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
         (void) agent_reload(userdata);
+        return 0;
+}
+
+/* TEST ONLY — the watchdog fault switch.  With KVOLUMED_TEST_STALL_FILE=PATH
+ * in the environment (the real-systemd test sets it in a drop-in), the loop
+ * looks for PATH once a second; when it appears, it is removed (so that the
+ * restarted daemon runs normally) and the loop blocks for good: no more
+ * watchdog pings, and systemd's WatchdogSec= must kill and restart us.
+ * Without the variable nothing of this exists. */
+static int on_stall_check(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+
+        if (unlink(a->stall_file) < 0) {
+                (void) sd_event_source_set_time_relative(s, USEC_PER_SEC);
+                return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+        }
+        log_warning("Test fault switch %s found: blocking the event loop until the watchdog fires", a->stall_file);
+        for (;;)
+                (void) sleep(3600);
+}
+
+static int setup_stall_switch(Agent *a) {
+        const char *path = getenv("KVOLUMED_TEST_STALL_FILE");
+        int r;
+
+        if (isempty(path))
+                return 0;
+        a->stall_file = strdup(path);
+        if (!a->stall_file)
+                return -ENOMEM;
+        r = sd_event_add_time_relative(a->event, &a->stall_source, CLOCK_MONOTONIC, USEC_PER_SEC, USEC_PER_MSEC,
+                                       on_stall_check, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add the test stall switch: %m");
+        log_warning("Test fault switch armed: the event loop blocks when %s appears", a->stall_file);
         return 0;
 }
 
@@ -200,6 +270,9 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
         r = setup_metrics(a);
         if (r < 0)
                 return r;
+        r = setup_stall_switch(a);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(a);
         return 0;
@@ -211,6 +284,9 @@ Agent *agent_free(Agent *a) {
         sd_event_source_disable_unref(a->sigterm_source);
         sd_event_source_disable_unref(a->sigint_source);
         sd_event_source_disable_unref(a->sighup_source);
+        sd_event_source_disable_unref(a->stall_source);
+        free(a->stall_file);
+        free(a->status);
         /* Its handlers read the manager and the metrics. */
         http_server_free(a->http);
         /* The manager borrows both clients: it goes first. */
@@ -267,21 +343,27 @@ int agent_reload(Agent *a) {
         _cleanup_free_ char *error = NULL;
         int r;
 
-        (void) notify_reloading();
+        /* Before the first READY=1 the service manager still waits for it:
+         * neither RELOADING=1 nor READY=1 may be said then. */
+        if (a->ready)
+                (void) notify_reloading();
         log_info("Reloading the configuration from %s", a->config_path);
         r = config_load(a->config_path, &new, &error);
         if (r < 0) {
                 log_error("Keeping the running configuration: %s", error ? error : strerror(-r));
-                (void) notify_ready();
+                if (a->ready)
+                        (void) notify_ready();
                 return r;
         }
         warn_restart_needed(a->config, new);
         /* Said at the old level, so that the reload which quietens the log is still seen. */
         log_info("Configuration reloaded, log level %s", log_level_to_string(new->log_level));
         log_set_max_level(new->log_level);
-        config_free(a->config);
-        a->config = TAKE_PTR(new);
-        (void) notify_ready();
+        /* Only the live settings are taken over: the running configuration
+         * keeps describing what runs (node-name, root-dir, ...). */
+        a->config->log_level = new->log_level;
+        if (a->ready)
+                (void) notify_ready();
         return 0;
 }
 
@@ -290,11 +372,11 @@ int agent_run(Agent *a) {
 
         log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
+        /* READY=1 follows from the first reconcile pass (on_pass_done). */
+        (void) notify_status("Starting: listing pods, CSIDrivers and node %s", a->config->node_name);
         r = volume_manager_start(a->volumes);
         if (r < 0)
                 return r;
-        (void) notify_ready();
-        (void) notify_status("Running on node %s", a->config->node_name);
 
         r = sd_event_loop(a->event);
         if (r < 0)

@@ -24,7 +24,12 @@ typedef struct Agent {
         VolumeManager *volumes;
         Metrics *metrics;
         HttpServer *http; /* NULL when [metrics] listen is empty */
+        char *status;     /* the last STATUS= sent, so that only changes are sent */
+        bool ready;       /* READY=1 sent: reconstructed and the informers synced */
         bool stopping;
+        /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */
+        char *stall_file;
+        sd_event_source *stall_source;
 } Agent;
 
 /* Takes ownership of config.  Blocks the signals it handles, connects the
@@ -34,9 +39,13 @@ int agent_new(const char *config_path, Config *config, Agent **ret);
 Agent *agent_free(Agent *a);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
 
-/* Runs until SIGTERM/SIGINT.  Returns 0 on a clean stop or -errno. */
+/* Runs until SIGTERM/SIGINT.  READY=1 is sent once the volumes on disk are
+ * reconstructed and the pods, CSIDrivers and Node are listed; STATUS= then
+ * follows the volume counts.  Returns 0 on a clean stop or -errno. */
 int agent_run(Agent *a);
 
-/* Re-reads the configuration file.  On error the running configuration stays
- * and the reason is logged; settings that need a restart are named. */
+/* Re-reads the configuration file, between RELOADING=1 and READY=1.  Only the
+ * log level is applied live; every other changed setting is named in a warning
+ * and keeps its running value until the next restart.  On error the running
+ * configuration stays and the reason is logged. */
 int agent_reload(Agent *a);

@@ -135,6 +135,10 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+static bool loop_finished(CurlLoop *loop) {
+        return sd_event_get_state(loop->event) == SD_EVENT_FINISHED;
+}
+
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
         CurlLoop *loop = userp;
         sd_event_source *source = socketp;
@@ -148,6 +152,10 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
                 }
                 return 0;
         }
+        /* A handle removed after the loop finished (the owners are being
+         * freed) cannot be watched, and needs not be: nothing runs any more. */
+        if (loop_finished(loop))
+                return 0;
         if (what & CURL_POLL_IN)
                 events |= EPOLLIN;
         if (what & CURL_POLL_OUT)
@@ -179,6 +187,11 @@ static int timer_cb(CURLM *multi, long timeout_ms, void *userp) {
         uint64_t now;
         int r;
 
+        /* Removing a handle makes curl re-arm its timer; once the loop has
+         * finished, sd-event refuses that with ESTALE, and no transfer could
+         * run anyway: a normal stop must not log an error for it. */
+        if (loop_finished(loop))
+                return 0;
         if (timeout_ms < 0) {
                 if (loop->timer)
                         (void) sd_event_source_set_enabled(loop->timer, SD_EVENT_OFF);

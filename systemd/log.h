@@ -29,6 +29,8 @@ typedef struct LogFields {
 #define LOG_MESSAGE_ID_VOLUME_PUBLISHED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a51"
 #define LOG_MESSAGE_ID_VOLUME_UNPUBLISHED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a52"
 #define LOG_MESSAGE_ID_VOLUME_FAILED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"
+#define LOG_MESSAGE_ID_DRIVER_REGISTERED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a54"
+/* Each has an entry in systemd/kvolumed.catalog, which journalctl -x shows. */
 
 typedef enum LogTarget {
         LOG_TARGET_STDERR,

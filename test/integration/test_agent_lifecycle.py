@@ -4,15 +4,15 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import write_config
+from integration.agent_fixtures import wait_until, write_config
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_ready_then_prompt_clean_stop(start_agent, agent_config, notify_socket, sig):
     agent = start_agent(agent_config, notify=notify_socket)
     notify_socket.wait_for("READY=1")
-    status = notify_socket.wait_for("STATUS=Running on node test-node")
-    assert status
+    notify_socket.wait_for("STATUS=Running on node test-node: 0 pods, 0 volumes published, 0 waiting, "
+                           "0 uncertain, 0 operations in flight")
     started = time.monotonic()
     agent.signal(sig)
     notify_socket.wait_for("STOPPING=1", timeout=1.0)
@@ -22,6 +22,24 @@ def test_ready_then_prompt_clean_stop(start_agent, agent_config, notify_socket, 
     assert "info: kvolumed 0." in out and "starting for node test-node" in out
     assert "stopping; volumes stay as they are" in out
     assert "kvolumed stopped" in out
+    # A normal stop is quiet: nothing at err level, before or after "kvolumed stopped"
+    # (it once ended with "Failed to arm the curl timer: Stale file handle").
+    assert not [line for line in out.splitlines() if line.startswith(("err:", "crit:", "alert:", "emerg:"))], out
+
+
+def test_ready_only_once_listed(start_agent, agent_config, notify_socket, fake_api):
+    """READY=1 means reconstructed and synced: while the pods cannot be listed
+    yet, the service manager hears STATUS=Starting..., not READY=1."""
+    fake_api.set_delay(3.0, path_prefix="/api/v1/pods")
+    agent = start_agent(agent_config, notify=notify_socket)
+    notify_socket.wait_for("STATUS=Starting: listing pods, CSIDrivers and node test-node")
+    # A reload before the first READY=1 must not say READY=1 (nor RELOADING=1).
+    agent.signal(signal.SIGHUP)
+    agent.wait_for_log("info: Configuration reloaded")
+    early = notify_socket.drain(0.5)
+    assert not [m for m in early if {"READY=1", "RELOADING=1"} & set(m.split("\n"))], early
+    notify_socket.wait_for("READY=1", timeout=10.0)
+    agent.wait_for_log("info: Ready: volumes on disk reconstructed, pods, CSIDrivers and node test-node listed")
 
 
 def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_socket, agent_config, fake_api):
@@ -45,6 +63,11 @@ def test_sighup_reloads_and_applies_log_level(start_agent, tmp_path, notify_sock
     notify_socket.wait_for("READY=1")
     agent.wait_for_log(f'warning: Configuration changed: "agent.root-dir = {tmp_path}" takes effect at the next restart')
     assert agent.output().count("Configuration reloaded") == 1
+    # The running value is kept: the next reload names the same change again.
+    agent.signal(signal.SIGHUP)
+    notify_socket.wait_for("READY=1")
+    wait_until(lambda: agent.output().count(f'"agent.root-dir = {tmp_path}" takes effect') == 2,
+               what="the restart-only change named again")
     assert agent.proc.poll() is None
 
 

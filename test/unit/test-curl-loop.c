@@ -9,7 +9,11 @@
 
 #include <microhttpd.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "systemd/curl-loop.h"
+#include "systemd/log.h"
 
 static struct MHD_Daemon *daemon_;
 static unsigned port;
@@ -260,11 +264,59 @@ static void test_free_with_running_transfers(void **state) {
         sd_event_unref(run.event);
 }
 
+/* Owners cancel their transfers while being freed, after sd_event_loop()
+ * returned: curl then re-arms its timer for the transfers left, which a
+ * finished sd-event refuses (ESTALE).  That must stay silent: it was the
+ * err-level "Failed to arm the curl timer: Stale file handle" of every stop. */
+static void test_cancel_after_loop_finished_is_quiet(void **state) {
+        Request reqs[2] = {};
+        Run run = { .requests = reqs, .pending = 2 };
+        CurlLoop *loop = NULL;
+        char captured[4096] = {};
+        int saved_stderr, fd;
+        ssize_t n;
+
+        assert_int_equal(sd_event_new(&run.event), 0);
+        assert_int_equal(curl_loop_new(run.event, &loop), 0);
+        /* Transfers with a deadline, so that curl always has a timer to arm. */
+        for (int i = 0; i < 2; i++)
+                assert_int_equal(curl_loop_add(loop, make_easy(&reqs[i], "/slow", i, 5000), on_done, &run), 0);
+        assert_int_equal(sd_event_add_time_relative(run.event, NULL, CLOCK_MONOTONIC, 100 * USEC_PER_MSEC, 0,
+                                                    on_quit, NULL),
+                         0);
+        assert_int_equal(sd_event_loop(run.event), 0);
+        assert_int_equal(curl_loop_running(loop), 2);
+
+        log_set_target(LOG_TARGET_STDERR);
+        fd = memfd_create("stderr", 0);
+        assert_true(fd >= 0);
+        fflush(stderr);
+        saved_stderr = dup(STDERR_FILENO);
+        assert_true(dup2(fd, STDERR_FILENO) >= 0);
+        assert_int_equal(curl_loop_cancel(loop, reqs[0].easy), 0);
+        assert_int_equal(curl_loop_cancel(loop, reqs[1].easy), 0);
+        assert_null(curl_loop_free(loop));
+        fflush(stderr);
+        assert_true(dup2(saved_stderr, STDERR_FILENO) >= 0);
+        close(saved_stderr);
+        n = pread(fd, captured, sizeof captured - 1, 0);
+        close(fd);
+        assert_true(n >= 0);
+        assert_string_equal(captured, "");
+
+        for (int i = 0; i < 2; i++) {
+                assert_false(reqs[i].done);
+                curl_easy_cleanup(reqs[i].easy);
+        }
+        sd_event_unref(run.event);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_many_parallel_requests), cmocka_unit_test(test_timeout),
                 cmocka_unit_test(test_cancel),                 cmocka_unit_test(test_connection_refused),
                 cmocka_unit_test(test_readd_from_callback),    cmocka_unit_test(test_free_with_running_transfers),
+                cmocka_unit_test(test_cancel_after_loop_finished_is_quiet),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

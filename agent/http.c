@@ -11,10 +11,28 @@
 #include "systemd/log.h"
 #include "systemd/validate.h"
 
-/* Scrapers and probes are few; a cap keeps a misbehaving client from
- * holding the loop's file descriptors, the timeout drops idle keep-alives. */
-#define HTTP_CONNECTION_LIMIT 32u
-#define HTTP_CONNECTION_TIMEOUT_SEC 30u
+/* Scrapers and probes are few, but any local process can connect, and the
+ * loop must answer /healthz whatever they do.  MHD's hard cap bounds the file
+ * descriptors; well before it, the connection that has waited longest for
+ * its next request is cut, so a flood of idle or slow-drip connections makes
+ * room for a probe instead of shutting it out.  Every connection must send a
+ * complete request within HTTP_REQUEST_DEADLINE_USEC of opening or of its
+ * last answer (a slow-drip client never finishes one); MHD's own idle timeout
+ * backs that up. */
+#define HTTP_CONNECTION_LIMIT 512u
+#define HTTP_EVICT_ABOVE 384u
+#define HTTP_CONNECTION_TIMEOUT_SEC 10u
+#define HTTP_REQUEST_DEADLINE_USEC (5 * USEC_PER_SEC)
+#define HTTP_SWEEP_USEC USEC_PER_SEC
+
+/* A connection MHD holds, oldest wait first in the server's list. */
+typedef struct HttpConnection HttpConnection;
+struct HttpConnection {
+        int fd;
+        uint64_t waiting_since; /* opened, or last request answered */
+        bool cut;               /* shut down by us: MHD closes it next */
+        HttpConnection *prev, *next;
+};
 
 typedef struct HttpRoute {
         char *path;
@@ -27,6 +45,9 @@ struct HttpServer {
         struct MHD_Daemon *daemon;
         sd_event_source *io;
         sd_event_source *timer;
+        sd_event_source *sweep;
+        HttpConnection *oldest, *newest;
+        unsigned n_connections;
         HttpRoute *routes;
         size_t n_routes;
         char *address;
@@ -89,6 +110,120 @@ static int bind_listen_socket(const char *listen_address, char **ret_address, un
         if (r < 0)
                 return r;
         return TAKE_FD(fd);
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static uint64_t now_usec(HttpServer *s) {
+        uint64_t now = 0;
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        return now;
+}
+
+static void connection_unlink(HttpServer *s, HttpConnection *c) {
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->oldest = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        else
+                s->newest = c->prev;
+        c->prev = c->next = NULL;
+}
+
+static void connection_append(HttpServer *s, HttpConnection *c) {
+        c->prev = s->newest;
+        c->next = NULL;
+        if (s->newest)
+                s->newest->next = c;
+        else
+                s->oldest = c;
+        s->newest = c;
+}
+
+/* shutdown(2) rather than close: the descriptor stays MHD's; it sees the
+ * end of the stream on its next run and closes the connection itself. */
+static void connection_cut(HttpServer *s, HttpConnection *c, const char *why) {
+        if (c->cut)
+                return;
+        c->cut = true;
+        (void) shutdown(c->fd, SHUT_RDWR);
+        log_debug("HTTP server: closing a connection (%s)", why);
+}
+
+static void cut_expired(HttpServer *s) {
+        uint64_t now = now_usec(s);
+        unsigned live = 0;
+
+        for (HttpConnection *c = s->oldest; c; c = c->next)
+                live += !c->cut;
+        for (HttpConnection *c = s->oldest; c; c = c->next) {
+                if (c->cut)
+                        continue;
+                if (now >= c->waiting_since + HTTP_REQUEST_DEADLINE_USEC)
+                        connection_cut(s, c, "no complete request in time");
+                else if (live > HTTP_EVICT_ABOVE)
+                        connection_cut(s, c, "too many connections: the one waiting longest goes");
+                else
+                        break; /* the rest waited less */
+                live--;
+        }
+}
+
+static int on_sweep(sd_event_source *source, uint64_t usec, void *userdata) {
+        HttpServer *s = userdata;
+        cut_expired(s);
+        if (s->n_connections > 0) {
+                (void) sd_event_source_set_time_relative(source, HTTP_SWEEP_USEC);
+                (void) sd_event_source_set_enabled(source, SD_EVENT_ONESHOT);
+        }
+        return 0;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+        HttpServer *s = cls;
+        HttpConnection *c = *socket_context;
+
+        if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+                if (c) {
+                        connection_unlink(s, c);
+                        free(c);
+                        s->n_connections--;
+                }
+                *socket_context = NULL;
+                return;
+        }
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c = calloc(1, sizeof *c);
+        if (!c || !info) {
+                free(c);
+                return; /* untracked: MHD's idle timeout still ends it */
+        }
+        c->fd = info->connect_fd;
+        c->waiting_since = now_usec(s);
+        connection_append(s, c);
+        s->n_connections++;
+        *socket_context = c;
+        if (s->n_connections > HTTP_EVICT_ABOVE)
+                cut_expired(s);
+        if (s->sweep && sd_event_source_get_enabled(s->sweep, NULL) == 0) {
+                (void) sd_event_source_set_time_relative(s->sweep, HTTP_SWEEP_USEC);
+                (void) sd_event_source_set_enabled(s->sweep, SD_EVENT_ONESHOT);
+        }
+}
+
+/* A request arrived whole: the connection waits for its next one from now. */
+static void connection_served(HttpServer *s, struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        HttpConnection *c = info ? info->socket_context : NULL;
+
+        if (!c || c->cut)
+                return;
+        c->waiting_since = now_usec(s);
+        connection_unlink(s, c);
+        connection_append(s, c);
 }
 
 static const HttpRoute *find_route(const HttpServer *s, const char *path) {
@@ -162,6 +297,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         HttpServer *s = cls;
         const HttpRoute *route;
 
+        connection_served(s, conn);
         /* Every answer is queued on the first call: no route takes a body. */
         if (!streq(method, MHD_HTTP_METHOD_GET) && !streq(method, MHD_HTTP_METHOD_HEAD)) {
                 log_debug("HTTP %s %s: 405", method, url);
@@ -259,6 +395,7 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
                                      MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
                                      MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
                                      MHD_OPTION_CONNECTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_SEC,
+                                     MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                      MHD_OPTION_END);
         /* clang-format on */
         if (!s->daemon)
@@ -270,6 +407,12 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the HTTP server on %s: %m", s->address);
         (void) sd_event_source_set_description(s->io, "http-server");
+        r = sd_event_add_time_relative(event, &s->sweep, CLOCK_MONOTONIC, HTTP_SWEEP_USEC, USEC_PER_MSEC, on_sweep,
+                                       s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add the HTTP connection sweep: %m");
+        (void) sd_event_source_set_enabled(s->sweep, SD_EVENT_OFF);
+        (void) sd_event_source_set_description(s->sweep, "http-sweep");
         r = arm_timer(s);
         if (r < 0)
                 return log_error_errno(r, "Failed to arm the HTTP server timer: %m");
@@ -283,8 +426,15 @@ HttpServer *http_server_free(HttpServer *s) {
                 return NULL;
         sd_event_source_disable_unref(s->io);
         sd_event_source_disable_unref(s->timer);
+        sd_event_source_disable_unref(s->sweep);
+        s->sweep = NULL;
         if (s->daemon)
-                MHD_stop_daemon(s->daemon);
+                MHD_stop_daemon(s->daemon); /* its CLOSED notifications free the connections */
+        while (s->oldest) {
+                HttpConnection *c = s->oldest;
+                connection_unlink(s, c);
+                free(c);
+        }
         for (size_t i = 0; i < s->n_routes; i++)
                 free(s->routes[i].path);
         free(s->routes);

@@ -25,6 +25,8 @@ static void meta_done(K8sMeta *m) {
         free(m->name);
         free(m->resource_version);
         free(m->deletion_timestamp);
+        free(m->controller_kind);
+        free(m->controller_uid);
 }
 
 static int meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
@@ -37,6 +39,17 @@ static int meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
         TRY(k8s_json_get_string(p, md, "uid", need_uid ? JSON_REQUIRED : JSON_OPTIONAL, &m->uid));
         TRY(k8s_json_get_string(p, md, "resourceVersion", JSON_OPTIONAL, &m->resource_version));
         TRY(k8s_json_get_string(p, md, "deletionTimestamp", JSON_OPTIONAL, &m->deletion_timestamp));
+        const cJSON *owners;
+        size_t n_owners;
+        TRY(k8s_json_get_array(p, md, "ownerReferences", JSON_OPTIONAL, &owners, &n_owners));
+        FOREACH_ELEMENT(p, "ownerReferences", owners, o, i) {
+                bool controller = false;
+                TRY(k8s_json_get_bool(p, o, "controller", false, &controller));
+                if (!controller || m->controller_uid)
+                        continue;
+                TRY(k8s_json_get_string(p, o, "kind", JSON_REQUIRED, &m->controller_kind));
+                TRY(k8s_json_get_string(p, o, "uid", JSON_REQUIRED, &m->controller_uid));
+        }
         k8s_json_path_pop(p, saved);
         return 0;
 }

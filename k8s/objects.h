@@ -22,6 +22,10 @@ typedef struct K8sMeta {
         char *name;
         char *resource_version;
         char *deletion_timestamp; /* NULL unless being deleted */
+        /* The ownerReference with controller: true, if any (a generic
+         * ephemeral volume's claim must be controlled by its pod). */
+        char *controller_kind;
+        char *controller_uid;
 } K8sMeta;
 
 typedef struct K8sSecretRef {

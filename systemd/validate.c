@@ -74,6 +74,26 @@ int validate_csi_driver_name(const char *s) {
         return 0;
 }
 
+bool utf8_valid(const char *str) {
+        for (const unsigned char *s = (const unsigned char *) str; *s;) {
+                size_t n;
+                if (s[0] < 0x80)
+                        n = 1;
+                else if (s[0] >= 0xc2 && s[0] <= 0xdf && (s[1] & 0xc0) == 0x80)
+                        n = 2;
+                else if (s[0] >= 0xe0 && s[0] <= 0xef && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
+                         !(s[0] == 0xe0 && s[1] < 0xa0) && !(s[0] == 0xed && s[1] > 0x9f))
+                        n = 3;
+                else if (s[0] >= 0xf0 && s[0] <= 0xf4 && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
+                         (s[3] & 0xc0) == 0x80 && !(s[0] == 0xf0 && s[1] < 0x90) && !(s[0] == 0xf4 && s[1] > 0x8f))
+                        n = 4;
+                else
+                        return false;
+                s += n;
+        }
+        return true;
+}
+
 int validate_path_component(const char *s) {
         size_t n;
 
@@ -83,6 +103,14 @@ int validate_path_component(const char *s) {
         if (n == 0 || n > 255 || streq(s, ".") || streq(s, ".."))
                 return -EINVAL;
         if (strchr(s, '/'))
+                return -EINVAL;
+        /* Control characters (newlines in logs and mountinfo, escapes in
+         * terminals) and bytes that are not UTF-8 have no place in a name
+         * the API validated; one that has them did not come from it. */
+        for (const char *c = s; *c; c++)
+                if ((unsigned char) *c < 0x20 || *c == 0x7f)
+                        return -EINVAL;
+        if (!utf8_valid(s))
                 return -EINVAL;
         return 0;
 }

@@ -19,8 +19,11 @@ int validate_dns1123_label(const char *s);
  * '.', and alphanumeric first and last characters. */
 int validate_csi_driver_name(const char *s);
 /* A single path component we may create: not empty, not "." or "..", no '/',
- * no NUL (by construction) and at most 255 bytes. */
+ * no NUL (by construction), no control character, well-formed UTF-8, and at
+ * most 255 bytes. */
 int validate_path_component(const char *s);
+/* Whether s is well-formed UTF-8 (no overlong forms, no surrogates). */
+bool utf8_valid(const char *s);
 /* An absolute, normalised path: starts with '/', no "." or ".." components,
  * no empty components ("//"), no trailing '/' (except "/" itself). */
 int validate_absolute_path(const char *s);

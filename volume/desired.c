@@ -235,6 +235,14 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                 return set_refused(view, &k8s_kind_pvc, pod->meta.namespace, claim, dv);
         if (!pvc)
                 return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" not found", claim);
+        /* kubelet's ephemeral.VolumeIsForPod: a claim named like the pod's
+         * generic ephemeral volume that the pod does not control may be
+         * anyone's (a user can create it before the pod): never mount it. */
+        if (v->ephemeral && (!streq_ptr(pvc->meta.controller_kind, "Pod") ||
+                             !streq_ptr(pvc->meta.controller_uid, pod->meta.uid)))
+                return set_text(&dv->failed, "persistentvolumeclaim %s/%s was not created for pod %s/%s (pod is "
+                                "not owner)", strempty(pod->meta.namespace), claim, strempty(pod->meta.namespace),
+                                pod->meta.name);
         if (isempty(pvc->volume_name))
                 return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" is not bound", claim);
         r = view->get_pv(view->userdata, pvc->volume_name, &pv);

@@ -22,6 +22,11 @@ int root_dir_open(const char *path, RootDir **ret);
 RootDir *root_dir_free(RootDir *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(RootDir *, root_dir_free);
 
+/* Opens relpath below root-dir with open(2) flags (O_NOFOLLOW and O_CLOEXEC
+ * added), for what the other functions do not cover: a file to bind-mount
+ * onto through /proc/self/fd, a device to hold open. */
+int root_dir_open_at(RootDir *r, const char *relpath, int flags, mode_t mode, int *ret_fd);
+
 /* Opens a directory below root-dir (O_DIRECTORY|O_CLOEXEC, read-only). */
 int root_dir_open_dir(RootDir *r, const char *relpath, int *ret_fd);
 

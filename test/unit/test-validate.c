@@ -66,6 +66,15 @@ static void test_path_component(void **state) {
         assert_int_equal(validate_path_component(".."), -EINVAL);
         assert_int_equal(validate_path_component("a/b"), -EINVAL);
         assert_int_equal(validate_path_component(""), -EINVAL);
+        /* Control characters and what is not UTF-8 never become a path. */
+        assert_int_equal(validate_path_component("a\nb"), -EINVAL);
+        assert_int_equal(validate_path_component("a\x1b[2Jb"), -EINVAL);
+        assert_int_equal(validate_path_component("a\x7f"), -EINVAL);
+        assert_int_equal(validate_path_component("caf\xc3\xa9"), 0);
+        assert_int_equal(validate_path_component("caf\xc3"), -EINVAL);
+        assert_int_equal(validate_path_component("\xc0\xae\xc0\xae"), -EINVAL); /* overlong ".." */
+        assert_int_equal(validate_path_component("\xed\xa0\x80"), -EINVAL);     /* a surrogate */
+        assert_int_equal(validate_path_component("\xff"), -EINVAL);
         char big[300];
         memset(big, 'x', 256);
         big[256] = '\0';

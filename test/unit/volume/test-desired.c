@@ -189,9 +189,30 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
                                "");
         DesiredPod *p = NULL;
 
+        /* A claim named like the pod's generic ephemeral volume that the pod
+         * does not control is refused (anyone may have made it)... */
         f.pvcs[0] = decode(&k8s_kind_pvc, PVC("web-eph", "pv-1"));
         f.pvcs[1] = decode(&k8s_kind_pvc, PVC("nfs-claim", "pv-nfs"));
         f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ""));
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        assert_string_equal(p->volumes[0].failed,
+                            "persistentvolumeclaim ns1/web-eph was not created for pod ns1/web (pod is not owner)");
+        desired_pod_free(p);
+        k8s_pvc_free(f.pvcs[0]);
+        /* ... and so is one controlled by another pod. */
+        f.pvcs[0] = decode(&k8s_kind_pvc, "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"web-eph\","
+                                          "\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"name\":\"web\","
+                                          "\"uid\":\"another\",\"controller\":true}]},"
+                                          "\"spec\":{\"volumeName\":\"pv-1\"},\"status\":{\"phase\":\"Bound\"}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_null(p->volumes[0].spec);
+        desired_pod_free(p);
+        k8s_pvc_free(f.pvcs[0]);
+        f.pvcs[0] = decode(&k8s_kind_pvc, "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"web-eph\","
+                                          "\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"name\":\"web\","
+                                          "\"uid\":\"" UID "\",\"controller\":true,\"blockOwnerDeletion\":true}]},"
+                                          "\"spec\":{\"volumeName\":\"pv-1\"},\"status\":{\"phase\":\"Bound\"}}");
         f.pvs[1] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p2\",\"name\":\"pv-nfs\",\"resourceVersion\":\"1\"},"
                                         "\"spec\":{\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);

@@ -663,6 +663,7 @@ static int on_registered(CsiClient *c, const CsiRegisteredDriver *d, void *userd
         r = hashmap_put(t->records, rec->name, rec, NULL);
         if (r < 0)
                 return oom();
+        f.message_id = LOG_MESSAGE_ID_DRIVER_REGISTERED;
         log_fields(LOG_INFO, &f, "Recording CSI driver %s (%s) on node %s: node ID %s, %zu topology segments",
                    d->name, d->registration_socket ? "registered" : "configured statically", m->node_name,
                    rec->node_id, rec->topology.n);

@@ -391,8 +391,10 @@ static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const C
         buf = malloc(MAX(size, (size_t) 1));
         if (!buf)
                 return -ENOMEM;
-        if (protobuf_c_message_pack(req, buf) != size)
+        if (protobuf_c_message_pack(req, buf) != size) {
+                explicit_bzero(buf, size);
                 return -EIO;
+        }
 
         if (log_get_max_level() >= LOG_DEBUG) {
                 _cleanup_free_ char *text = csi_describe_message(req);
@@ -401,6 +403,8 @@ static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const C
         }
 
         r = grpc_channel_call(ch, m->path, buf, size, c->call_timeout_usec, on_grpc_done, call, &call->grpc);
+        /* The channel has its own copy; this one may carry secrets. */
+        explicit_bzero(buf, size);
         if (r < 0)
                 return r;
         call->next = c->calls;

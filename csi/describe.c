@@ -20,6 +20,20 @@ static const struct {
         /* csi-secret-fields-end */
 };
 
+/* A key of volume_context that carries credentials all the same: kubelet
+ * puts the pod's service account tokens there unless the driver asks for
+ * them in secrets (volume/ sets it, CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS). */
+static const char *const secret_context_keys[] = {
+        "csi.storage.k8s.io/serviceAccount.tokens",
+};
+
+static bool context_key_is_secret(const char *key) {
+        for (size_t i = 0; i < ELEMENTSOF(secret_context_keys); i++)
+                if (streq_ptr(key, secret_context_keys[i]))
+                        return true;
+        return false;
+}
+
 bool csi_field_is_secret(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f) {
         for (size_t i = 0; i < ELEMENTSOF(secret_fields); i++)
                 if (streq(d->name, secret_fields[i].message) && streq(f->name, secret_fields[i].field))
@@ -66,9 +80,11 @@ static void describe_value(FILE *f, const ProtobufCFieldDescriptor *fd, const vo
                 if (sub && is_map_entry(sub->descriptor)) {
                         const ProtobufCFieldDescriptor *kf = &sub->descriptor->fields[0],
                                                        *vf = &sub->descriptor->fields[1];
-                        fprintf(f, "\"%s\":\"%s\"",
-                                strempty(*(char *const *) (const void *) ((const char *) sub + kf->offset)),
-                                strempty(*(char *const *) (const void *) ((const char *) sub + vf->offset)));
+                        const char *key = *(char *const *) (const void *) ((const char *) sub + kf->offset);
+                        fprintf(f, "\"%s\":\"%s\"", strempty(key),
+                                context_key_is_secret(key)
+                                        ? "<redacted>"
+                                        : strempty(*(char *const *) (const void *) ((const char *) sub + vf->offset)));
                 } else
                         describe(f, sub);
                 break;

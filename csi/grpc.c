@@ -152,6 +152,9 @@ static GrpcCall *call_free(GrpcCall *c) {
         curl_slist_free_all(c->headers);
         grpc_channel_unref(c->channel);
         free(c->url);
+        if (c->request)
+                /* It may carry secrets and service account tokens. */
+                explicit_bzero(c->request, c->request_size);
         free(c->request);
         free(c->body);
         free(c->grpc_message);
@@ -240,8 +243,13 @@ static size_t on_header(char *data, size_t size, size_t n, void *userdata) {
         while (end > data && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
                 end--;
         if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+                /* Not strtol(): the line is not NUL-terminated, and strtol skips
+                 * whitespace (the CRLF) and reads on past its end. */
                 const char *sp = memchr(data, ' ', (size_t) (end - data));
-                c->http_status = sp ? strtol(sp + 1, NULL, 10) : 0;
+                long status = 0;
+                for (const char *p = sp ? sp + 1 : end; p < end && *p >= '0' && *p <= '9' && status < 1000; p++)
+                        status = status * 10 + (*p - '0');
+                c->http_status = status;
                 return len;
         }
         colon = memchr(data, ':', (size_t) (end - data));

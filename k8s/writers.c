@@ -861,3 +861,103 @@ int k8s_node_update_labels(K8sClient *c, const char *node, const K8sStringMap *a
                 return -EINVAL;
         return rmw_start_op(c, OP_LABELS, node, NULL, NULL, NULL, NULL, 0, add, remove, done, userdata);
 }
+
+/* --- service account tokens (TokenRequest) ---------------------------------- */
+
+typedef struct TokenOp {
+        k8s_token_done_t done;
+        void *userdata;
+} TokenOp;
+
+/* The token is a credential: every copy of it this file makes (the parsed
+ * tree) is overwritten before it is freed; the request's response buffer is
+ * wiped by the client. */
+static void on_token(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        TokenOp *op = userdata;
+        cJSON *j = NULL;
+        const cJSON *status, *token, *expiration;
+        char *token_copy = NULL, *expiration_copy = NULL;
+        _cleanup_free_ char *m = NULL;
+        int r = 0;
+
+        if (resp->error < 0 || resp->status < 200 || resp->status >= 300) {
+                op->done(c, resp->error < 0 ? resp->error : resp->status == 403 ? -EACCES : -EIO, resp->message,
+                         NULL, NULL, op->userdata);
+                free(op);
+                return;
+        }
+        j = cJSON_ParseWithLength(resp->body, resp->size);
+        status = j ? cJSON_GetObjectItemCaseSensitive(j, "status") : NULL;
+        token = status ? cJSON_GetObjectItemCaseSensitive(status, "token") : NULL;
+        expiration = status ? cJSON_GetObjectItemCaseSensitive(status, "expirationTimestamp") : NULL;
+        if (!cJSON_IsString(token) || isempty(token->valuestring) || !cJSON_IsString(expiration) ||
+            isempty(expiration->valuestring)) {
+                /* Never the body in the message: it may hold the token. */
+                r = -EBADMSG;
+                if (asprintf(&m, "TokenRequest from API server %s has no status.token and "
+                             "status.expirationTimestamp", k8s_client_server(c)) < 0)
+                        m = NULL;
+        } else if (!(token_copy = strdup(token->valuestring)) ||
+                   !(expiration_copy = strdup(expiration->valuestring))) {
+                free(token_copy);
+                token_copy = NULL;
+                r = -ENOMEM;
+        }
+        k8s_json_wipe_delete(j);
+        op->done(c, r, r < 0 ? (m ?: "out of memory") : NULL, token_copy, expiration_copy, op->userdata);
+        free(op);
+}
+
+int k8s_request_token(K8sClient *c, const char *namespace, const char *service_account, const char *audience,
+                      int64_t expiration_seconds, const char *pod_name, const char *pod_uid, k8s_token_done_t done,
+                      void *userdata, K8sRequest **ret) {
+        _cleanup_(cJSON_Deletep) cJSON *body = cJSON_CreateObject();
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        cJSON *spec, *audiences, *ref;
+        K8sRequest *req;
+        TokenOp *op;
+        int r;
+
+        /* Each becomes a URL path segment or is checked by NodeRestriction. */
+        if (validate_dns1123_label(namespace) < 0 || validate_dns1123_subdomain(service_account) < 0 ||
+            validate_dns1123_subdomain(pod_name) < 0 || isempty(pod_uid) || !done)
+                return -EINVAL;
+        if (asprintf(&path, "/api/v1/namespaces/%s/serviceaccounts/%s/token", namespace, service_account) < 0)
+                return -ENOMEM;
+        if (!body || !cJSON_AddStringToObject(body, "apiVersion", "authentication.k8s.io/v1") ||
+            !cJSON_AddStringToObject(body, "kind", "TokenRequest") ||
+            !(spec = cJSON_AddObjectToObject(body, "spec")) ||
+            !(audiences = cJSON_AddArrayToObject(spec, "audiences")))
+                return -ENOMEM;
+        /* kubelet: an empty audience means none, i.e. the API server's own. */
+        if (!isempty(audience)) {
+                cJSON *a = cJSON_CreateString(audience);
+                if (!a || !cJSON_AddItemToArray(audiences, a)) {
+                        cJSON_Delete(a);
+                        return -ENOMEM;
+                }
+        }
+        if (expiration_seconds > 0 && !cJSON_AddNumberToObject(spec, "expirationSeconds", (double) expiration_seconds))
+                return -ENOMEM;
+        /* NodeRestriction refuses a node's TokenRequest not bound to one of its pods. */
+        if (!(ref = cJSON_AddObjectToObject(spec, "boundObjectRef")) ||
+            !cJSON_AddStringToObject(ref, "apiVersion", "v1") || !cJSON_AddStringToObject(ref, "kind", "Pod") ||
+            !cJSON_AddStringToObject(ref, "name", pod_name) || !cJSON_AddStringToObject(ref, "uid", pod_uid))
+                return -ENOMEM;
+        text = cJSON_PrintUnformatted(body);
+        if (!text)
+                return -ENOMEM;
+        op = calloc(1, sizeof *op);
+        if (!op)
+                return -ENOMEM;
+        *op = (TokenOp) { .done = done, .userdata = userdata };
+        r = k8s_client_request(c, "POST", path, JSON, text, on_token, op, &req);
+        if (r < 0) {
+                free(op);
+                return r;
+        }
+        k8s_request_set_destroy(req, free);
+        if (ret)
+                *ret = req;
+        return 0;
+}

@@ -68,6 +68,22 @@ int k8s_csinode_set_driver_owned(K8sClient *c, const char *node, const char *nod
 int k8s_node_update_labels(K8sClient *c, const char *node, const K8sStringMap *add, const K8sStringMap *remove,
                            k8s_write_done_t done, void *userdata);
 
+/* The answer to a TokenRequest: token and expiration (RFC 3339) belong to the
+ * callee, which must wipe the token (explicit_bzero) before freeing it; both
+ * NULL on failure, with error (-EACCES for 403) and message, which never
+ * holds the token. */
+typedef void (*k8s_token_done_t)(K8sClient *c, int error, const char *message, char *token, char *expiration,
+                                 void *userdata);
+
+/* POST /api/v1/namespaces/<namespace>/serviceaccounts/<sa>/token with the
+ * audience ("" or NULL: the API server's), expirationSeconds (<= 0: the
+ * server's default) and spec.boundObjectRef = the pod (apiVersion v1, kind
+ * Pod, name, uid), as kubelet asks for a CSI driver's tokenRequests.  *ret
+ * (optional) lets the caller cancel it. */
+int k8s_request_token(K8sClient *c, const char *namespace, const char *service_account, const char *audience,
+                      int64_t expiration_seconds, const char *pod_name, const char *pod_uid, k8s_token_done_t done,
+                      void *userdata, K8sRequest **ret);
+
 /* Pure helpers, exposed for the tests. */
 /* Whether NodeRestriction lets a node add, change or remove label "key" on
  * its own Node: keys outside the kubernetes.io and k8s.io namespaces (and

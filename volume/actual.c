@@ -4,8 +4,11 @@
 #include "volume/internal.h"
 
 ActualVolume *actual_volume_new(const VolumeSpec *spec) {
-        return actual_volume_new_empty(spec->lifecycle, spec->unique_name, spec->driver, spec->handle,
-                                       spec->spec_name);
+        ActualVolume *av = actual_volume_new_empty(spec->lifecycle, spec->unique_name, spec->driver, spec->handle,
+                                                   spec->spec_name);
+        if (av)
+                av->block = spec->block;
+        return av;
 }
 
 ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,

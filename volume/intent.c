@@ -44,7 +44,10 @@ int intent_format(const Intent *i, char **ret) {
         if (!cJSON_AddStringToObject(o, "operation", op_kind_to_string(i->operation)) ||
             !cJSON_AddBoolToObject(o, "done", i->done) || !cJSON_AddBoolToObject(o, "mount", i->mount) ||
             !cJSON_AddStringToObject(o, "bootID", i->boot_id) ||
-            (i->pod && !cJSON_AddStringToObject(o, "pod", i->pod)))
+            (i->pod && !cJSON_AddStringToObject(o, "pod", i->pod)) ||
+            (i->device && !cJSON_AddStringToObject(o, "device", i->device)) ||
+            (i->device_serial && !cJSON_AddStringToObject(o, "deviceSerial", i->device_serial)) ||
+            (i->device_link && !cJSON_AddStringToObject(o, "deviceLink", i->device_link)))
                 goto out;
         text = cJSON_PrintUnformatted(o);
 out:
@@ -81,6 +84,29 @@ int intent_parse(const char *text, Intent *ret) {
                 r = -ENOMEM;
                 goto out;
         }
+        static const struct {
+                const char *key;
+                size_t offset;
+        } optional[] = {
+                { "device", offsetof(Intent, device) },
+                { "deviceSerial", offsetof(Intent, device_serial) },
+                { "deviceLink", offsetof(Intent, device_link) },
+        };
+        for (size_t k = 0; k < ELEMENTSOF(optional); k++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, optional[k].key);
+                char **field = (char **) ((uint8_t *) &i + optional[k].offset);
+                if (!v)
+                        continue;
+                if (!cJSON_IsString(v)) {
+                        intent_done(&i);
+                        goto out;
+                }
+                if (!(*field = strdup(v->valuestring))) {
+                        intent_done(&i);
+                        r = -ENOMEM;
+                        goto out;
+                }
+        }
         *ret = i;
         r = 0;
 out:
@@ -90,7 +116,10 @@ out:
 
 void intent_done(Intent *i) {
         free(i->pod);
-        i->pod = NULL;
+        free(i->device);
+        free(i->device_serial);
+        free(i->device_link);
+        i->pod = i->device = i->device_serial = i->device_link = NULL;
 }
 
 int boot_id_read(char ret[static BOOT_ID_MAX]) {

@@ -35,6 +35,11 @@ typedef struct Intent {
         bool mount;                  /* done: the target was a mount point afterwards */
         char boot_id[BOOT_ID_MAX];   /* the boot it happened in */
         char *pod;                   /* "namespace/name" of a publish's pod, for logs and events */
+        /* A raw block publish: the device the driver published, as
+         * volume/blockmap.h identifies it (each NULL when unknown). */
+        char *device;                /* "major:minor" */
+        char *device_serial;         /* udev's ID_SERIAL or ID_WWN */
+        char *device_link;           /* a /dev/disk/by-id/ link */
 } Intent;
 
 int intent_format(const Intent *i, char **ret);

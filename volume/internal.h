@@ -42,15 +42,18 @@ typedef struct ActualPublish {
         PublishState state;
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
+        uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
 } ActualPublish;
 
 typedef struct Operation Operation;
+typedef struct OpTokens OpTokens;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
  * persistent volumes, per pod and volume for inline ones). */
 typedef struct ActualVolume {
         char *unique_name;
         VolumeLifecycle lifecycle;
+        bool block;             /* a raw block volume (volumeMode Block, used through volumeDevices) */
         char *driver;
         char *handle;
         char *spec_name;
@@ -91,6 +94,7 @@ struct Operation {
         PodInfo pod;            /* publish and unpublish */
         char *spec_name;        /* the pod's name of the volume (publish, unpublish) or the volume's */
         char *target;           /* relative: publish target or staging target */
+        char *device, *device_serial, *device_link; /* raw block: what the driver published */
         unsigned step;
         uint64_t start_usec;
         /* Gathered along the way. */
@@ -106,6 +110,8 @@ struct Operation {
         int error;              /* the failure being reported, -errno */
         char *message;          /* its text */
         bool uncertain;         /* the failure leaves the volume maybe mounted */
+        OpTokens *tokens;       /* tokens.c: the service account tokens of a publish */
+        bool republish;         /* a publish of a volume already published: its failure changes nothing */
 };
 
 /* A pod as the manager tracks it. */
@@ -133,6 +139,7 @@ struct VolumeManager {
         CsiClient *csi;
         char *node_name;
         uint64_t resync_interval_usec;
+        uint64_t republish_interval_usec; /* requiresRepublish drivers */
         RootDir *root;
 
         K8sInformer *pods, *csidrivers, *node;
@@ -240,8 +247,44 @@ void operation_start(Operation *op);
  * it is no mount point, vol_data.json, the intent record, the dir and its
  * empty parents); "target" and "dir" are relative to root-dir. */
 int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, const char *target, bool staging);
-/* Writes a volume dir's intent record; durable=false: the pass syncs once. */
-int intent_write(VolumeManager *m, const char *dir, OpKind kind, bool done, bool mount, const char *pod,
-                 bool durable);
+/* Writes an intent record (path relative to root-dir) stamped with this
+ * boot's ID; durable=false: the pass syncs once. */
+int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);
+
+/* tokens.c: the TokenRequests of a driver's CSIDriver.spec.tokenRequests.
+ * csi/describe.c redacts this key of a request's volume_context. */
+#define CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS "csi.storage.k8s.io/serviceAccount.tokens"
+typedef void (*tokens_done_t)(Operation *op, int error, const char *message);
+/* Requests a token per entry for the pod's service account, into
+ * op->tokens: 0 when the driver asks for none (nothing started), 1 when
+ * started (done is called once all answered, never from inside), -errno. */
+int tokens_request(Operation *op, tokens_done_t done);
+/* The value of csi.storage.k8s.io/serviceAccount.tokens, as kubelet
+ * marshals it; a secret: free it with erase_and_free(). */
+int tokens_format(const OpTokens *t, char **ret);
+/* Overwrites and frees the tokens; their expiry times stay. */
+void tokens_wipe(OpTokens *t);
+OpTokens *tokens_free(OpTokens *t);
+/* CLOCK_REALTIME when the first token is within 20 % (plus up to 5 % at
+ * random) of its lifetime of expiring; UINT64_MAX without tokens. */
+uint64_t tokens_refresh_due_realtime(const OpTokens *t, double random01);
+int tokens_parse_rfc3339(const char *s, time_t *ret);
+void erase_and_free(char *s);
+static inline void erase_and_freep(char **p) {
+        erase_and_free(*p);
+}
+
+/* republish.c: the schedule of requiresRepublish drivers. */
+/* After a successful publish: when to publish again. */
+void republish_schedule(VolumeManager *m, const Operation *op, ActualPublish *pub);
+/* Whether a done publish is due for NodePublishVolume again now; if not,
+ * lowers *next_wake to when it will be (when it has a schedule). */
+bool republish_due(VolumeManager *m, const ActualVolume *av, ActualPublish *pub, uint64_t now,
+                   uint64_t *next_wake);
+/* Pure, for the tests: the next republish, "interval" from now less up to
+ * "spread" of it (random01 of it), or sooner when the tokens are due
+ * (CLOCK_REALTIME; UINT64_MAX: none). */
+uint64_t republish_next(uint64_t now, uint64_t interval, double spread, uint64_t now_realtime,
+                        uint64_t token_due_realtime, double random01);

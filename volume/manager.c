@@ -257,12 +257,23 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                         continue;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                         ActualPublish *pub = pv;
-                        if (pub->state != PUBLISH_DONE || pub->not_a_mount || !mount_gone(m, pub->target))
+                        _cleanup_free_ char *map_dir = NULL, *bind = NULL;
+                        const char *lost = NULL;
+
+                        if (pub->state != PUBLISH_DONE)
+                                continue;
+                        if (!pub->not_a_mount && mount_gone(m, pub->target))
+                                lost = pub->target;
+                        /* A raw block volume's pod mapping is a bind mount of ours. */
+                        else if (av->block && path_block_map_dir(pub->spec_name, &map_dir) >= 0 &&
+                                 asprintf(&bind, "%s/%s", map_dir, pub->pod_uid) >= 0 && mount_gone(m, bind))
+                                lost = bind;
+                        if (!lost)
                                 continue;
                         f.pod_uid = pub->pod_uid;
                         f.pod = pub->pod_key;
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again",
-                                   m->root->path, pub->target);
+                                   m->root->path, lost);
                         pub->state = PUBLISH_UNCERTAIN;
                         manager_schedule_pass(m);
                 }
@@ -397,6 +408,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->k8s = k8s;
         m->csi = csi;
         m->resync_interval_usec = o->resync_interval_usec ? o->resync_interval_usec : 5 * USEC_PER_MINUTE;
+        m->republish_interval_usec = o->republish_interval_usec ? o->republish_interval_usec : USEC_PER_MINUTE;
         m->node_name = strdup(o->node_name);
         m->pod_entries = hashmap_new();
         m->volumes = hashmap_new();
@@ -544,6 +556,10 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata) {
         m->pass_hook = hook;
         m->pass_userdata = userdata;
+}
+
+bool volume_manager_synced(VolumeManager *m) {
+        return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) && k8s_informer_synced(m->node);
 }
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {

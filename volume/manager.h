@@ -20,6 +20,7 @@ typedef struct VolumeManagerOptions {
         const char *node_name;
         const char *root_dir;         /* absolute */
         uint64_t resync_interval_usec; /* safety-net full pass; 0: 5 min */
+        uint64_t republish_interval_usec; /* [csi] republish-interval; 0: 1 min */
 } VolumeManagerOptions;
 
 typedef struct VolumeManagerStats {
@@ -33,7 +34,8 @@ typedef struct VolumeManagerStats {
 } VolumeManagerStats;
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",
- * operation "volume_mount", "volume_unmount", "mount_device", "unmount_device". */
+ * operation "volume_mount", "volume_unmount", "mount_device", "unmount_device",
+ * and for raw block volumes "map_volume", "unmap_volume", "unmap_device". */
 typedef void (*volume_metrics_hook_t)(const char *plugin, const char *operation, bool success,
                                       uint64_t duration_usec, void *userdata);
 
@@ -57,3 +59,7 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);
+/* True once the pods, CSIDrivers and Node have each been listed (reconstruction
+ * is done before volume_manager_new() returns): what READY=1 waits for.  The
+ * pass hook is first called right after this becomes true. */
+bool volume_manager_synced(VolumeManager *m);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "systemd/log.h"
+#include "volume/blockmap.h"
 #include "volume/fsgroup.h"
 #include "volume/internal.h"
 #include "volume/paths.h"
@@ -18,7 +19,10 @@ enum {
         STEP_CAPABILITIES,
         STEP_PUBLISH_CONTEXT,
         STEP_SECRET,
+        STEP_TOKENS,    /* publish: the service account tokens the driver asks for */
+        STEP_UNMAP,     /* raw block unpublish: the pod's device path first */
         STEP_CALL,
+        STEP_MAP,       /* raw block publish: expose the device to the pod */
         STEP_OWNERSHIP,
         STEP_FINISH,
 };
@@ -50,9 +54,19 @@ static const char *const metric_names[_OP_KIND_MAX] = {
         [OP_UNSTAGE] = "unmount_device",
 };
 
+/* kubelet's operation names for raw block volumes. */
+static const char *const block_metric_names[_OP_KIND_MAX] = {
+        [OP_STAGE] = "map_volume",
+        [OP_PUBLISH] = "map_volume",
+        [OP_UNPUBLISH] = "unmap_volume",
+        [OP_UNSTAGE] = "unmap_device",
+};
+
 /* kubelet's event prefixes (operation_executor.go). */
-static const char *event_prefix(OpKind kind) {
-        return kind == OP_STAGE ? "MountVolume.MountDevice failed" : "MountVolume.SetUp failed";
+static const char *event_prefix(const Operation *op) {
+        if (op->av->block)
+                return op->kind == OP_STAGE ? "MapVolume.SetUpDevice failed" : "MapVolume.MapPodDevice failed";
+        return op->kind == OP_STAGE ? "MountVolume.MountDevice failed" : "MountVolume.SetUp failed";
 }
 
 /* Records why the operation failed; "uncertain": the volume may be mounted. */
@@ -81,10 +95,29 @@ static bool op_staging(const Operation *op) {
         return op->kind == OP_STAGE || op->kind == OP_UNSTAGE;
 }
 
+/* The dir holding the volume's vol_data.json: the staging volume dir or the
+ * pod's volume dir; for a raw block volume its data dir, for both. */
 static int volume_dir_of(const Operation *op, char **ret) {
+        if (op->av->block)
+                return path_block_data_dir(op->av->spec_name, ret);
         if (op_staging(op))
                 return path_staging_volume_dir(op->av->driver, op->av->handle, ret);
         return path_pod_volume_dir(op->pod.uid, op->spec_name, ret);
+}
+
+/* The operation's intent record: beside vol_data.json, one per pod for the
+ * publishes of a raw block volume (they share the volume's data dir). */
+static int record_path_of(const Operation *op, char **ret) {
+        _cleanup_free_ char *dir = NULL;
+        int r = volume_dir_of(op, &dir);
+
+        if (r < 0)
+                return r;
+        if (op->av->block && !op_staging(op))
+                r = asprintf(ret, "%s/" BLOCK_INTENT_PREFIX "%s.json", dir, op->pod.uid);
+        else
+                r = asprintf(ret, "%s/" INTENT_FILE, dir);
+        return r < 0 ? -ENOMEM : 0;
 }
 
 static int write_vol_data(Operation *op, const char *dir) {
@@ -93,7 +126,7 @@ static int write_vol_data(Operation *op, const char *dir) {
         VolData d = {};
         int r;
 
-        if (op->kind == OP_STAGE)
+        if (op->kind == OP_STAGE && !op->av->block)
                 d = (VolData){ .volume_handle = op->av->handle, .driver_name = op->av->driver };
         else {
                 r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, attachment);
@@ -109,6 +142,9 @@ static int write_vol_data(Operation *op, const char *dir) {
                         .volume_lifecycle_mode = op->av->lifecycle == VOLUME_EPHEMERAL ? (char *) "Ephemeral"
                                                                                        : (char *) "Persistent",
                 };
+                /* kubelet's block data file has no lifecycle mode (kubelet-facts §1.2). */
+                if (op->av->block)
+                        d.volume_lifecycle_mode = NULL;
         }
         r = vol_data_format(&d, &text);
         if (r < 0)
@@ -119,25 +155,25 @@ static int write_vol_data(Operation *op, const char *dir) {
         return root_dir_write_file(op->m->root, path, text, strlen(text), 0640, false);
 }
 
-int intent_write(VolumeManager *m, const char *dir, OpKind kind, bool done, bool mount, const char *pod,
-                 bool durable) {
-        _cleanup_free_ char *path = NULL, *text = NULL;
-        Intent i = { .operation = kind, .done = done, .mount = mount, .pod = (char *) pod };
+int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable) {
+        _cleanup_free_ char *text = NULL;
         int r;
 
-        memcpy(i.boot_id, m->boot_id, sizeof i.boot_id);
-        r = intent_format(&i, &text);
+        memcpy(i->boot_id, m->boot_id, sizeof i->boot_id);
+        r = intent_format(i, &text);
         if (r < 0)
                 return r;
-        if (asprintf(&path, "%s/" INTENT_FILE, dir) < 0)
-                return -ENOMEM;
         return root_dir_write_file(m->root, path, text, strlen(text), 0640, durable);
 }
 
 static int remove_volume_dirs(Operation *op) {
         _cleanup_free_ char *dir = NULL;
         LogFields f = op_fields(op);
-        int r = volume_dir_of(op, &dir);
+        int r;
+
+        if (op->av->block)
+                return block_dirs_remove(op->m->root, &f, op->av->spec_name, op_staging(op) ? NULL : op->pod.uid);
+        r = volume_dir_of(op, &dir);
         if (r < 0)
                 return r;
         return volume_dirs_remove(op->m, &f, dir, op->target, op_staging(op));
@@ -146,34 +182,69 @@ static int remove_volume_dirs(Operation *op) {
 /* Before the CSI call: what it needs on disk, and the intent record that
  * tells reconstruction this call may have happened.  Not durable yet: the
  * pass makes all of them durable with one syncfs. */
+/* The dirs a stage or publish needs before its call: kubelet makes
+ * globalmount (or a block volume's staging dir) itself, but leaves the
+ * publish target ("mount", or a block device file) to the driver and makes
+ * only its parent. */
+static int make_dirs(Operation *op, const char *dir) {
+        _cleanup_free_ char *parent = NULL;
+        LogFields f = op_fields(op);
+        const char *paths[2] = { dir, NULL };
+        int r;
+
+        if (op->kind == OP_STAGE)
+                paths[1] = op->target;
+        else if (op->av->block) {
+                parent = strdup(op->target);
+                if (!parent)
+                        return -ENOMEM;
+                *strrchr(parent, '/') = '\0';
+                paths[1] = parent;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(paths); i++) {
+                if (!paths[i])
+                        continue;
+                r = root_dir_mkdir_p(op->m->root, paths[i], 0750, NULL);
+                if (r < 0)
+                        return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
+                                                paths[i]);
+        }
+        return 0;
+}
+
+/* Before the CSI call: what it needs on disk, and the intent record that
+ * tells reconstruction this call may have happened.  Not durable yet: the
+ * pass makes all of them durable with one syncfs. */
 int operation_prepare(Operation *op) {
-        _cleanup_free_ char *dir = NULL;
+        _cleanup_free_ char *dir = NULL, *record = NULL;
         LogFields f = op_fields(op);
         bool setup = op->kind == OP_STAGE || op->kind == OP_PUBLISH;
         int r;
 
         r = volume_dir_of(op, &dir);
+        if (r >= 0)
+                r = record_path_of(op, &record);
         if (r < 0)
                 return r;
         if (setup) {
-                /* kubelet makes globalmount itself, but leaves the publish target
-                 * "mount" to the driver and makes only its parent. */
-                r = root_dir_mkdir_p(op->m->root, op->kind == OP_STAGE ? op->target : dir, 0750, NULL);
+                r = make_dirs(op, dir);
                 if (r < 0)
-                        return log_fields_errno(LOG_ERR, r, &f, "Failed to create %s/%s: %m", op->m->root->path,
-                                                op->kind == OP_STAGE ? op->target : dir);
-                r = write_vol_data(op, dir);
-                if (r < 0)
-                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
-                                         op->m->root->path, dir);
+                        return r;
+                /* A block volume's data file is the volume's, written at stage. */
+                if (!(op->av->block && op->kind == OP_PUBLISH)) {
+                        r = write_vol_data(op, dir);
+                        if (r < 0)
+                                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
+                                                 op->m->root->path, dir);
+                }
         }
         if (r >= 0) {
-                r = intent_write(op->m, dir, op->kind, false, false, op->pod.key, false);
+                Intent i = { .operation = op->kind, .pod = op->pod.key };
+                r = intent_write(op->m, record, &i, false);
                 if (r == -ENOENT && !setup)
                         r = 0; /* nothing left on disk to record the teardown in */
                 else if (r < 0)
-                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" INTENT_FILE ": %m",
-                                         op->m->root->path, dir);
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", op->m->root->path, record);
         }
         if (r < 0) {
                 /* Nothing will track what was made: take it away again (never a
@@ -184,7 +255,7 @@ int operation_prepare(Operation *op) {
                 return r;
         }
         log_fields(LOG_DEBUG, &f, "Recorded %s intent in %s/%s", op_kind_to_string(op->kind), op->m->root->path,
-                   dir);
+                   record);
         return 0;
 }
 
@@ -359,6 +430,25 @@ static void step_secret(Operation *op) {
                         ref->name, strerror(-r));
 }
 
+static void on_tokens(Operation *op, int error, const char *message) {
+        if (error < 0) {
+                op_fail(op, error, false, "%s", message ?: "kubernetes.io/csi: failed to get service account tokens");
+                return;
+        }
+        op_continue(op);
+}
+
+/* kubelet's podServiceAccountTokenAttrs, before every NodePublishVolume of a
+ * file system (a republish gets fresh ones); tokens.c has the rest. */
+static void step_tokens(Operation *op) {
+        int r = op->kind == OP_PUBLISH && !op->av->block ? tokens_request(op, on_tokens) : 0;
+        if (r == 0)
+                op_continue(op);
+        else if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to request service account tokens: %s",
+                        strerror(-r));
+}
+
 /* kubelet's access mode mapping (csi_client.go), from the PV's first mode. */
 static CsiAccessMode access_mode(const Operation *op) {
         const char *mode = op->spec->access_mode;
@@ -437,6 +527,7 @@ static void step_call(Operation *op) {
         _cleanup_free_ char *target = abs_path(op, op->target), *staging = NULL;
         _cleanup_free_ CsiKeyValue *secrets = NULL, *context = NULL, *pctx = NULL;
         _cleanup_free_ char *staging_rel = NULL;
+        _cleanup_(erase_and_freep) char *tokens_json = NULL;
         char group[32];
         size_t n_secrets = 0, n_context = 0;
         int r = 0;
@@ -459,6 +550,13 @@ static void step_call(Operation *op) {
                 }
                 if (!unstage_guard_passes(op, target))
                         return;
+                /* kubelet's UnmapDevice: not while another pod's bind file is there. */
+                r = op->av->block ? block_map_refs(op->m->root, op->av->spec_name, NULL) : 0;
+                if (r != 0) {
+                        op_fail(op, r < 0 ? r : -EBUSY, false, "the device %s is still referenced from other Pods",
+                                op->av->spec_name);
+                        return;
+                }
                 r = csi_node_unstage_volume(op->m->csi, op->av->driver,
                                             &(CsiNodeUnstageVolumeRequest){ .volume_id = op->av->handle,
                                                                             .staging_target_path = target },
@@ -470,17 +568,22 @@ static void step_call(Operation *op) {
                 return;
         }
 
-        if (op->secret) {
-                secrets = calloc(op->secret->n_data ? op->secret->n_data : 1, sizeof *secrets);
+        const K8sCSIDriver *driver = manager_csidriver(op->m, op->av->driver);
+        /* The tokens go in the context, or with serviceAccountTokenInSecrets
+         * only in the secrets (CVE-2023-2878: drivers log their context). */
+        bool tokens_in_secrets = op->tokens && driver && driver->service_account_token_in_secrets;
+        if (op->secret || tokens_in_secrets) {
+                secrets = calloc((op->secret ? op->secret->n_data : 0) + 1, sizeof *secrets);
                 if (!secrets) {
                         op_fail(op, -ENOMEM, false, "out of memory");
                         return;
                 }
-                for (size_t i = 0; i < op->secret->n_data; i++)
-                        secrets[n_secrets++] = (CsiKeyValue){ op->secret->data[i].key,
-                                                              (const char *) op->secret->data[i].value };
+                for (size_t i = 0; op->secret && i < op->secret->n_data; i++)
+                        if (!tokens_in_secrets || !streq(op->secret->data[i].key, CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS))
+                                secrets[n_secrets++] = (CsiKeyValue){ op->secret->data[i].key,
+                                                                      (const char *) op->secret->data[i].value };
         }
-        context = calloc(op->spec->attributes.n + 5, sizeof *context);
+        context = calloc(op->spec->attributes.n + 6, sizeof *context);
         pctx = calloc(op->publish_context.n + 1, sizeof *pctx);
         if (!context || !pctx) {
                 op_fail(op, -ENOMEM, false, "out of memory");
@@ -489,7 +592,6 @@ static void step_call(Operation *op) {
         for (size_t i = 0; i < op->publish_context.n; i++)
                 pctx[i] = (CsiKeyValue){ op->publish_context.keys[i], op->publish_context.values[i] };
 
-        const K8sCSIDriver *driver = manager_csidriver(op->m, op->av->driver);
         bool pod_info = op->kind == OP_PUBLISH && driver && driver->pod_info_on_mount;
         static const char *const pod_keys[] = { "csi.storage.k8s.io/pod.name", "csi.storage.k8s.io/pod.namespace",
                                                 "csi.storage.k8s.io/pod.uid",
@@ -500,6 +602,8 @@ static void step_call(Operation *op) {
                 /* Pod keys win over the volume's attributes, as in kubelet. */
                 for (size_t k = 0; pod_info && k < ELEMENTSOF(pod_keys); k++)
                         overridden = overridden || streq(op->spec->attributes.keys[i], pod_keys[k]);
+                overridden = overridden || (op->tokens && !tokens_in_secrets &&
+                                            streq(op->spec->attributes.keys[i], CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS));
                 if (!overridden)
                         context[n_context++] = (CsiKeyValue){ op->spec->attributes.keys[i],
                                                               op->spec->attributes.values[i] };
@@ -511,6 +615,18 @@ static void step_call(Operation *op) {
                 context[n_context++] = (CsiKeyValue){ pod_keys[3], strempty(op->pod.service_account) };
                 context[n_context++] = (CsiKeyValue){ pod_keys[4], op->av->lifecycle == VOLUME_EPHEMERAL ? "true"
                                                                                                          : "false" };
+        }
+        if (op->tokens) {
+                r = tokens_format(op->tokens, &tokens_json);
+                if (r < 0) {
+                        op_fail(op, r, false, "kubernetes.io/csi: failed to format service account tokens: %s",
+                                strerror(-r));
+                        return;
+                }
+                if (tokens_in_secrets)
+                        secrets[n_secrets++] = (CsiKeyValue){ CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS, tokens_json };
+                else
+                        context[n_context++] = (CsiKeyValue){ CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS, tokens_json };
         }
 
         /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed does not chown. */
@@ -526,6 +642,9 @@ static void step_call(Operation *op) {
                 .volume_mount_group = mount_group ? group : NULL,
                 .access_mode = access_mode(op),
         };
+        if (op->av->block)
+                /* A device, not a file system: no fsType, no mount flags, no group. */
+                cap = (CsiVolumeCapability){ .access_type = CSI_ACCESS_TYPE_BLOCK, .access_mode = access_mode(op) };
 
         if (op->kind == OP_STAGE) {
                 r = csi_node_stage_volume(op->m->csi, op->av->driver,
@@ -543,7 +662,8 @@ static void step_call(Operation *op) {
                                           on_call_done, op, &op->call);
         } else {
                 if (op->av->lifecycle == VOLUME_PERSISTENT && op->stage_capable) {
-                        r = path_staging_target(op->av->driver, op->av->handle, &staging_rel);
+                        r = op->av->block ? path_block_staging(op->av->spec_name, &staging_rel)
+                                          : path_staging_target(op->av->driver, op->av->handle, &staging_rel);
                         staging = r >= 0 ? abs_path(op, staging_rel) : NULL;
                         if (!staging) {
                                 op_fail(op, r < 0 ? r : -ENOMEM, false, "failed to build the staging path");
@@ -567,14 +687,78 @@ static void step_call(Operation *op) {
                                             on_call_done, op, &op->call);
         }
 started:
-        /* The request (secrets included) was encoded by now: drop the secret. */
+        /* The request (secrets included) was encoded by now: drop the secret and the tokens. */
         op->secret = k8s_secret_free(op->secret);
+        tokens_wipe(op->tokens);
         op->called = r >= 0;
         if (r == -ENOENT)
                 op_fail(op, r, false, "kubernetes.io/csi: driver name %s not found in the list of registered CSI "
                         "drivers", op->av->driver);
         else if (r < 0)
                 op_fail(op, r, false, "kubernetes.io/csi: failed to start the CSI call: %s", strerror(-r));
+}
+
+/* kubelet's UnmapBlockVolume before NodeUnpublishVolume: the device lock
+ * released, the pod's device path and bind mount removed.  Until that is
+ * done the publish stays (and the call is not made). */
+static void step_unmap(Operation *op) {
+        LogFields f = op_fields(op);
+        int r;
+
+        if (op->kind != OP_UNPUBLISH || !op->av->block) {
+                op_continue(op);
+                return;
+        }
+        r = block_unmap(op->m->root, op->spec_name, op->pod.uid, &f);
+        if (r < 0) {
+                op_fail(op, r, false, "kubernetes.io/csi: failed to unmap the device of volume %s from pod %s: %s",
+                        op->spec_name, op->pod.uid, strerror(-r));
+                return;
+        }
+        op_continue(op);
+}
+
+/* After NodePublishVolume of a raw block volume: what the driver published
+ * must be a block device; its identity is recorded, and it is mapped into the
+ * pod (volume/blockmap.h).  A failure leaves the volume published and
+ * uncertain: it is mapped again or torn down, never forgotten. */
+static void step_map(Operation *op) {
+        BlockIdentity id = {};
+        LogFields f = op_fields(op);
+        int r;
+
+        if (op->kind != OP_PUBLISH || !op->av->block) {
+                op_continue(op);
+                return;
+        }
+        r = block_identify(op->m->root, op->target, &id);
+        if (r == -ENOTBLK) {
+                op_fail(op, r, true, "kubernetes.io/csi: %s/%s is not a block device after NodePublishVolume",
+                        op->m->root->path, op->target);
+                return;
+        }
+        if (r < 0) {
+                op_fail(op, r, true, "kubernetes.io/csi: cannot examine %s/%s: %s", op->m->root->path, op->target,
+                        strerror(-r));
+                return;
+        }
+        free(op->device);
+        op->device = NULL;
+        (void) block_devno_format(id.devno, &op->device);
+        free(op->device_serial);
+        op->device_serial = TAKE_PTR(id.serial);
+        free(op->device_link);
+        op->device_link = TAKE_PTR(id.link);
+        block_identity_done(&id);
+        r = block_map(op->m->root, op->target, op->spec_name, op->pod.uid, &f);
+        if (r < 0) {
+                op_fail(op, r, true, "kubernetes.io/csi: failed to map the device of volume %s into pod %s: %s",
+                        op->spec_name, op->pod.uid, strerror(-r));
+                return;
+        }
+        log_fields(LOG_DEBUG, &f, "Mapped block device %s (%s) into pod %s", strempty(op->device),
+                   op->device_serial ?: "no serial", op->pod.uid);
+        op_continue(op);
 }
 
 static int on_ownership_done(sd_event_source *s, const siginfo_t *si, void *userdata) {
@@ -597,7 +781,7 @@ static void step_ownership(Operation *op) {
         LogFields f = op_fields(op);
         int r;
 
-        if (op->kind != OP_PUBLISH || op->mount_group_capable || !fs_group_applies(op)) {
+        if (op->kind != OP_PUBLISH || op->av->block || op->mount_group_capable || !fs_group_applies(op)) {
                 op_continue(op);
                 return;
         }
@@ -629,8 +813,17 @@ static void op_run(Operation *op) {
         case STEP_SECRET:
                 step_secret(op);
                 return;
+        case STEP_TOKENS:
+                step_tokens(op);
+                return;
+        case STEP_UNMAP:
+                step_unmap(op);
+                return;
         case STEP_CALL:
                 step_call(op);
+                return;
+        case STEP_MAP:
+                step_map(op);
                 return;
         case STEP_OWNERSHIP:
                 step_ownership(op);
@@ -647,12 +840,14 @@ static void op_run(Operation *op) {
  * is lost, reconstruction takes the volume for uncertain and repeats the
  * call, which drivers must accept). */
 static void record_done(Operation *op, bool mount) {
-        _cleanup_free_ char *dir = NULL;
+        _cleanup_free_ char *record = NULL;
         LogFields f = op_fields(op);
-        int r = volume_dir_of(op, &dir);
+        Intent i = { .operation = op->kind, .done = true, .mount = mount, .pod = op->pod.key,
+                     .device = op->device, .device_serial = op->device_serial, .device_link = op->device_link };
+        int r = record_path_of(op, &record);
 
         if (r >= 0)
-                r = intent_write(op->m, dir, op->kind, true, mount, op->pod.key, false);
+                r = intent_write(op->m, record, &i, false);
         if (r < 0)
                 log_fields_errno(LOG_WARNING, r, &f, "Failed to record the %s of %s as done: %m",
                                  op_kind_to_string(op->kind), op->av->unique_name);
@@ -685,7 +880,8 @@ static void record_outcome(Operation *op, bool success) {
                         av->stage = remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN;
                 break;
         case OP_PUBLISH:
-                if (success || op->uncertain) {
+                /* A failed republish leaves the publish as it was: done. */
+                if (success || (op->uncertain && !op->republish)) {
                         (void) actual_publish_set(av, &op->pod, op->spec_name, op->target,
                                                   success ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
                         existing = hashmap_get(av->publishes, op->pod.uid);
@@ -694,6 +890,7 @@ static void record_outcome(Operation *op, bool success) {
                         if (existing && success) {
                                 existing->not_a_mount = root_dir_is_mount_point(op->m->root, op->target) <= 0;
                                 record_done(op, !existing->not_a_mount);
+                                republish_schedule(op->m, op, existing);
                         }
                 }
                 else if (existing && (existing->state == PUBLISH_DONE || nothing_happened))
@@ -734,18 +931,21 @@ static void op_finish(Operation *op, bool success) {
 
         if (success) {
                 actual_backoff_forget(av, op->kind, op->pod.uid);
-                f.message_id = op->kind == OP_PUBLISH     ? LOG_MESSAGE_ID_VOLUME_PUBLISHED
-                               : op->kind == OP_UNPUBLISH ? LOG_MESSAGE_ID_VOLUME_UNPUBLISHED
-                                                          : NULL;
-                log_fields(op->kind == OP_PUBLISH || op->kind == OP_UNPUBLISH ? LOG_INFO : LOG_DEBUG, &f,
-                           "Volume %s %s%s%s in %.1f ms", op->spec_name,
+                /* A republish (requiresRepublish, every interval) is routine: debug only. */
+                f.message_id = op->kind == OP_PUBLISH && !op->republish ? LOG_MESSAGE_ID_VOLUME_PUBLISHED
+                               : op->kind == OP_UNPUBLISH               ? LOG_MESSAGE_ID_VOLUME_UNPUBLISHED
+                                                                        : NULL;
+                log_fields((op->kind == OP_PUBLISH && !op->republish) || op->kind == OP_UNPUBLISH ? LOG_INFO
+                                                                                                   : LOG_DEBUG,
+                           &f, "Volume %s %s%s%s in %.1f ms", op->spec_name,
                            op->kind == OP_STAGE       ? "staged"
+                           : op->republish            ? "republished"
                            : op->kind == OP_PUBLISH   ? "published"
                            : op->kind == OP_UNPUBLISH ? "unpublished"
                                                       : "unstaged",
                            op->pod.key ? " for pod " : "", strempty(op->pod.key), (double) duration / 1000.0);
                 /* kubelet no longer records this as an Event by default; at debug level we do. */
-                if (op->kind == OP_PUBLISH && log_get_max_level() >= LOG_DEBUG)
+                if (op->kind == OP_PUBLISH && !op->republish && log_get_max_level() >= LOG_DEBUG)
                         manager_pod_event(m, &op->pod, "Normal", "SuccessfulMountVolume",
                                           "MountVolume.SetUp succeeded for volume \"%s\"", op->spec_name);
         } else {
@@ -757,16 +957,18 @@ static void op_finish(Operation *op, bool success) {
                                  "Operation %s for \"%s\"%s%s failed%s. No retries permitted for %" PRIu64
                                  " ms. Error: %s",
                                  op_kind_to_string(op->kind), av->unique_name, op->pod.key ? " pod " : "",
-                                 strempty(op->pod.key), op->uncertain ? " (volume uncertain)" : "",
+                                 strempty(op->pod.key), op->uncertain && !op->republish ? " (volume uncertain)" : "",
                                  b ? b->duration_usec / USEC_PER_MSEC : 0, strempty(op->message));
                 if ((op->kind == OP_STAGE || op->kind == OP_PUBLISH) && op->pod.uid && !m->stopping)
-                        manager_pod_event(m, &op->pod, "Warning", "FailedMount", "%s for volume \"%s\" : %s",
-                                          event_prefix(op->kind), op->spec_name, strempty(op->message));
+                        manager_pod_event(m, &op->pod, "Warning", av->block ? "FailedMapVolume" : "FailedMount",
+                                          "%s for volume \"%s\" : %s", event_prefix(op), op->spec_name,
+                                          strempty(op->message));
         }
         if (m->metrics_hook) {
                 char plugin[128];
                 snprintf(plugin, sizeof plugin, CSI_PLUGIN_NAME ":%s", av->driver);
-                m->metrics_hook(plugin, metric_names[op->kind], success, duration, m->metrics_userdata);
+                m->metrics_hook(plugin, (av->block ? block_metric_names : metric_names)[op->kind], success, duration,
+                                m->metrics_userdata);
         }
         manager_operation_done(m, op, success);
 }
@@ -782,10 +984,14 @@ Operation *operation_free(Operation *op) {
                 (void) kill(op->fsgroup_pid, SIGKILL);
         sd_event_source_disable_unref(op->fsgroup_source);
         k8s_secret_free(op->secret);
+        tokens_free(op->tokens);
         k8s_string_map_done(&op->publish_context);
         volume_spec_free(op->spec);
         pod_info_done(&op->pod);
         free(op->target);
+        free(op->device);
+        free(op->device_serial);
+        free(op->device_link);
         free(op->spec_name);
         free(op->message);
         free(op);
@@ -802,6 +1008,10 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         op->m = m;
         op->kind = kind;
         op->av = av;
+        if (kind == OP_PUBLISH && pod && pod->uid) {
+                ActualPublish *pub = hashmap_get(av->publishes, pod->uid);
+                op->republish = pub && pub->state == PUBLISH_DONE;
+        }
         if (spec && !(op->spec = volume_spec_copy(spec)))
                 r = -ENOMEM;
         if (r >= 0 && pod)
@@ -809,10 +1019,13 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         if (r >= 0 && !(op->spec_name = strdup(spec_name ?: av->spec_name)))
                 r = -ENOMEM;
         if (r >= 0) {
-                if (kind == OP_STAGE || kind == OP_UNSTAGE)
-                        r = path_staging_target(av->driver, av->handle, &op->target);
+                bool staging = kind == OP_STAGE || kind == OP_UNSTAGE;
+                if (av->block)
+                        r = staging ? path_block_staging(av->spec_name, &op->target)
+                                    : path_block_publish(op->spec_name, pod->uid, &op->target);
                 else
-                        r = path_publish_target(pod->uid, op->spec_name, &op->target);
+                        r = staging ? path_staging_target(av->driver, av->handle, &op->target)
+                                    : path_publish_target(pod->uid, op->spec_name, &op->target);
         }
         if (r < 0) {
                 operation_free(op);

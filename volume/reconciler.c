@@ -179,12 +179,6 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         av = hashmap_get(m->volumes, s->unique_name);
         if (av)
                 av->desired = true;
-        if (s->block) {
-                snprintf(buf, sizeof buf, "MapVolume.SetUpDevice failed for volume \"%s\" : raw block volumes are "
-                         "not supported by this kvolumed yet", s->spec_name);
-                manager_report_once(m, e, p, dv->name, "FailedMapVolume", buf);
-                return;
-        }
         problem = lifecycle_problem(m, s, buf);
         if (problem) {
                 char message[700];
@@ -212,7 +206,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         pub = hashmap_get(av->publishes, p->uid);
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
                 manager_report_clear(e, dv->name);
-                return;
+                /* requiresRepublish: NodePublishVolume again when its time came. */
+                if (!republish_due(m, av, pub, ps->now, &ps->next_retry))
+                        return;
         }
         if (av->op) {
                 /* Keep the VolumeAttachment's cached answer while the stage or

@@ -17,6 +17,7 @@
 
 #include "systemd/log.h"
 #include "systemd/validate.h"
+#include "volume/blockmap.h"
 #include "volume/internal.h"
 #include "volume/paths.h"
 #include "volume/voldata.h"
@@ -243,6 +244,115 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
                    found_name(found));
 }
 
+/* ---- raw block volumes ------------------------------------------------------------- */
+
+/* One pod's publish of a block volume: its record in the volume's data dir
+ * (ours) or its bind file in the global map dir (kubelet's and ours).  Set
+ * up only if the device the driver published is the one recorded and the
+ * pod's mapping is in place. */
+static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume *av, const char *data,
+                                      const char *pod_uid) {
+        _cleanup_free_ char *record = NULL, *text = NULL, *target = NULL;
+        _cleanup_(records_done) Records rec = {};
+        LogFields f = { .pod_uid = pod_uid, .volume = av->spec_name, .driver = av->driver,
+                        .volume_handle = av->handle };
+        bool mounted;
+        Found found;
+        dev_t recorded;
+        int r;
+
+        if (validate_uid(pod_uid) < 0 || hashmap_get(av->publishes, pod_uid) ||
+            path_block_publish(av->spec_name, pod_uid, &target) < 0 ||
+            asprintf(&record, "%s/" BLOCK_INTENT_PREFIX "%s.json", data, pod_uid) < 0)
+                return;
+        if (root_dir_read_file(m->root, record, RECORD_MAX, &text, NULL) >= 0)
+                rec.has_intent = intent_parse(text, &rec.intent) >= 0;
+        mounted = is_mounted(m, target);
+        found = judge(m, &rec, OP_PUBLISH, mounted);
+        if (found == FOUND_DONE) {
+                BlockIdentity now = {};
+                /* The same device as recorded, still mapped into the pod: else map again. */
+                if (!rec.intent.device || block_devno_parse(rec.intent.device, &recorded) < 0 ||
+                    block_identify(m->root, target, &now) < 0 || now.devno != recorded ||
+                    !block_mapped(m->root, av->spec_name, pod_uid))
+                        found = FOUND_UNCERTAIN;
+                block_identity_done(&now);
+        }
+        PodInfo info = { .uid = (char *) pod_uid,
+                         .key = rec.has_intent && rec.intent.pod ? rec.intent.pod : (char *) pod_uid };
+        r = actual_publish_set(av, &info, av->spec_name, target, found == FOUND_DONE ? PUBLISH_DONE
+                                                                                    : PUBLISH_UNCERTAIN);
+        if (r < 0)
+                return;
+        ((ActualPublish *) hashmap_get(av->publishes, pod_uid))->stale = found == FOUND_STALE;
+        c->published += found == FOUND_DONE;
+        c->uncertain += found == FOUND_UNCERTAIN;
+        c->stale += found == FOUND_STALE;
+        log_fields(LOG_DEBUG, &f, "Found block publish of %s for pod %s: %s", av->unique_name, pod_uid,
+                   found_name(found));
+}
+
+static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, const char *spec_name) {
+        _cleanup_free_ char *data = NULL, *staging = NULL, *map_dir = NULL, *unique = NULL;
+        _cleanup_(records_done) Records rec = {};
+        ActualVolume *av;
+        struct dirent *de;
+        Found found;
+        DIR *d;
+        int fd, r;
+
+        if (streq(spec_name, "staging") || streq(spec_name, "publish") ||
+            path_block_data_dir(spec_name, &data) < 0 || path_block_staging(spec_name, &staging) < 0 ||
+            path_block_map_dir(spec_name, &map_dir) < 0)
+                return;
+        r = read_records(m, data, &rec);
+        if (r < 0 || !rec.has_vol_data || !rec.vol_data.driver_name || !rec.vol_data.volume_handle ||
+            validate_csi_driver_name(rec.vol_data.driver_name) < 0 ||
+            csi_unique_volume_name(rec.vol_data.driver_name, rec.vol_data.volume_handle, &unique) < 0) {
+                log_warning("%s/%s has no usable " VOL_DATA_FILE "; skipping it", m->root->path, data);
+                c->skipped++;
+                return;
+        }
+        av = volume_get(m, VOLUME_PERSISTENT, unique, rec.vol_data.driver_name, rec.vol_data.volume_handle,
+                        spec_name);
+        if (!av)
+                return;
+        av->block = true;
+        found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
+        av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
+        av->stage_stale = found == FOUND_STALE;
+        c->staged += found == FOUND_DONE;
+        c->uncertain += found == FOUND_UNCERTAIN;
+        c->stale += found == FOUND_STALE;
+        /* The pods: our records in the data dir, and the bind files in the global map dir. */
+        const char *dirs[] = { data, map_dir };
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                if (root_dir_open_dir(m->root, dirs[i], &fd) < 0)
+                        continue;
+                d = fdopendir(fd);
+                if (!d) {
+                        close(fd);
+                        continue;
+                }
+                while ((de = readdir(d))) {
+                        size_t n = strlen(de->d_name);
+                        if (i == 1) {
+                                if (de->d_name[0] != '.')
+                                        reconstruct_block_publish(m, c, av, data, de->d_name);
+                                continue;
+                        }
+                        if (strncmp(de->d_name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) != 0 || n < 6 ||
+                            !streq(de->d_name + n - 5, ".json"))
+                                continue;
+                        _cleanup_free_ char *uid = strndup(de->d_name + strlen(BLOCK_INTENT_PREFIX),
+                                                           n - 5 - strlen(BLOCK_INTENT_PREFIX));
+                        if (uid)
+                                reconstruct_block_publish(m, c, av, data, uid);
+                }
+                closedir(d);
+        }
+}
+
 /* ---- the scan -------------------------------------------------------------------- */
 
 /* Calls fn for each entry of a directory under root-dir (not "." nor ".."). */
@@ -286,8 +396,8 @@ static void scan_staging_volume(VolumeManager *m, Counts *c, const char *parent,
 
 static void scan_staging_driver(VolumeManager *m, Counts *c, const char *parent, const char *driver) {
         _cleanup_free_ char *rel = NULL;
-        /* "volumeDevices" holds raw block volumes, "pv" the legacy layout; a
-         * driver name is never either (both fail the name rules or are reserved). */
+        /* "pv" is the legacy layout; a driver name is never "volumeDevices"
+         * (raw block volumes, scanned on their own) nor "pv". */
         if (streq(driver, "volumeDevices") || streq(driver, "pv") || validate_csi_driver_name(driver) < 0)
                 return;
         if (asprintf(&rel, "%s/%s", parent, driver) < 0)
@@ -322,6 +432,7 @@ int reconstruct_actual_state(VolumeManager *m) {
         /* Staging first: publishes then name the volumes they belong to. */
         (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, &c);
         (void) for_each_entry(m, "pods", scan_pod, &c);
+        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME "/volumeDevices", scan_block_volume, &c);
         if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0)
                 log_info("Reconstructed %u volumes from %s: %u staged, %u published, %u uncertain, %u from a previous "
                          "boot; %u leftovers removed, %u skipped",
@@ -338,9 +449,18 @@ int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualP
                         .driver = av->driver, .volume_handle = av->handle };
         int r;
 
-        r = path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir);
-        if (r >= 0)
-                r = volume_dirs_remove(m, &f, dir, pub->target, false);
+        if (av->block) {
+                /* Nothing is mounted after a reboot: the link and files go. */
+                r = block_unmap(m->root, pub->spec_name, pub->pod_uid, &f);
+                if (r >= 0)
+                        r = block_dirs_remove(m->root, &f, av->spec_name, pub->pod_uid);
+                if (r >= 0)
+                        r = path_block_publish(av->spec_name, pub->pod_uid, &dir);
+        } else {
+                r = path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir);
+                if (r >= 0)
+                        r = volume_dirs_remove(m, &f, dir, pub->target, false);
+        }
         if (r < 0)
                 return r;
         log_fields(LOG_INFO, &f, "Removed %s/%s, published before the last reboot for a pod that is gone",
@@ -354,11 +474,17 @@ int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av) {
         LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
         int r;
 
-        r = path_staging_volume_dir(av->driver, av->handle, &dir);
-        if (r >= 0)
-                r = path_staging_target(av->driver, av->handle, &target);
-        if (r >= 0)
-                r = volume_dirs_remove(m, &f, dir, target, true);
+        if (av->block) {
+                r = block_dirs_remove(m->root, &f, av->spec_name, NULL);
+                if (r >= 0)
+                        r = path_block_data_dir(av->spec_name, &dir);
+        } else {
+                r = path_staging_volume_dir(av->driver, av->handle, &dir);
+                if (r >= 0)
+                        r = path_staging_target(av->driver, av->handle, &target);
+                if (r >= 0)
+                        r = volume_dirs_remove(m, &f, dir, target, true);
+        }
         if (r < 0)
                 return r;
         log_fields(LOG_INFO, &f, "Removed %s/%s, staged before the last reboot and no longer wanted",

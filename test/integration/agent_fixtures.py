@@ -118,7 +118,7 @@ def agent_config(tmp_path, fake_api):
 class Agent:
     """A running kvolumed; stderr is collected in a file."""
 
-    def __init__(self, binary, config, env=None, notify=None):
+    def __init__(self, binary, config, env=None, notify=None, wrapper=()):
         self.log_path = config + ".log"
         self.log = open(self.log_path, "w")
         full_env = dict(os.environ)
@@ -129,7 +129,7 @@ class Agent:
         if notify:
             full_env["NOTIFY_SOCKET"] = notify.path
         full_env.update(env or {})
-        self.proc = subprocess.Popen([binary, "--config", config], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([*wrapper, binary, "--config", config], stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=full_env)
 
     def signal(self, sig):
@@ -166,8 +166,8 @@ class Agent:
 def start_agent(kvolumed_bin):
     agents = []
 
-    def start(config, env=None, notify=None):
-        a = Agent(kvolumed_bin, config, env=env, notify=notify)
+    def start(config, env=None, notify=None, wrapper=()):
+        a = Agent(kvolumed_bin, config, env=env, notify=notify, wrapper=wrapper)
         agents.append(a)
         return a
 
@@ -212,12 +212,13 @@ class VolumeEnv:
         self.broad = broad
         fake_api.create(make_node())
 
-    def start(self, extra="", csi="", agent=""):
+    def start(self, extra="", csi="", agent="", wrapper=()):
+        """wrapper: a command kvolumed runs under (valgrind, say)."""
         kubeconfig = self.api.kubeconfig_path if self.broad else self.api.node_kubeconfig("test-node")
         config = write_config(self.tmp_path / "kvolumed.conf", self.root, kubeconfig,
                               f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
                               "[log]\nlevel = debug\n" + extra, csi=csi, agent=agent)
-        self.agent = self.start_agent(config)
+        self.agent = self.start_agent(config, wrapper=wrapper)
         return self.agent
 
     # objects
@@ -226,20 +227,27 @@ class VolumeEnv:
         return self.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
                                 "metadata": {"name": DRIVER}, "spec": spec})
 
-    def pod(self, name, volumes, namespace="default", mounts=None, security_context=None, **spec):
+    def pod(self, name, volumes, namespace="default", mounts=None, security_context=None, devices=None, **spec):
+        """devices: names of the volumes the container uses through
+        volumeDevices (raw block); the others it mounts unless `mounts` says."""
+        devices = devices or []
         mounts = mounts if mounts is not None else [{"name": v["name"], "mountPath": "/v/" + v["name"]}
-                                                    for v in volumes]
-        body = {"nodeName": "test-node", "volumes": volumes,
-                "containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}], **spec}
+                                                    for v in volumes if v["name"] not in devices]
+        container = {"name": "c", "image": "busybox", "volumeMounts": mounts}
+        if devices:
+            container["volumeDevices"] = [{"name": d, "devicePath": "/dev/xvd-" + d} for d in devices]
+        body = {"nodeName": "test-node", "volumes": volumes, "containers": [container], **spec}
         if security_context:
             body["securityContext"] = security_context
         return self.api.create({"apiVersion": "v1", "kind": "Pod",
                                 "metadata": {"name": name, "namespace": namespace}, "spec": body,
                                 "status": {"phase": "Running"}})
 
-    def pv(self, name, handle, claim=None, **csi):
+    def pv(self, name, handle, claim=None, volume_mode=None, **csi):
         spec = {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
                 "csi": {"driver": DRIVER, "volumeHandle": handle, **csi}}
+        if volume_mode:
+            spec["volumeMode"] = volume_mode
         if claim:
             spec["claimRef"] = {"namespace": "default", "name": claim}
         return self.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},

@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import signal
+import stat
+import subprocess
 import time
 
 import pytest
@@ -56,7 +58,8 @@ def unpublished_targets(env):
 
 def records_under(root):
     return sorted(glob.glob(f"{root}/**/vol_data.json", recursive=True)
-                  + glob.glob(f"{root}/**/kvolumed.json", recursive=True))
+                  + glob.glob(f"{root}/**/kvolumed.json", recursive=True)
+                  + glob.glob(f"{root}/**/kvolumed-*.json", recursive=True))
 
 
 def mounts_under(root):
@@ -311,21 +314,48 @@ def test_adopts_a_node_set_up_by_kubelet(volume_env):
     assert_all_gone(env)
 
 
+def block_device_path(env, pod, spec_name):
+    return f"{env.root}/pods/{pod['metadata']['uid']}/volumeDevices/kubernetes.io~csi/{spec_name}"
+
+
+def block_mapped(env, pod, spec_name):
+    path = block_device_path(env, pod, spec_name)
+    return os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode)
+
+
 def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
     env = volume_env
     shared_pv(env)
     env.pv("pv-2", "vol-2", claim="c2")
     env.pvc("c2", "pv-2")
+    for name in ("bk", "bg"):
+        env.pv(f"pv-{name}", f"vol-{name}", claim=name, volume_mode="Block")
+        env.pvc(name, f"pv-{name}")
     env.start()
-    keep = env.pod("keep", [claim_volume("data", "shared"), inline_volume("scratch")])
-    gone = env.pod("gone", [claim_volume("data", "c2"), inline_volume("scratch")])
+    keep = env.pod("keep", [claim_volume("data", "shared"), inline_volume("scratch"), claim_volume("disk", "bk")],
+                   devices=["disk"])
+    gone = env.pod("gone", [claim_volume("data", "c2"), inline_volume("scratch"), claim_volume("disk", "bg")],
+                   devices=["disk"])
     for pod, name in ((keep, "pv-shared"), (keep, "scratch"), (gone, "pv-2"), (gone, "scratch")):
         env.wait_mounted(env.target(pod, name))
+    for pod, name in ((keep, "pv-bk"), (gone, "pv-bg")):
+        wait_until(lambda: block_mapped(env, pod, name), what=f"{name} mapped")
     kill_agent(env)
-    # The reboot: every mount gone (the driver's clean stop undoes them), a new boot ID.
+    # The reboot: every mount and loop device gone (kvolumed's device locks and
+    # bind mounts, then what the driver's clean stop undoes), a new boot ID.
+    for name in os.listdir("/sys/block"):
+        try:
+            backing = open(f"/sys/block/{name}/loop/backing_file").read().strip()
+        except OSError:
+            continue
+        if backing.startswith(env.root + "/"):
+            subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+    for mount_point in sorted(mounts_under(env.root), key=len, reverse=True):
+        if "/volumeDevices/" in mount_point and "/dev/" in mount_point:
+            subprocess.run(["umount", mount_point], check=True)
     env.driver.stop()
     assert not mounts_under(env.root)
-    for path in glob.glob(f"{env.root}/**/kvolumed.json", recursive=True):
+    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
         with open(path) as f:
             record = json.load(f)
         record["bootID"] = "00000000-0000-4000-8000-000000000000"
@@ -337,12 +367,15 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
     env.start()
     env.wait_mounted(env.target(keep, "pv-shared"))
     env.wait_mounted(env.target(keep, "scratch"))
+    wait_until(lambda: block_mapped(env, keep, "pv-bk"), what="pv-bk mapped again")
     env.wait_gone(f"{env.root}/pods/{gone['metadata']['uid']}")
     env.wait_gone(os.path.dirname(env.staging("vol-2")))
+    env.wait_gone(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-bg")
     after = [c for c in env.calls()[before:]]
     assert not [c for c in after if c["method"] in ("NodeUnstageVolume", "NodeUnpublishVolume")], \
         "tore down what was never set up in this boot"
-    assert [c["request"]["volume_id"] for c in after if c["method"] == "NodeStageVolume"] == ["vol-shared"]
+    assert sorted(c["request"]["volume_id"] for c in after if c["method"] == "NodeStageVolume") == \
+        ["vol-bk", "vol-shared"]
     env.api.remove("pods", "default", "keep")
     assert_all_gone(env)
 
@@ -384,11 +417,13 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
 # volume whose pod still exists, volumesInUse listing an attachable volume
 # whenever it is on the node, and nothing left once the pods are gone.
 
-SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"]}
-TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"]}
+SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"],
+               "block": ["NodeStageVolume", "NodePublishVolume"]}
+TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"],
+                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
 
 MATRIX = []
-for flow in ("persistent", "inline"):
+for flow in ("persistent", "inline", "block"):
     for method in SETUP_CALLS[flow]:
         for when in ("before", "after"):
             for delete_while_down in (False, True):
@@ -409,10 +444,11 @@ def matrix_id(case):
 def test_crash_matrix(volume_env, case):
     flow, method, when, delete_while_down = case
     env = volume_env
-    persistent = flow == "persistent"
+    persistent = flow in ("persistent", "block")
+    block = flow == "block"
     env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
     if persistent:
-        env.pv("pv-c", "vol-c", claim="c")
+        env.pv("pv-c", "vol-c", claim="c", volume_mode="Block" if block else None)
         env.pvc("c", "pv-c")
         attach(env, "pv-c", "vol-c")  # the controller was quick: attached before the pod
     volume = claim_volume("data", "c") if persistent else inline_volume("scratch")
@@ -423,6 +459,12 @@ def test_crash_matrix(volume_env, case):
         """The volume may be on the node: volumesInUse must list it then."""
         return bool(glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*")) or bool(mounts_under(env.root))
 
+    def set_up(pod):
+        if not block:
+            return os.path.ismount(env.target(pod, spec_name))
+        device = f"{env.root}/pods/{pod['metadata']['uid']}/volumeDevices/kubernetes.io~csi/{spec_name}"
+        return os.path.exists(device) and stat.S_ISBLK(os.stat(device).st_mode)
+
     def check_in_use():
         if persistent and on_node() and env.agent.proc.poll() is None:
             assert unique in in_use(env), "an attachable volume on the node is missing from volumesInUse"
@@ -430,10 +472,11 @@ def test_crash_matrix(volume_env, case):
     if method != "immediately":
         env.driver.control.hang(method, count=1, when=when)
     env.start()
-    pod = env.pod("web", [volume])
-    target = env.target(pod, spec_name)
+    pod = env.pod("web", [volume], devices=["data"] if block else None)
+    target = (f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/{spec_name}/{pod['metadata']['uid']}"
+              if block else env.target(pod, spec_name))
     if method in TEARDOWN_CALLS[flow]:
-        env.wait_mounted(target)
+        wait_until(lambda: set_up(pod), timeout=15, what="set up")
         env.wait_calls("NodePublishVolume")
         check_in_use()
         env.api.remove("pods", "default", "web")
@@ -449,7 +492,7 @@ def test_crash_matrix(volume_env, case):
 
     if alive:
         deadline = time.monotonic() + 20
-        while not os.path.ismount(target):
+        while not set_up(pod):
             assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
             check_in_use()
             time.sleep(0.05)
@@ -465,6 +508,8 @@ def test_crash_matrix(volume_env, case):
             time.sleep(0.05)
     assert_all_gone(env)
     if persistent:
+        assert not [n for n in os.listdir("/sys/block") if os.path.exists(f"/sys/block/{n}/loop/backing_file")
+                    and open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
         # NodeUnstage only after every publish is gone: the driver's own
         # bookkeeping (a violation) and the order of the call log agree.
         calls = [c for c in env.calls() if c["code"] == "OK"]

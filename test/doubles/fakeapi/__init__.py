@@ -54,7 +54,9 @@ Control port (plain HTTP on 127.0.0.1, JSON bodies, no auth):
     GET    /state                            resourceVersion, compactedResourceVersion,
                                              watches (open), config, endpoints
     PUT    /config        {"bookmarkInterval": s, "defaultWatchTimeout": s,
-                           "podGracefulDelete": bool}   (any subset)
+                           "podGracefulDelete": bool,
+                           "tokenMaxExpiration": s}     (any subset; 0: no cap on
+                                             the TokenRequests' expirationSeconds)
     POST   /objects       <object>           create (status kept) -> 201 object
     PUT    /objects       <object>           write whole object (status too) -> 200
     GET    /objects/<resource>[?namespace=]  {"items": [...], "resourceVersion": "N"}
@@ -64,6 +66,8 @@ Control port (plain HTTP on 127.0.0.1, JSON bodies, no auth):
     DELETE /objects/<resource>/<name>?force=1[&namespace=]  remove for good -> object
     GET    /requests                         the request log (see FakeApiServer.requests)
     DELETE /requests                         clear it
+    GET    /tokenrequests                    {"items": [...]}: the TokenRequests answered
+                                             (FakeApiServer.token_requests)
     GET    /tokens                           {"tokens": [...]}
     PUT    /tokens        {"tokens": [...]}  replace the valid tokens
     POST   /tokens/rotate {"revokeOld": true} new token, rewrites token and kubeconfig

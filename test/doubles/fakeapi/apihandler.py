@@ -285,30 +285,38 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     def _token(self, res, namespace, name, body):
         """POST serviceaccounts/<name>/token: a TokenRequest answered with a
-        token (an opaque string; nothing authenticates with it)."""
+        recognisable token "fake-token:<sa>:<audiences>:<n>:<nonce>" (nothing
+        authenticates with it), recorded for tests (token_requests())."""
         if self.command != "POST":
             raise errors.method_not_allowed()
         request = self._json(body)
         if not isinstance(request, dict):
             raise errors.bad_request("the object provided is not a JSON object")
         self.app.node_restriction.admit_token_request(self._attrs, request)
-        account = self.app.store.get(res, namespace, name)
+        self.app.store.get(res, namespace, name)  # 404 without the account
         spec = dict(request.get("spec") or {})
-        spec.setdefault("audiences", ["https://kubernetes.default.svc"])
+        asked = dict(spec)
+        # An empty list, as an absent one, means the API server's audience.
+        if not spec.get("audiences"):
+            spec["audiences"] = ["https://kubernetes.default.svc"]
         spec.setdefault("expirationSeconds", 3600)
-        payload = {"sub": f"system:serviceaccount:{namespace}:{name}",
-                   "uid": account["metadata"]["uid"],
-                   "bound": spec.get("boundObjectRef"), "nonce": uuid.uuid4().hex}
-        token = "fakeapi." + base64.urlsafe_b64encode(
-            json.dumps(payload).encode()).decode().rstrip("=")
+        # As --service-account-max-token-expiration: the server may issue a
+        # shorter token than asked; the client must read the expiry it got.
+        seconds = int(spec["expirationSeconds"])
+        if self.app.token_max_expiration is not None:
+            seconds = min(seconds, int(self.app.token_max_expiration))
+        spec["expirationSeconds"] = seconds
+        token = self.app.issue_token(namespace, name, asked, spec["audiences"])
+        expiration = objects.timestamp(seconds)
+        self.app.record_token_request(namespace, name, asked, token,
+                                      spec["audiences"], expiration)
         meta = dict(request.get("metadata") or {})
         meta.update(name=name, namespace=namespace,
                     creationTimestamp=objects.timestamp())
         return self._send(201, {
             "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
             "metadata": meta, "spec": spec,
-            "status": {"token": token, "expirationTimestamp": objects.timestamp(
-                int(spec["expirationSeconds"]))}})
+            "status": {"token": token, "expirationTimestamp": expiration}})
 
     def _delete_options(self, query, body):
         opts = self._json(body) if body.strip() else {}

@@ -75,6 +75,8 @@ class ControlHandler(BaseHTTPRequestHandler):
         if route == ("DELETE", "requests"):
             app.clear_requests()
             return 200, {}
+        if route == ("GET", "tokenrequests") and not rest:
+            return 200, {"items": app.token_requests()}
         if route == ("GET", "tokens") and not rest:
             return 200, {"tokens": app.tokens()}
         if route == ("PUT", "tokens") and not rest:

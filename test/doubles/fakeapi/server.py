@@ -3,6 +3,8 @@ import json
 import os
 import secrets
 import ssl
+import threading
+import time
 
 import yaml
 
@@ -45,6 +47,9 @@ class FakeApiServer:
                                               lambda: self.faults.graph_lag)
         self.node_restriction = NodeRestriction(self.store)
         self._node_tokens = {}       # node name -> token
+        self._token_lock = threading.Lock()
+        self._token_requests = []    # TokenRequests answered, oldest first
+        self.token_max_expiration = None  # seconds: cap on issued tokens
         self._node_certs = 0         # node certificates issued so far
         self.bookmark_interval = float(bookmark_interval)
         self.default_watch_timeout = float(default_watch_timeout)
@@ -374,14 +379,42 @@ current-context: fakeapi-node
         from now on; returns the compaction resourceVersion."""
         return str(self.store.compact())
 
+    # -- service account tokens (TokenRequest) ---------------------------------
+
+    def issue_token(self, namespace, service_account, asked, audiences):
+        """A recognisable, unique token: fake-token:<ns>/<sa>:<audiences>:<n>:<nonce>."""
+        with self._token_lock:
+            n = len(self._token_requests) + 1
+        return (f"fake-token:{namespace}/{service_account}:"
+                f"{','.join(audiences)}:{n}:{secrets.token_hex(4)}")
+
+    def record_token_request(self, namespace, service_account, asked, token,
+                             audiences, expiration):
+        with self._token_lock:
+            self._token_requests.append({
+                "time": time.time(), "namespace": namespace,
+                "serviceAccount": service_account, "spec": asked,
+                "token": token, "audiences": audiences,
+                "expirationTimestamp": expiration})
+
+    def token_requests(self):
+        """Every TokenRequest answered: dicts with time, namespace,
+        serviceAccount, spec (as asked: audiences, expirationSeconds,
+        boundObjectRef), token, audiences and expirationTimestamp (as issued)."""
+        with self._token_lock:
+            return [dict(e) for e in self._token_requests]
+
     def configure(self, bookmarkInterval=None, defaultWatchTimeout=None,
-                  podGracefulDelete=None):
+                  podGracefulDelete=None, tokenMaxExpiration=None):
         if bookmarkInterval is not None:
             self.bookmark_interval = float(bookmarkInterval)
         if defaultWatchTimeout is not None:
             self.default_watch_timeout = float(defaultWatchTimeout)
         if podGracefulDelete is not None:
             self.store.pod_graceful_delete = bool(podGracefulDelete)
+        if tokenMaxExpiration is not None:
+            self.token_max_expiration = (None if tokenMaxExpiration <= 0
+                                         else int(tokenMaxExpiration))
 
     def state(self):
         return {"resourceVersion": str(self.store.resource_version),
@@ -390,4 +423,5 @@ current-context: fakeapi-node
                 "bookmarkInterval": self.bookmark_interval,
                 "defaultWatchTimeout": self.default_watch_timeout,
                 "podGracefulDelete": self.store.pod_graceful_delete,
+                "tokenMaxExpiration": self.token_max_expiration,
                 "endpoints": self.endpoints()}

@@ -105,6 +105,9 @@ class Driver:
         t0 = time.time()
         entry = {"time": t0, "method": method, "pid": os.getpid(),
                  "request": self.log.request_json(request)}
+        digests = faults_mod.secret_digests(request)
+        if digests:
+            entry["secret_digests"] = digests
         vid = getattr(request, "volume_id", "") if method.startswith("Node") else ""
         plan = {}
         locked = False

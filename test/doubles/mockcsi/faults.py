@@ -163,6 +163,16 @@ def _redact(msg, secret_ext):
                 _redact(value, secret_ext)
 
 
+def secret_digests(request):
+    """SHA-256 (hex) of each value of a request's secrets map: lets a test
+    check what the driver was given without the log holding it."""
+    import hashlib
+    secrets = getattr(request, "secrets", None)
+    if not secrets:
+        return None
+    return {k: hashlib.sha256(v.encode()).hexdigest() for k, v in secrets.items()}
+
+
 class CallLog:
     """Append-only JSON lines: one object per finished (or crashing) call."""
 

@@ -8,6 +8,9 @@
 #include <string.h>
 #include <errno.h>
 
+#include <sys/sysmacros.h>
+
+#include "volume/blockmap.h"
 #include "volume/intent.h"
 #include "volume/paths.h"
 
@@ -26,6 +29,31 @@ static void test_round_trip(void **state) {
         assert_string_equal(out.pod, "default/web");
         intent_done(&out);
         free(text);
+}
+
+static void test_block_device_fields(void **state) {
+        Intent in = { .operation = OP_PUBLISH, .done = true, .device = (char *) "7:3",
+                      .device_serial = (char *) "QEMU_HARDDISK_1", .device_link = (char *) "/dev/disk/by-id/x" };
+        Intent out = {};
+        char *text = NULL, *formatted = NULL;
+        dev_t devno;
+
+        snprintf(in.boot_id, sizeof in.boot_id, "%s", "5a3c1f4e-0b7d-4c2a-9e61-8f0d2b4a6c11");
+        assert_int_equal(intent_format(&in, &text), 0);
+        assert_int_equal(intent_parse(text, &out), 0);
+        assert_string_equal(out.device, "7:3");
+        assert_string_equal(out.device_serial, "QEMU_HARDDISK_1");
+        assert_string_equal(out.device_link, "/dev/disk/by-id/x");
+        assert_int_equal(block_devno_parse(out.device, &devno), 0);
+        assert_int_equal(major(devno), 7);
+        assert_int_equal(minor(devno), 3);
+        assert_int_equal(block_devno_format(devno, &formatted), 0);
+        assert_string_equal(formatted, "7:3");
+        assert_int_equal(block_devno_parse("7:3x", &devno), -EINVAL);
+        assert_int_equal(block_devno_parse("sda", &devno), -EINVAL);
+        intent_done(&out);
+        free(text);
+        free(formatted);
 }
 
 static void test_refuses_what_is_not_a_record(void **state) {
@@ -80,6 +108,7 @@ static void test_parse_publish_target(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_round_trip),
+                cmocka_unit_test(test_block_device_fields),
                 cmocka_unit_test(test_refuses_what_is_not_a_record),
                 cmocka_unit_test(test_boot_id),
                 cmocka_unit_test(test_parse_publish_target),

@@ -1,0 +1,188 @@
+"""Raw block volumes (KEP-565): a PV with volumeMode Block used through a pod's
+volumeDevices reaches the pod as a device, with kubelet's paths, bind mount,
+symlink and loop-device lock, and goes again leaving nothing behind."""
+import json
+import os
+import stat
+import subprocess
+
+from integration.agent_fixtures import DRIVER, wait_until
+
+BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
+
+
+def claim_volume(name, claim):
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
+def block_pv(env, name, handle, claim):
+    env.pv(name, handle, claim=claim, volume_mode="Block")
+    env.pvc(claim, name)
+
+
+def device_path(env, pod, spec_name):
+    return f"{env.root}/pods/{pod['metadata']['uid']}/volumeDevices/kubernetes.io~csi/{spec_name}"
+
+
+def loops_backed_by(path):
+    found = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                if f.read().strip().removesuffix(" (deleted)") == path:
+                    found.append(name)
+        except OSError:
+            pass
+    return found
+
+
+def mounts_under(root):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(root + "/")]
+
+
+def wait_mapped(env, pod, spec_name):
+    path = device_path(env, pod, spec_name)
+    bind = f"{env.root}/{BLOCK}/{spec_name}/dev/{pod['metadata']['uid']}"
+    wait_until(lambda: os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode) and loops_backed_by(bind),
+               timeout=15, what=f"{path} mapped\n" + env.agent.output()[-3000:])
+    return path
+
+
+def assert_nothing_left(env):
+    wait_until(lambda: not mounts_under(env.root), timeout=15, what="no mounts under root-dir")
+    wait_until(lambda: not os.path.exists(f"{env.root}/{BLOCK}") or not os.listdir(f"{env.root}/{BLOCK}")
+               or set(os.listdir(f"{env.root}/{BLOCK}")) <= {"staging", "publish"}
+               and not any(os.listdir(f"{env.root}/{BLOCK}/{d}") for d in os.listdir(f"{env.root}/{BLOCK}")),
+               timeout=15, what="no block dirs")
+    wait_until(lambda: not [p for p in os.listdir(f"{env.root}/pods")] if os.path.exists(f"{env.root}/pods")
+               else True, timeout=15, what="no pod dirs")
+    assert not [n for n in os.listdir("/sys/block") if n.startswith("loop") and
+                os.path.exists(f"/sys/block/{n}/loop/backing_file") and
+                open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
+    assert not env.driver.violations()
+
+
+def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv-blk", "vol-blk", "blk")
+    env.start()
+    pod = env.pod("web", [claim_volume("disk", "blk")], devices=["disk"])
+    uid = pod["metadata"]["uid"]
+    path = wait_mapped(env, pod, "pv-blk")
+    publish = f"{env.root}/{BLOCK}/publish/pv-blk/{uid}"
+    staging = f"{env.root}/{BLOCK}/staging/pv-blk"
+
+    # The pod's device path is a link to the device the driver published.
+    assert os.readlink(path) == publish
+    device = env.driver.state()["volumes"]["vol-blk"]["device"]
+    assert os.stat(path).st_rdev == os.stat(device).st_rdev
+    stage = env.wait_calls("NodeStageVolume")[0]["request"]
+    assert stage["staging_target_path"] == staging
+    assert "block" in stage["volume_capability"] and "mount" not in stage["volume_capability"]
+    pub = env.wait_calls("NodePublishVolume")[0]["request"]
+    assert pub["target_path"] == publish and pub["staging_target_path"] == staging
+    assert "block" in pub["volume_capability"]
+    with open(f"{env.root}/{BLOCK}/pv-blk/data/vol_data.json") as f:
+        assert json.load(f) == {"attachmentID": json.load(open(f.name))["attachmentID"], "driverName": DRIVER,
+                                "nodeName": "test-node", "specVolID": "pv-blk", "volumeHandle": "vol-blk"}
+    with open(f"{env.root}/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
+        record = json.load(f)
+    assert record["done"] and record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
+                                                             os.minor(os.stat(device).st_rdev))
+
+    # Data written through the pod's device path is on the volume.
+    data = os.urandom(4096)
+    with open("/tmp/kv-block-data", "wb") as f:
+        f.write(data)
+    subprocess.run(["dd", "if=/tmp/kv-block-data", f"of={path}", "bs=4096", "count=1", "oflag=direct",
+                    "conv=fsync", "status=none"], check=True)
+    with open(device, "rb") as f:
+        assert f.read(4096) == data
+    os.unlink("/tmp/kv-block-data")
+
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume")
+    order = [c["method"] for c in env.calls() if c["method"] in ("NodeUnpublishVolume", "NodeUnstageVolume")]
+    assert order == ["NodeUnpublishVolume", "NodeUnstageVolume"]
+    assert_nothing_left(env)
+
+
+def test_two_pods_map_one_volume_staged_once(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv.with.dots", "vol-dots", "dots")
+    env.start()
+    a = env.pod("a", [claim_volume("disk", "dots")], devices=["disk"])
+    b = env.pod("b", [claim_volume("disk", "dots")], devices=["disk"])
+    pa = wait_mapped(env, a, "pv.with.dots")
+    pb = wait_mapped(env, b, "pv.with.dots")
+    assert os.stat(pa).st_rdev == os.stat(pb).st_rdev
+    assert len(env.calls("NodeStageVolume")) == 1
+    env.wait_calls("NodePublishVolume", 2)
+    env.api.remove("pods", "default", "a")
+    env.wait_calls("NodeUnpublishVolume")
+    wait_until(lambda: not os.path.lexists(pa), what="a's device path gone")
+    assert not env.calls("NodeUnstageVolume"), "unstaged while pod b maps the volume"
+    assert stat.S_ISBLK(os.stat(pb).st_mode)
+    env.api.remove("pods", "default", "b")
+    env.wait_calls("NodeUnstageVolume")
+    assert_nothing_left(env)
+
+
+def test_wrong_mode_combinations_are_refused(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv-b", "vol-b", "cb")
+    env.pv("pv-f", "vol-f", claim="cf")
+    env.pvc("cf", "pv-f")
+    env.start()
+    env.pod("mounts-block", [claim_volume("disk", "cb")])
+    env.pod("maps-fs", [claim_volume("disk", "cf")], devices=["disk"])
+    env.wait_event("FailedMount", "has volumeMode Block but is used in volumeMounts")
+    env.wait_event("FailedMount", "has volumeMode Filesystem but is used in volumeDevices")
+    assert not [c for c in env.calls() if c["method"].startswith("NodeStage") or c["method"].startswith("NodePub")]
+
+
+def test_a_device_file_left_by_the_driver_fails_nothing(volume_env):
+    """The publish target file is the driver's to make and remove; one the
+    driver leaves behind (here: there before, so the mock driver keeps it)
+    stays, and the teardown still completes without retrying."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pv("pv-left", "vol-left", claim="left", volume_mode="Block")
+    env.pvc("left")  # bound below, once the pod's UID is known
+    env.start()
+    pod = env.pod("web", [claim_volume("disk", "left")], devices=["disk"])
+    publish = f"{env.root}/{BLOCK}/publish/pv-left/{pod['metadata']['uid']}"
+    os.makedirs(os.path.dirname(publish))
+    open(publish, "w").close()
+    env.bind("left", "pv-left")
+    wait_mapped(env, pod, "pv-left")
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume")
+    wait_until(lambda: not mounts_under(env.root), what="no mounts")
+    wait_until(lambda: not os.path.exists(f"{env.root}/{BLOCK}/pv-left"), what="kvolumed's own dirs gone")
+    assert os.path.isfile(publish) and not os.path.ismount(publish), "the driver's file was touched"
+    assert len(env.calls("NodeUnpublishVolume")) == 1, "the teardown was retried"
+    os.unlink(publish)
+
+
+def test_a_mapping_lost_behind_our_back_is_mapped_again(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv-again", "vol-again", "again")
+    env.start()
+    pod = env.pod("web", [claim_volume("disk", "again")], devices=["disk"])
+    wait_mapped(env, pod, "pv-again")
+    bind = f"{env.root}/{BLOCK}/pv-again/dev/{pod['metadata']['uid']}"
+    for loop in loops_backed_by(bind):
+        subprocess.run(["losetup", "-d", f"/dev/{loop}"], check=True)
+    subprocess.run(["umount", bind], check=True)
+    wait_until(lambda: os.path.ismount(bind) and loops_backed_by(bind), timeout=15,
+               what="the pod's mapping restored\n" + env.agent.output()[-2000:])
+    assert len(env.calls("NodeStageVolume")) == 1
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume")
+    assert_nothing_left(env)

@@ -9,7 +9,10 @@
 
 /* Settings that are applied while running; every other change needs a restart
  * (the running value is kept until then). */
-static const char *const live_settings[] = { "log.level" };
+/* What a SIGHUP applies to the running agent (agent_reload); the rest is
+ * read at start-up only, and a change of it is named in a warning. */
+static const char *const live_settings[] = { "log.level",      "csi.call-timeout", "csi.max-parallel",
+                                             "csi.republish-interval", "driver", "metrics.listen" };
 
 static void on_volumes_stopped(VolumeManager *m, void *userdata) {
         Agent *a = userdata;
@@ -155,6 +158,25 @@ static int serve_volume_stats_json(FILE *f, const char **content_type, void *use
         return 200;
 }
 
+static int start_http(Agent *a, const char *listen, HttpServer **ret) {
+        _cleanup_(http_server_freep) HttpServer *http = NULL;
+        int r;
+
+        r = http_server_new(a->event, listen, &http);
+        if (r < 0)
+                return r;
+        r = http_server_add_route(http, "/metrics", serve_metrics, a);
+        if (r >= 0)
+                r = http_server_add_route(http, "/healthz", serve_healthz, a);
+        if (r >= 0)
+                r = http_server_add_route(http, "/volumes", serve_volume_stats_json, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add the HTTP routes: %m");
+        log_info("Serving /metrics, /healthz, /volumes on %s", http_server_address(http));
+        *ret = TAKE_PTR(http);
+        return 0;
+}
+
 static int setup_metrics(Agent *a) {
         int r;
 
@@ -172,18 +194,7 @@ static int setup_metrics(Agent *a) {
         }
         /* A port that cannot be bound fails start-up: a scraper would otherwise
          * see a silent node. */
-        r = http_server_new(a->event, a->config->metrics_listen, &a->http);
-        if (r < 0)
-                return r;
-        r = http_server_add_route(a->http, "/metrics", serve_metrics, a);
-        if (r >= 0)
-                r = http_server_add_route(a->http, "/healthz", serve_healthz, a);
-        if (r >= 0)
-                r = http_server_add_route(a->http, "/volumes", serve_volume_stats_json, a);
-        if (r < 0)
-                return log_error_errno(r, "Failed to add the HTTP routes: %m");
-        log_info("Serving /metrics, /healthz, /volumes on %s", http_server_address(a->http));
-        return 0;
+        return start_http(a, a->config->metrics_listen, &a->http);
 }
 
 static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
@@ -338,6 +349,67 @@ static void warn_restart_needed(const Config *old, const Config *new) {
         }
 }
 
+static bool same_drivers(const Config *x, const Config *y) {
+        if (x->n_drivers != y->n_drivers)
+                return false;
+        for (size_t i = 0; i < x->n_drivers; i++) {
+                bool found = false;
+                for (size_t j = 0; j < y->n_drivers && !found; j++)
+                        found = streq(x->drivers[i].name, y->drivers[j].name) &&
+                                streq(x->drivers[i].endpoint, y->drivers[j].endpoint);
+                if (!found)
+                        return false;
+        }
+        return true;
+}
+
+/* Takes over what can change under a running agent.  A part that fails
+ * (a metrics address that cannot be bound, say) keeps its old value, says
+ * why, and the rest still applies.  "new" gives up what is taken over. */
+static void apply_live_settings(Agent *a, Config *new) {
+        Config *old = a->config;
+        int r;
+
+        if (new->call_timeout_usec != old->call_timeout_usec || new->max_parallel != old->max_parallel) {
+                csi_client_set_limits(a->csi, new->call_timeout_usec, new->max_parallel);
+                old->call_timeout_usec = new->call_timeout_usec;
+                old->max_parallel = new->max_parallel;
+                log_info("CSI calls now time out after %.1f s, at most %u in flight per driver",
+                         (double) (old->call_timeout_usec ?: 2 * USEC_PER_MINUTE) / USEC_PER_SEC,
+                         old->max_parallel ?: 64);
+        }
+        if (new->republish_interval_usec != old->republish_interval_usec) {
+                volume_manager_set_republish_interval(a->volumes, new->republish_interval_usec);
+                old->republish_interval_usec = new->republish_interval_usec;
+        }
+        if (!same_drivers(old, new)) {
+                _cleanup_free_ CsiDriverEndpoint *drivers = calloc(new->n_drivers + 1, sizeof *drivers);
+                for (size_t i = 0; drivers && i < new->n_drivers; i++)
+                        drivers[i] = (CsiDriverEndpoint){ new->drivers[i].name, new->drivers[i].endpoint };
+                r = drivers ? csi_client_set_static_drivers(a->csi, drivers, new->n_drivers) : -ENOMEM;
+                if (r < 0)
+                        log_error_errno(r, "Keeping the configured CSI drivers: %m");
+                else {
+                        SWAP_TWO(old->drivers, new->drivers);
+                        SWAP_TWO(old->n_drivers, new->n_drivers);
+                }
+        }
+        if (!streq_ptr(strempty(new->metrics_listen), strempty(old->metrics_listen))) {
+                HttpServer *http = NULL;
+                r = isempty(new->metrics_listen) ? 0 : start_http(a, new->metrics_listen, &http);
+                if (r < 0)
+                        log_error_errno(r, "Keeping /metrics on %s: %s cannot be used: %m",
+                                        a->http ? http_server_address(a->http) : "(off)", new->metrics_listen);
+                else {
+                        if (!http)
+                                log_info("[metrics] listen is empty now: /metrics is off");
+                        http_server_free(a->http);
+                        a->http = http;
+                        SWAP_TWO(old->metrics_listen, new->metrics_listen);
+                }
+        }
+}
+
 int agent_reload(Agent *a) {
         _cleanup_(config_freep) Config *new = NULL;
         _cleanup_free_ char *error = NULL;
@@ -356,6 +428,7 @@ int agent_reload(Agent *a) {
                 return r;
         }
         warn_restart_needed(a->config, new);
+        apply_live_settings(a, new);
         /* Said at the old level, so that the reload which quietens the log is still seen. */
         log_info("Configuration reloaded, log level %s", log_level_to_string(new->log_level));
         log_set_max_level(new->log_level);

@@ -873,6 +873,75 @@ CsiClient *csi_client_free(CsiClient *c) {
         return NULL;
 }
 
+void csi_client_set_limits(CsiClient *c, uint64_t call_timeout_usec, unsigned max_parallel) {
+        c->call_timeout_usec = call_timeout_usec ?: CSI_DEFAULT_CALL_TIMEOUT_USEC;
+        c->max_parallel = max_parallel ?: CSI_DEFAULT_MAX_PARALLEL;
+        for (CsiDriver *d = c->static_drivers; d; d = d->next)
+                grpc_channel_set_max_parallel(d->channel, c->max_parallel);
+        for (CsiDriver *d = c->registered_drivers; d; d = d->next)
+                grpc_channel_set_max_parallel(d->channel, c->max_parallel);
+}
+
+static const CsiDriverEndpoint *find_endpoint(const CsiDriverEndpoint *drivers, size_t n, const char *name) {
+        for (size_t i = 0; i < n; i++)
+                if (streq(drivers[i].name, name))
+                        return &drivers[i];
+        return NULL;
+}
+
+int csi_client_set_static_drivers(CsiClient *c, const CsiDriverEndpoint *drivers, size_t n_drivers) {
+        const char *path;
+        int r;
+
+        /* All or nothing: a list that does not validate changes nothing. */
+        for (size_t i = 0; i < n_drivers; i++) {
+                if (validate_csi_driver_name(drivers[i].name) < 0 || unix_endpoint_path(drivers[i].endpoint, &path) < 0)
+                        return log_error_errno(EINVAL, "Invalid CSI driver \"%s\" at \"%s\".",
+                                               strempty(drivers[i].name), strempty(drivers[i].endpoint));
+                if (find_endpoint(drivers, i, drivers[i].name))
+                        return log_error_errno(EINVAL, "CSI driver \"%s\" configured twice.", drivers[i].name);
+        }
+        /* The probes hold the channels of the old list: rebuilt below. */
+        c->static_probes = csi_static_drivers_free(c->static_probes);
+        for (CsiDriver **p = &c->static_drivers; *p;) {
+                CsiDriver *d = *p;
+                const CsiDriverEndpoint *e = find_endpoint(drivers, n_drivers, d->name);
+                if (e && unix_endpoint_path(e->endpoint, &path) >= 0 &&
+                    streq(path, grpc_channel_socket_path(d->channel))) {
+                        p = &d->next;
+                        continue;
+                }
+                *p = d->next;
+                log_fields(LOG_INFO, &(LogFields){ .driver = d->name },
+                           "CSI driver %s at %s is no longer configured", d->name,
+                           grpc_channel_socket_path(d->channel));
+                /* No registration socket: it was configured statically. */
+                if (c->registration_cb.deregistered)
+                        c->registration_cb.deregistered(c, d->name, NULL, c->registration_userdata);
+                driver_free(d);
+        }
+        for (size_t i = 0; i < n_drivers; i++) {
+                CsiDriver *d;
+                if (find_in(c->static_drivers, drivers[i].name))
+                        continue;
+                (void) unix_endpoint_path(drivers[i].endpoint, &path);
+                d = calloc(1, sizeof *d);
+                if (!d)
+                        return -ENOMEM;
+                d->name = strdup(drivers[i].name);
+                r = d->name ? grpc_channel_new(c->transport, path, c->max_parallel, &d->channel) : -ENOMEM;
+                if (r < 0) {
+                        driver_free(d);
+                        return r;
+                }
+                d->next = c->static_drivers;
+                c->static_drivers = d;
+                log_fields(LOG_INFO, &(LogFields){ .driver = d->name }, "CSI driver %s configured at %s", d->name,
+                           path);
+        }
+        return c->static_drivers ? csi_static_drivers_start(c, &c->static_probes) : 0;
+}
+
 bool csi_client_reuses_connections(CsiClient *c) {
         return grpc_transport_reuses_connections(c->transport);
 }

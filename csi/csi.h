@@ -313,6 +313,16 @@ typedef struct CsiClientOptions {
         uint64_t registration_timeout_usec;
 } CsiClientOptions;
 
+/* A configuration reload: the per-call deadline and the per-driver limit of
+ * calls in flight for calls started from now on (0: the default). */
+void csi_client_set_limits(CsiClient *c, uint64_t call_timeout_usec, unsigned max_parallel);
+/* A configuration reload of the [driver "NAME"] sections: drivers no longer
+ * listed, or listed with another endpoint, are dropped (the "deregistered"
+ * callback says so; calls in flight finish), new ones are added, and every
+ * static driver is asked NodeGetInfo again.  -EINVAL (and nothing changed)
+ * for an invalid list. */
+int csi_client_set_static_drivers(CsiClient *c, const CsiDriverEndpoint *drivers, size_t n_drivers);
+
 /* Validates the options (driver names, unix:// endpoints) and creates the
  * client; nothing is started yet.  -EINVAL on bad options. */
 int csi_client_new(sd_event *event, const CsiClientOptions *options, CsiClient **ret);
@@ -363,8 +373,9 @@ typedef struct CsiRegistrationCallbacks {
          * driver is asked again within a second, or at once after
          * csi_client_retry_deferred(). */
         int (*registered)(CsiClient *c, const CsiRegisteredDriver *d, void *userdata);
-        /* Its registration socket disappeared; the name is no longer callable
-         * (unless it is also configured statically). */
+        /* Its registration socket disappeared, or (registration_socket NULL)
+         * a reload removed it from the configuration; the name is no longer
+         * callable (unless it is also configured the other way). */
         void (*deregistered)(CsiClient *c, const char *driver, const char *registration_socket, void *userdata);
         /* A registration attempt failed (it is retried with backoff while the
          * socket exists); for logs and tests.  May be NULL.  For a static

@@ -227,6 +227,15 @@ const char *grpc_channel_socket_path(GrpcChannel *ch) {
         return ch->socket_path;
 }
 
+static void channel_dispatch(GrpcChannel *ch);
+
+void grpc_channel_set_max_parallel(GrpcChannel *ch, unsigned max_parallel) {
+        if (max_parallel == 0)
+                return;
+        ch->max_parallel = max_parallel;
+        channel_dispatch(ch);
+}
+
 unsigned grpc_channel_in_flight(GrpcChannel *ch) {
         return ch->in_flight;
 }

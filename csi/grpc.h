@@ -54,6 +54,9 @@ GrpcChannel *grpc_channel_unref(GrpcChannel *ch);
 DEFINE_TRIVIAL_CLEANUP_FUNC(GrpcChannel *, grpc_channel_unref);
 const char *grpc_channel_socket_path(GrpcChannel *ch);
 unsigned grpc_channel_in_flight(GrpcChannel *ch);
+/* A new in-flight limit (a configuration reload): a higher one starts
+ * queued calls at once, a lower one lets the calls running finish. */
+void grpc_channel_set_max_parallel(GrpcChannel *ch, unsigned max_parallel);
 unsigned grpc_channel_queued(GrpcChannel *ch);
 
 /* Starts a call of "path" ("/csi.v1.Node/NodeStageVolume") with the packed

@@ -105,3 +105,11 @@ static inline void fclosep(FILE **f) {
         if (*f)
                 fclose(*f);
 }
+
+/* Exchanges two lvalues of the same type. */
+#define SWAP_TWO(a, b)                      \
+        do {                                \
+                __typeof__(a) _swap_t = (a); \
+                (a) = (b);                  \
+                (b) = _swap_t;              \
+        } while (false)

@@ -679,7 +679,10 @@ static void on_deregistered(CsiClient *c, const char *driver, const char *regist
         DriverRecord *rec = hashmap_get(t->records, driver);
         LogFields f = { .driver = driver };
 
-        log_fields(LOG_INFO, &f, "CSI driver %s deregistered (%s gone)", driver, registration_socket);
+        if (registration_socket)
+                log_fields(LOG_INFO, &f, "CSI driver %s deregistered (%s gone)", driver, registration_socket);
+        else
+                log_fields(LOG_INFO, &f, "CSI driver %s was removed from the configuration", driver);
         free(hashmap_remove(m->caps, driver));
         manager_schedule_pass(m);
         if (!rec || !streq_ptr(rec->registration_socket, registration_socket))

@@ -548,6 +548,10 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         return NULL;
 }
 
+void volume_manager_set_republish_interval(VolumeManager *m, uint64_t usec) {
+        m->republish_interval_usec = usec ?: USEC_PER_MINUTE;
+}
+
 void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hook, void *userdata) {
         m->metrics_hook = hook;
         m->metrics_userdata = userdata;

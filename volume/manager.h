@@ -53,6 +53,10 @@ void volume_manager_stop(VolumeManager *m, volume_manager_stopped_t stopped, voi
 VolumeManager *volume_manager_free(VolumeManager *m);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeManager *, volume_manager_free);
 
+/* A configuration reload: the NodePublishVolume cadence of requiresRepublish
+ * drivers, for republishes scheduled from now on (0: 1 min). */
+void volume_manager_set_republish_interval(VolumeManager *m, uint64_t usec);
+
 void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hook, void *userdata);
 
 /* Called after every reconcile pass with its duration, for kvolumed_reconcile_seconds. */

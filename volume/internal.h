@@ -42,6 +42,8 @@ typedef struct ActualPublish {
         PublishState state;
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
+        bool mount_pending; /* published: whether a mount resulted is for the next mount table read */
+        bool lost_once;     /* published again because its mount was missing */
         uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
 } ActualPublish;
 
@@ -60,6 +62,8 @@ typedef struct ActualVolume {
         StageState stage;
         bool staged_mount;      /* the staging path was a mount point after NodeStageVolume */
         bool stage_stale;       /* staging dirs found from a previous boot: nothing mounted */
+        bool mount_pending;     /* staged: whether a mount resulted is for the next mount table read */
+        bool stage_lost_once;   /* staged again because its mount was missing */
         bool reconstructed;     /* found on disk at start-up */
         bool desired;           /* some pod wants it (this pass) */
         /* Belongs in volumesInUse: once true, stays true until the volume is
@@ -155,6 +159,7 @@ struct VolumeManager {
         sd_event_source *pass_source;    /* deferred: one pass for a burst of changes */
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;
+        sd_event_source *mounts_timer;  /* manager_check_mounts_soon() */
         unsigned n_running;
         bool stopping;
         volume_manager_stopped_t stopped;
@@ -180,6 +185,10 @@ struct VolumeManager {
 /* manager.c */
 void manager_schedule_pass(VolumeManager *m);
 void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
+/* A stage or publish succeeded: the mount table is read again shortly (one
+ * read for a burst) to learn whether it made a mount, and so whether the
+ * volume can be watched for the mount's loss. */
+void manager_check_mounts_soon(VolumeManager *m);
 /* An Event and a log line about a pod's volume, unless it is the last one
  * sent for that volume; _clear forgets it once the volume is fine. */
 void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,

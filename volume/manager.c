@@ -11,6 +11,9 @@
 #include "volume/paths.h"
 
 #define IN_USE_RETRY_USEC (2 * USEC_PER_SEC)
+/* After a stage or publish, how soon the mount table is read to see whether
+ * it made a mount: long enough to gather a burst into one read. */
+#define MOUNT_CHECK_DELAY_USEC (20 * USEC_PER_MSEC)
 
 /* ---- scheduling ------------------------------------------------------------------ */
 
@@ -233,13 +236,82 @@ static void on_watch_changed(void *userdata) {
  * unmounted behind our back (or lost by the driver): it becomes uncertain
  * and the reconciler sets it up again, drivers being idempotent.  Runs at
  * most once per MOUNT_TABLE_REFRESH_USEC, never per pass. */
-static bool mount_gone(VolumeManager *m, const char *rel) {
+static bool is_mounted(VolumeManager *m, const char *rel) {
         _cleanup_free_ char *abs = NULL;
+        /* The table only: a stat of the path could hang on a dead file system. */
+        return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
+}
 
-        if (asprintf(&abs, "%s/%s", m->root->path, rel) < 0 || mount_table_is_mounted(m->mounts, abs))
-                return false;
-        /* The kernel's word too, so that a stale table never costs a remount. */
-        return root_dir_is_mount_point(m->root, rel) == 0;
+static bool mount_gone(VolumeManager *m, const char *rel) {
+        return !is_mounted(m, rel);
+}
+
+/* A stage or publish that succeeded is taken to have made a mount, and is
+ * watched for its loss.  A driver may publish without mounting, though: then
+ * the first mount table read after the call shows nothing, which looks just
+ * like a mount lost at once (unmounted by hand, a driver restart) and is
+ * handled as such, by a call again.  Only when the mount is missing again
+ * right after that call is the volume taken for one without a mount: it is
+ * no longer watched, and its record says so (unless an operation of the
+ * volume is writing records now).  No stat of the target is needed, which
+ * could hang on a dead file system. */
+static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
+        void *pv;
+
+        for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
+                ActualPublish *pub = pv;
+                _cleanup_free_ char *dir = NULL, *record = NULL;
+                if (!pub->mount_pending)
+                        continue;
+                pub->mount_pending = false;
+                if (is_mounted(m, pub->target)) {
+                        pub->lost_once = false;
+                        continue;
+                }
+                if (!pub->lost_once)
+                        continue; /* lost at once, or never made: on_mounts_changed calls again */
+                pub->not_a_mount = true;
+                if (!av->op && path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir) >= 0 &&
+                    asprintf(&record, "%s/" INTENT_FILE, dir) >= 0)
+                        (void) intent_write(m, record,
+                                            &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
+                                            false);
+        }
+        if (av->mount_pending) {
+                _cleanup_free_ char *staging = NULL, *dir = NULL, *record = NULL;
+                av->mount_pending = false;
+                if (path_staging_target(av->driver, av->handle, &staging) < 0)
+                        return;
+                if (is_mounted(m, staging)) {
+                        av->stage_lost_once = false;
+                        return;
+                }
+                if (!av->stage_lost_once)
+                        return;
+                av->staged_mount = false;
+                if (!av->op && path_staging_volume_dir(av->driver, av->handle, &dir) >= 0 &&
+                    asprintf(&record, "%s/" INTENT_FILE, dir) >= 0)
+                        (void) intent_write(m, record, &(Intent){ .operation = OP_STAGE, .done = true }, false);
+        }
+}
+
+static void on_mounts_changed(MountTable *t, void *userdata);
+
+static int on_mounts_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        VolumeManager *m = userdata;
+        if (mount_table_refresh(m->mounts) >= 0)
+                on_mounts_changed(m->mounts, m);
+        return 0;
+}
+
+void manager_check_mounts_soon(VolumeManager *m) {
+        int enabled = SD_EVENT_OFF;
+
+        (void) sd_event_source_get_enabled(m->mounts_timer, &enabled);
+        if (enabled != SD_EVENT_OFF)
+                return; /* one read for the whole burst */
+        (void) sd_event_source_set_time_relative(m->mounts_timer, MOUNT_CHECK_DELAY_USEC);
+        (void) sd_event_source_set_enabled(m->mounts_timer, SD_EVENT_ONESHOT);
 }
 
 static void on_mounts_changed(MountTable *t, void *userdata) {
@@ -251,6 +323,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                 LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
                 _cleanup_free_ char *staging = NULL;
 
+                settle_pending_mounts(m, av);
                 if (av->unstage_held)
                         manager_schedule_pass(m); /* the mounts that held it may be gone */
                 if (av->op)
@@ -272,6 +345,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                                 continue;
                         f.pod_uid = pub->pod_uid;
                         f.pod = pub->pod_key;
+                        pub->lost_once = true;
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again",
                                    m->root->path, lost);
                         pub->state = PUBLISH_UNCERTAIN;
@@ -280,6 +354,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                 f.pod_uid = f.pod = NULL;
                 if (av->stage == STAGE_DONE && av->staged_mount &&
                     path_staging_target(av->driver, av->handle, &staging) >= 0 && mount_gone(m, staging)) {
+                        av->stage_lost_once = true;
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; staging it again", m->root->path,
                                    staging);
                         av->stage = STAGE_UNCERTAIN;
@@ -487,6 +562,12 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         (void) sd_event_source_set_description(m->pass_source, "reconcile-pass");
         (void) sd_event_source_set_description(m->retry_timer, "reconcile-retry");
         (void) sd_event_source_set_description(m->resync_timer, "reconcile-resync");
+        r = sd_event_add_time(event, &m->mounts_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC, on_mounts_timer,
+                              m);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(m->mounts_timer, SD_EVENT_OFF);
+        (void) sd_event_source_set_description(m->mounts_timer, "mount-check");
 
         r = drivers_setup(m);
         if (r < 0)
@@ -539,6 +620,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         sd_event_source_disable_unref(m->pass_source);
         sd_event_source_disable_unref(m->retry_timer);
         sd_event_source_disable_unref(m->resync_timer);
+        sd_event_source_disable_unref(m->mounts_timer);
         root_dir_free(m->root);
         k8s_strv_free(m->in_use_sent);
         k8s_strv_free(m->in_use_sending);

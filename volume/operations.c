@@ -266,11 +266,13 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir_in,
 
         if (!dir)
                 return -ENOMEM;
-        r = root_dir_is_mount_point(m->root, target);
-        if (r > 0)
+        /* The kernel refuses to remove a mount point (EBUSY) without asking
+         * its file system anything: no stat of it first, which would hang on
+         * a dead NFS server or FUSE daemon and the whole loop with it. */
+        r = root_dir_rmdir(m->root, target);
+        if (r == -EBUSY)
                 return log_fields_errno(LOG_ERR, EBUSY, f, "%s/%s is still a mount point; not removing it",
                                         m->root->path, target);
-        r = root_dir_rmdir(m->root, target);
         if (r < 0 && r != -ENOTDIR)
                 return log_fields_errno(LOG_ERR, r, f, "Failed to remove %s/%s: %m", m->root->path, target);
         if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&intent, "%s/" INTENT_FILE, dir) < 0)
@@ -868,9 +870,13 @@ static void record_outcome(Operation *op, bool success) {
                 if (success) {
                         av->stage = STAGE_DONE;
                         av->stage_stale = false;
-                        /* Only a mount can be watched for loss. */
-                        av->staged_mount = root_dir_is_mount_point(op->m->root, op->target) > 0;
+                        /* Only a mount can be watched for loss.  Whether the call
+                         * made one comes from the mount table (manager.c): a stat
+                         * of the target could hang on a dead file system. */
+                        av->staged_mount = !av->block;
+                        av->mount_pending = !av->block;
                         record_done(op, av->staged_mount);
+                        manager_check_mounts_soon(op->m);
                 }
                 else if (op->uncertain)
                         av->stage = STAGE_UNCERTAIN;
@@ -888,8 +894,14 @@ static void record_outcome(Operation *op, bool success) {
                         if (existing)
                                 existing->stale = false;
                         if (existing && success) {
-                                existing->not_a_mount = root_dir_is_mount_point(op->m->root, op->target) <= 0;
+                                /* Taken for a mount until the mount table says
+                                 * otherwise (manager.c); a raw block publish is a
+                                 * device node's bind mount, which a stat cannot hang on. */
+                                existing->not_a_mount = av->block &&
+                                                        root_dir_is_mount_point(op->m->root, op->target) <= 0;
+                                existing->mount_pending = !av->block;
                                 record_done(op, !existing->not_a_mount);
+                                manager_check_mounts_soon(op->m);
                                 republish_schedule(op->m, op, existing);
                         }
                 }

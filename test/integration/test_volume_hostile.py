@@ -123,3 +123,55 @@ def test_secret_values_appear_nowhere(volume_env):
         for value in values.values():
             assert value not in text, f"secret value in {where}"
             assert base64.b64encode(value.encode()).decode() not in text, f"encoded secret in {where}"
+
+
+class DeadFuse:
+    """A FUSE file system whose daemon never answers (a hung FUSE daemon, or
+    in effect a hard NFS mount of a dead server): every access to it blocks
+    until the /dev/fuse descriptor is closed."""
+
+    def __init__(self, path):
+        import ctypes
+        self.path = path
+        self.fd = os.open("/dev/fuse", os.O_RDWR)
+        libc = ctypes.CDLL(None, use_errno=True)
+        opts = f"fd={self.fd},rootmode=40000,user_id=0,group_id=0".encode()
+        if libc.mount(b"deadfuse", path.encode(), b"fuse", 0, opts) != 0:
+            os.close(self.fd)
+            raise OSError(ctypes.get_errno(), "mount fuse")
+
+    def close(self):
+        import subprocess
+        if self.fd is not None:
+            os.close(self.fd)  # aborts the connection: blocked accesses fail with ENOTCONN
+            self.fd = None
+            subprocess.run(["umount", "-l", self.path], check=False)
+
+
+def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
+    """A volume whose file system stops answering right as its publish
+    completes: kvolumed must not touch it on its event loop, so /healthz and
+    other pods' volumes keep working."""
+    import time
+    from integration.agent_fixtures import DRIVER
+    from integration.test_agent_metrics import get, start_with_metrics
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.driver.control.hang("NodePublishVolume", count=1, when="after")
+    address = start_with_metrics(env)
+    stuck = env.pod("stuck", [{"name": "v", "csi": {"driver": DRIVER}}])
+    env.driver.control.wait_hung("NodePublishVolume", timeout=15)
+    fuse = DeadFuse(env.target(stuck, "v"))
+    try:
+        env.driver.control.release("NodePublishVolume")
+        time.sleep(0.5)  # the publish's answer reaches kvolumed
+        fine = env.pod("fine", [{"name": "v", "csi": {"driver": DRIVER}}])
+        env.wait_mounted(env.target(fine, "v"))
+        for _ in range(5):
+            started = time.monotonic()
+            status, _, _ = get(address, "/healthz")
+            assert status == 200 and time.monotonic() - started < 2
+            time.sleep(0.2)
+        assert env.agent.proc.poll() is None
+    finally:
+        fuse.close()

@@ -67,7 +67,7 @@ def mounts_under(root):
         return [line.split()[4] for line in f if line.split()[4].startswith(root + "/")]
 
 
-def assert_all_gone(env, timeout=15.0):
+def assert_all_gone(env, timeout=30.0):
     """Nothing left once no pod wants anything: mounts, records, dirs, volumesInUse."""
     wait_until(lambda: not mounts_under(env.root), timeout, what="no mounts under root-dir\n"
                + env.agent.output()[-3000:])
@@ -118,7 +118,7 @@ def test_volumes_of_pods_gone_while_down_are_cleaned_up(volume_env):
     env.start()
     inline = env.pod("inline", [inline_volume("scratch")])
     pod = env.pod("web", [claim_volume("data", "shared")])
-    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse")
     attach(env, "pv-shared", "vol-shared")
     env.wait_mounted(env.target(pod, "pv-shared"))
     env.wait_mounted(env.target(inline, "scratch"))
@@ -136,18 +136,18 @@ def test_volumes_in_use_restored_when_the_node_is_recreated(volume_env):
     shared_pv(env, attach_required=True)
     env.start()
     pod = env.pod("web", [claim_volume("data", "shared")])
-    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse")
     attach(env, "pv-shared", "vol-shared")
     env.wait_mounted(env.target(pod, "pv-shared"))
     # Someone else clears the field: listed again.
     node = env.node()
     node["status"]["volumesInUse"] = []
     env.api.update(node)
-    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse restored after an edit")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse restored after an edit")
     # The Node is deleted and registered again: listed again.
     env.api.remove("nodes", None, "test-node")
     env.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "test-node"}, "status": {}})
-    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse restored on a new Node")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse restored on a new Node")
     assert os.path.ismount(env.target(pod, "pv-shared"))
 
 
@@ -157,7 +157,7 @@ def test_csidriver_recreated_without_attach_keeps_the_volume_in_use(volume_env):
     shared_pv(env, attach_required=True)
     env.start()
     pod = env.pod("web", [claim_volume("data", "shared")])
-    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), what="volumesInUse")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse")
     attach(env, "pv-shared", "vol-shared")
     env.wait_mounted(env.target(pod, "pv-shared"))
     env.api.remove("csidrivers", None, DRIVER)
@@ -171,7 +171,7 @@ def test_csidriver_recreated_without_attach_keeps_the_volume_in_use(volume_env):
         time.sleep(0.1)
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnstageVolume")
-    wait_until(lambda: UNIQUE + "vol-shared" not in in_use(env), what="dropped after unstage")
+    wait_until(lambda: UNIQUE + "vol-shared" not in in_use(env), timeout=30, what="dropped after unstage")
     unstaged = env.calls("NodeUnstageVolume")[0]["time"]
     patches = [r for r in env.api.requests() if r["method"] == "PATCH" and "volumesInUse" in str(r["body"])
                and UNIQUE + "vol-shared" not in str(r["body"]) and r["status"] == 200]
@@ -339,7 +339,7 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
     for pod, name in ((keep, "pv-shared"), (keep, "scratch"), (gone, "pv-2"), (gone, "scratch")):
         env.wait_mounted(env.target(pod, name))
     for pod, name in ((keep, "pv-bk"), (gone, "pv-bg")):
-        wait_until(lambda: block_mapped(env, pod, name), what=f"{name} mapped")
+        wait_until(lambda: block_mapped(env, pod, name), timeout=30, what=f"{name} mapped")
     kill_agent(env)
     # The reboot: every mount and loop device gone (kvolumed's device locks and
     # bind mounts, then what the driver's clean stop undoes), a new boot ID.
@@ -367,7 +367,7 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
     env.start()
     env.wait_mounted(env.target(keep, "pv-shared"))
     env.wait_mounted(env.target(keep, "scratch"))
-    wait_until(lambda: block_mapped(env, keep, "pv-bk"), what="pv-bk mapped again")
+    wait_until(lambda: block_mapped(env, keep, "pv-bk"), timeout=30, what="pv-bk mapped again")
     env.wait_gone(f"{env.root}/pods/{gone['metadata']['uid']}")
     env.wait_gone(os.path.dirname(env.staging("vol-2")))
     env.wait_gone(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-bg")

@@ -144,7 +144,10 @@ static int kubeconfig_extract(yaml_document_t *doc, const char *base_dir, K8sAut
         a->server = strdup(s);
         if (!a->server)
                 return -ENOMEM;
-        a->server[strcspn(a->server + 8, "/") + 8] = '\0'; /* a path prefix is not supported: drop it */
+        /* A path prefix is not supported: drop it.  The host starts after the
+         * scheme's own length ("http://" alone is 7 bytes: +8 would read past it). */
+        size_t scheme = strncmp(s, "https://", 8) == 0 ? 8 : 7;
+        a->server[scheme + strcspn(a->server + scheme, "/")] = '\0';
         a->insecure_skip_tls_verify = yaml_truthy(yaml_map_scalar(doc, cluster, "insecure-skip-tls-verify"));
         if ((s = yaml_map_scalar(doc, cluster, "certificate-authority-data"))) {
                 r = data_decode(s, "certificate-authority-data", &a->ca_data, &a->ca_data_size, ret_error);

@@ -161,15 +161,24 @@ int k8s_node_id_annotation_update(const char *old, const char *driver, const cha
                 changed = old != NULL;
         }
         cur = cJSON_GetObjectItemCaseSensitive(map, driver);
+        /* A driver named twice (a hand edit): readers disagree on which entry
+         * counts (cJSON the first, Go the last), so all go and one is written. */
+        size_t n_entries = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, map)
+                if (e->string && streq(e->string, driver))
+                        n_entries++;
         if (node_id) {
-                if (!cJSON_IsString(cur) || !streq(cur->valuestring, node_id)) {
-                        cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
+                if (n_entries != 1 || !cJSON_IsString(cur) || !streq(cur->valuestring, node_id)) {
+                        while (cJSON_GetObjectItemCaseSensitive(map, driver))
+                                cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
                         if (!cJSON_AddStringToObject(map, driver, node_id))
                                 return -ENOMEM;
                         changed = true;
                 }
         } else if (cur) {
-                cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
+                while (cJSON_GetObjectItemCaseSensitive(map, driver))
+                        cJSON_DeleteItemFromObjectCaseSensitive(map, driver);
                 changed = true;
         }
         if (cJSON_GetArraySize(map) == 0)

@@ -11,6 +11,8 @@
  * (the running value is kept until then). */
 /* What a SIGHUP applies to the running agent (agent_reload); the rest is
  * read at start-up only, and a change of it is named in a warning. */
+#define STATUS_INTERVAL_USEC USEC_PER_SEC
+
 static const char *const live_settings[] = { "log.level",      "csi.call-timeout", "csi.max-parallel",
                                              "csi.republish-interval", "driver", "metrics.listen" };
 
@@ -86,11 +88,37 @@ static int connect_clients(Agent *a) {
 
 /* ---- the metrics and debug endpoint ----------------------------------------- */
 
-/* STATUS= for "systemctl status": sent only when the counts changed. */
+static void update_status(Agent *a);
+
+static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        update_status(userdata);
+        return 0;
+}
+
+/* STATUS= for "systemctl status": sent only when the counts changed, and at
+ * most once per STATUS_INTERVAL_USEC.  sd_notify() blocks once the receiver's
+ * queue is full (ten datagrams by default): a burst of passes must never
+ * make the loop wait for the service manager. */
 static void update_status(Agent *a) {
         VolumeManagerStats st = {};
         _cleanup_free_ char *text = NULL;
+        uint64_t now = 0;
 
+        (void) sd_event_now(a->event, CLOCK_MONOTONIC, &now);
+        if (a->status_sent_at && now < a->status_sent_at + STATUS_INTERVAL_USEC) {
+                int enabled = SD_EVENT_OFF;
+                if (a->status_timer)
+                        (void) sd_event_source_get_enabled(a->status_timer, &enabled);
+                if (enabled != SD_EVENT_OFF)
+                        return;
+                if (!a->status_timer &&
+                    sd_event_add_time(a->event, &a->status_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
+                                      on_status_timer, a) < 0)
+                        return;
+                (void) sd_event_source_set_time(a->status_timer, a->status_sent_at + STATUS_INTERVAL_USEC);
+                (void) sd_event_source_set_enabled(a->status_timer, SD_EVENT_ONESHOT);
+                return;
+        }
         volume_manager_get_stats(a->volumes, &st);
         if (asprintf(&text,
                      "Running on node %s: %u pods, %u volumes published, %u waiting, %u uncertain, "
@@ -100,6 +128,7 @@ static void update_status(Agent *a) {
         if (streq_ptr(text, a->status))
                 return;
         (void) notify_status("%s", text);
+        a->status_sent_at = now;
         free(a->status);
         a->status = TAKE_PTR(text);
 }
@@ -297,6 +326,7 @@ Agent *agent_free(Agent *a) {
         sd_event_source_disable_unref(a->sighup_source);
         sd_event_source_disable_unref(a->stall_source);
         free(a->stall_file);
+        sd_event_source_disable_unref(a->status_timer);
         free(a->status);
         /* Its handlers read the manager and the metrics. */
         http_server_free(a->http);

@@ -25,6 +25,8 @@ typedef struct Agent {
         Metrics *metrics;
         HttpServer *http; /* NULL when [metrics] listen is empty */
         char *status;     /* the last STATUS= sent, so that only changes are sent */
+        uint64_t status_sent_at;       /* CLOCK_MONOTONIC */
+        sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
         bool ready;       /* READY=1 sent: reconstructed and the informers synced */
         bool stopping;
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */

@@ -175,3 +175,25 @@ def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
         assert env.agent.proc.poll() is None
     finally:
         fuse.close()
+
+
+def test_a_slow_service_manager_does_not_stall_the_agent(volume_env, tmp_path):
+    """sd_notify() blocks once the notify socket's queue is full: a service
+    manager that reads late (here: never) must not freeze the event loop.
+    STATUS= is sent at most once a second."""
+    import socket
+    from integration.agent_fixtures import DRIVER, write_config
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    path = str(tmp_path / "notify.sock")
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    deaf.bind(path)
+    try:
+        config = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
+                              f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n')
+        env.agent = env.start_agent(config, env={"NOTIFY_SOCKET": path})
+        pods = [env.pod(f"p{i}", [{"name": "v", "csi": {"driver": DRIVER}}]) for i in range(100)]
+        for pod in pods:
+            env.wait_mounted(env.target(pod, "v"), timeout=30)
+    finally:
+        deaf.close()

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(REPO, "test"))
 sys.path.insert(0, os.path.join(REPO, "test", "bench"))
 
 from doubles.fakeapi import FakeApiServer  # noqa: E402
-from volume_bench import DRIVER, NODE, mounts_under, pod, read_calls, wait  # noqa: E402
+from volume_bench import mounts_under, pod, read_calls, start_node, wait  # noqa: E402
 
 
 def free_port():
@@ -89,24 +89,8 @@ def main():
     build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
     agent = None
     try:
-        api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
-        api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
-                    "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
-        driver_state = os.path.join(work, "driver")
-        driver = subprocess.Popen(
-            ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
-             "--name", DRIVER, "--state-dir", driver_state, "--tmpfs"],
-            env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
+        driver, driver_state, config = start_node(api, work, sockdir, root, listen=f"127.0.0.1:{port}")
         procs.append(driver)
-        driver.stdout.readline()
-        config = os.path.join(work, "kvolumed.conf")
-        with open(config, "w") as f:
-            f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
-                    f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
-                    f"[csi]\nregistration-dir =\n"
-                    f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
-                    f"[metrics]\nlisten = 127.0.0.1:{port}\n[log]\nlevel = warning\n")
 
         def start():
             return subprocess.Popen([os.path.join(build, "agent", "kvolumed"), "--config", config],

@@ -76,6 +76,31 @@ def read_calls(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def start_node(api, work, sockdir, root, listen=""):
+    """The node both benchmarks use: its Node and an Ephemeral-only CSIDriver
+    in the fake API server, the mock driver in tmpfs mode, and kvolumed's
+    configuration (log level warning).  Returns (driver process, its state
+    dir, the configuration path)."""
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
+    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
+                "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
+    driver_state = os.path.join(work, "driver")
+    driver = subprocess.Popen(
+        ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
+         "--name", DRIVER, "--state-dir", driver_state, "--tmpfs"],
+        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
+    driver.stdout.readline()
+    config = os.path.join(work, "kvolumed.conf")
+    with open(config, "w") as f:
+        f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
+                f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
+                f"[csi]\nregistration-dir =\n"
+                f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
+                f"[metrics]\nlisten = {listen}\n[log]\nlevel = warning\n")
+    return driver, driver_state, config
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, default=100)
@@ -94,24 +119,8 @@ def main():
     result = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "root_dir_fs": fs},
               "pods": args.pods, "volumes_per_pod": args.volumes}
     try:
-        api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
-        api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
-                    "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
-        driver_state = os.path.join(work, "driver")
-        driver = subprocess.Popen(
-            ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
-             "--name", DRIVER, "--state-dir", driver_state, "--tmpfs"],
-            env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
+        driver, driver_state, config = start_node(api, work, sockdir, root)
         procs.append(driver)
-        driver.stdout.readline()
-        config = os.path.join(work, "kvolumed.conf")
-        with open(config, "w") as f:
-            f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
-                    f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
-                    f"[csi]\nregistration-dir =\n"
-                    f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
-                    "[metrics]\nlisten =\n[log]\nlevel = warning\n")
         build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
         agent = subprocess.Popen([os.path.join(build, "agent", "kvolumed"), "--config", config],
                                  env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),

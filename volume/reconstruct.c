@@ -126,6 +126,25 @@ static void remove_leftover(VolumeManager *m, Counts *c, const char *dir, const 
         }
 }
 
+/* The records of a volume dir, when there is a volume to rebuild from them:
+ * false for records that cannot be read (skipped, counted) and for a dir
+ * without vol_data.json (a leftover, removed unless something is mounted). */
+static bool load_volume_dir(VolumeManager *m, Counts *c, const char *dir, const char *target, bool staging,
+                            Records *rec) {
+        int r = read_records(m, dir, rec);
+
+        if (r < 0) {
+                log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
+                c->skipped++;
+                return false;
+        }
+        if (!rec->has_vol_data) {
+                remove_leftover(m, c, dir, target, staging);
+                return false;
+        }
+        return true;
+}
+
 /* ---- staged volumes -------------------------------------------------------------- */
 
 static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver, const char *name) {
@@ -133,21 +152,12 @@ static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver,
         _cleanup_(records_done) Records rec = {};
         ActualVolume *av;
         Found found;
-        int r;
 
         if (asprintf(&dir, "plugins/" CSI_PLUGIN_NAME "/%s/%s", driver, name) < 0 ||
             asprintf(&target, "%s/globalmount", dir) < 0)
                 return;
-        r = read_records(m, dir, &rec);
-        if (r < 0) {
-                log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
-                c->skipped++;
+        if (!load_volume_dir(m, c, dir, target, true, &rec))
                 return;
-        }
-        if (!rec.has_vol_data) {
-                remove_leftover(m, c, dir, target, true);
-                return;
-        }
         LogFields f = { .driver = rec.vol_data.driver_name, .volume_handle = rec.vol_data.volume_handle };
         /* The dir must be where this driver and handle stage: anything else is not ours to touch. */
         if (!streq_ptr(rec.vol_data.driver_name, driver) || !rec.vol_data.volume_handle ||
@@ -196,16 +206,8 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
 
         if (path_pod_volume_dir(pod_uid, spec_name, &dir) < 0 || path_publish_target(pod_uid, spec_name, &target) < 0)
                 return;
-        r = read_records(m, dir, &rec);
-        if (r < 0) {
-                log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
-                c->skipped++;
+        if (!load_volume_dir(m, c, dir, target, false, &rec))
                 return;
-        }
-        if (!rec.has_vol_data) {
-                remove_leftover(m, c, dir, target, false);
-                return;
-        }
         LogFields f = { .pod_uid = pod_uid, .volume = spec_name, .driver = d->driver_name,
                         .volume_handle = d->volume_handle };
         if (!d->driver_name || validate_csi_driver_name(d->driver_name) < 0 || isempty(d->volume_handle)) {

@@ -52,7 +52,9 @@ Control port (plain HTTP on 127.0.0.1, JSON bodies, no auth):
 
     GET    /healthz                          {"ok": true}
     GET    /state                            resourceVersion, compactedResourceVersion,
-                                             watches (open), config, endpoints
+                                             watches (open), connectionsReset (closed
+                                             unanswered by /faults/refuse "reset", in
+                                             all), config, endpoints
     PUT    /config        {"bookmarkInterval": s, "defaultWatchTimeout": s,
                            "podGracefulDelete": bool,
                            "tokenMaxExpiration": s}     (any subset; 0: no cap on

@@ -22,6 +22,7 @@ class _Server(ThreadingHTTPServer):
         # blocks accept().
         lst = self.listener
         if time.monotonic() < lst.reset_until:
+            lst.resets += 1
             request.close()
             return
         if lst.ssl_context is not None:
@@ -52,6 +53,7 @@ class Listener:
         self.app = app
         self.ssl_context = ssl_context
         self.reset_until = 0.0
+        self.resets = 0          # connections closed unanswered ("reset" mode)
         self._lock = threading.Lock()
         self._connections = set()
         self._server = None

@@ -546,6 +546,10 @@ class NodeRestriction:
             status = obj.setdefault("status", {})
             status.pop("capacity", None)
             status.pop("conditions", None)
+            # RecoverVolumeExpansionFailure (GA in 1.34, so always on here):
+            # the node reports its part of an expansion in these too.
+            status.pop("allocatedResourceStatuses", None)
+            status.pop("allocatedResources", None)
             return _semantic(obj)
         before, after = comparable(old), comparable(new)
         if before != after:

@@ -420,6 +420,7 @@ current-context: fakeapi-node
         return {"resourceVersion": str(self.store.resource_version),
                 "compactedResourceVersion": str(self.store.compacted_version),
                 "watches": self.store.watch_count(),
+                "connectionsReset": self._api.resets,
                 "bookmarkInterval": self.bookmark_interval,
                 "defaultWatchTimeout": self.default_watch_timeout,
                 "podGracefulDelete": self.store.pod_graceful_delete,

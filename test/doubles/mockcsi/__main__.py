@@ -19,6 +19,8 @@ def parse_args(argv):
     p.add_argument("--tmpfs", action="store_true", help="filesystem volumes are tmpfs, not loop+ext4")
     p.add_argument("--caps", default=",".join(DEFAULT_CAPS),
                    help="comma list of node capabilities (or 'none'); known: " + ",".join(ALL_NODE_CAPS))
+    p.add_argument("--op-lock", choices=("volume", "target"), default="volume",
+                   help="concurrent calls refused (ABORTED) per volume, or per volume and target path")
     p.add_argument("--max-volumes", type=int, default=0, help="NodeGetInfo max_volumes_per_node")
     p.add_argument("--topology", default="", help="k=v,... NodeGetInfo accessible_topology segments")
     p.add_argument("--volume-size", default="64Mi", help="size of a volume created on first use")
@@ -47,7 +49,7 @@ def main(argv=None):
                         default_size=parse_size(a.volume_size), auto_create=not a.no_auto_create,
                         registration_type=a.registration_type,
                         registration_versions=[v for v in a.registration_versions.split(",") if v],
-                        registration_endpoint=a.registration_endpoint)
+                        registration_endpoint=a.registration_endpoint, op_lock=a.op_lock)
     drv = Driver(a.endpoint, a.state_dir, settings, registration_dir=a.registration_dir,
                  control_socket=a.control_socket, call_log=a.call_log)
     code = drv.run()

@@ -15,6 +15,11 @@ Endpoints (bodies and answers are JSON; errors answer 400/404/409 {"error": msg}
   DELETE /faults[/<Method>]         clear faults (also releases hung calls)
   POST   /release[/<Method>]        release hung calls, {"released": n}
   GET    /hung                      {"Method": calls blocked now}
+  GET    /inflight                  {"now": n, "max": m, "volume_ops_max": m, "by_method_max":
+                                    {...}}: calls whose client still waits (now, and the most
+                                    at once since start or reset: all, the four volume
+                                    operations, each method)
+  DELETE /inflight                  the same, then the maximum restarts from now
   GET    /calls[?method=M]          call log entries (list)
   DELETE /calls                     truncate the call log
   GET    /state                     the state file contents (volumes, mounts, devices)
@@ -99,6 +104,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._send(200, {"released": d.faults.release(arg)})
             if key == ("GET", "hung"):
                 return self._send(200, d.faults.hung())
+            if key == ("GET", "inflight"):
+                return self._send(200, d.in_flight())
+            if key == ("DELETE", "inflight"):
+                return self._send(200, d.in_flight(reset_max=True))
             if key == ("GET", "calls"):
                 return self._send(200, d.log.read(query.get("method")))
             if key == ("DELETE", "calls"):
@@ -253,6 +262,9 @@ class ControlClient:
 
     def hung(self):
         return self.request("GET", "/hung")
+
+    def in_flight(self, reset_max=False):
+        return self.request("DELETE" if reset_max else "GET", "/inflight")
 
     def wait_hung(self, method, n=1, timeout=10):
         """Wait until n calls of method are blocked in a hang (avoids races)."""

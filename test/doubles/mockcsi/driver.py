@@ -6,6 +6,7 @@ Every RPC goes through Driver.call(), which in order: takes the per-volume
 operation lock (ABORTED if taken), applies the method's faults (delay, hang,
 queued error, crash), does the work, and appends one line to the call log.
 """
+import collections
 import concurrent.futures
 import os
 import signal
@@ -23,6 +24,8 @@ ALL_NODE_CAPS = ("STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME", "V
                  "SINGLE_NODE_MULTI_WRITER", "VOLUME_MOUNT_GROUP")
 DEFAULT_CAPS = ("STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS", "EXPAND_VOLUME")
 MAX_UNIX_PATH = 107  # sun_path is 108 bytes including the NUL
+VOLUME_OPS = ("NodeStageVolume", "NodeUnstageVolume", "NodePublishVolume", "NodeUnpublishVolume")
+NEAR_DEADLINE = 2.0  # seconds: answers closer to the call's deadline are logged with deadline_left
 
 
 class Settings:
@@ -30,7 +33,7 @@ class Settings:
 
     FIELDS = ("name", "vendor_version", "node_id", "caps", "max_volumes_per_node", "topology",
               "probe_ready", "auto_create", "default_size", "registration_type",
-              "registration_versions", "registration_endpoint")
+              "registration_versions", "registration_endpoint", "op_lock")
 
     def __init__(self, **kw):
         self.name = "mock.csi.kvolumed.io"
@@ -46,6 +49,7 @@ class Settings:
         self.registration_type = "CSIPlugin"
         self.registration_versions = ["1.0.0"]
         self.registration_endpoint = ""
+        self.op_lock = "volume"  # or "target": see VolumeManager.acquire_op
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -93,6 +97,13 @@ class Driver:
                                       self.pb.csi_secret)
         self.volumes = VolumeManager(self.state_dir, settings, self.pb)
         self.registrations = []  # NotifyRegistrationStatus calls received
+        # Calls being served, to bound what the client keeps in flight:
+        # contexts whose client has gone are not counted.
+        self._calls_lock = threading.Lock()
+        self._calls = {}  # id -> (grpc context, method)
+        self._max_in_flight = 0
+        self._max_volume_ops = 0     # of VOLUME_OPS only
+        self._max_by_method = {}
         self.stopping = False
         self.stop_requested = threading.Event()
         self.cleanup_on_stop = True
@@ -112,17 +123,18 @@ class Driver:
         plan = {}
         locked = False
         resp = None
+        self._call_begins(context, method)
         try:
             if vid:
-                self.volumes.acquire_op(vid)
-                locked = True
+                per_target = method in ("NodePublishVolume", "NodeUnpublishVolume")
+                locked = self.volumes.acquire_op(vid, request.target_path if per_target else "")
             plan = self.faults.begin(method)
             if plan:
                 entry["fault"] = {k: v for k, v in plan.items() if v}
             if plan.get("delay"):
                 time.sleep(plan["delay"])
             if plan.get("hang") == "before":
-                self.faults.block(method)
+                self.faults.block(method, context.is_active)
             err = plan.get("error")
             if plan.get("crash") == "before":
                 self._crash(entry, "before")
@@ -133,7 +145,7 @@ class Driver:
                     raise CSIError(grpc.StatusCode.UNAVAILABLE, "driver is shutting down")
                 resp = work(request, plan)
             if plan.get("hang") == "after":
-                self.faults.block(method)
+                self.faults.block(method, context.is_active)
             if plan.get("crash") == "after":
                 self._crash(entry, "after")
             if err:
@@ -145,12 +157,61 @@ class Driver:
             entry.update(code="INTERNAL", message="%s: %s" % (type(e).__name__, e))
         finally:
             if locked:
-                self.volumes.release_op(vid)
+                self.volumes.release_op(locked)
+            self._call_ends(context)
+        if not context.is_active():
+            entry["client_gone"] = True  # the client never saw this answer
+        left = context.time_remaining()
+        if left is not None and left < NEAR_DEADLINE:
+            # The client's clock started before ours: it may already have
+            # given up on this answer even though our deadline has not passed.
+            entry["deadline_left"] = round(left, 3)
         entry["duration"] = round(time.time() - t0, 6)
         self.log.record(entry)
         if entry["code"] != "OK":
             context.abort(grpc.StatusCode[entry["code"]], entry["message"])
         return resp
+
+    @staticmethod
+    def _client_waits(context):
+        """The client has neither cancelled the call nor passed its deadline
+        (grpc-timeout): the cancellation of a call the client timed out may
+        reach us after the client's next call."""
+        if not context.is_active():
+            return False
+        left = context.time_remaining()
+        return left is None or left > 0
+
+    def _counts(self):
+        """(calls, volume operations, {method: calls}) whose client still waits."""
+        by_method = collections.Counter(m for c, m in self._calls.values() if self._client_waits(c))
+        return sum(by_method.values()), sum(by_method[m] for m in VOLUME_OPS), by_method
+
+    def _call_begins(self, context, method):
+        with self._calls_lock:
+            self._calls[id(context)] = (context, method)
+            n, ops, by_method = self._counts()
+            self._max_in_flight = max(self._max_in_flight, n)
+            self._max_volume_ops = max(self._max_volume_ops, ops)
+            self._max_by_method[method] = max(self._max_by_method.get(method, 0), by_method[method])
+
+    def _call_ends(self, context):
+        with self._calls_lock:
+            self._calls.pop(id(context), None)
+
+    def in_flight(self, reset_max=False):
+        """Calls whose client still waits: {"now", "max": the most at once
+        (counted at the start of each call) since the start or the last
+        reset, "volume_ops_max": the same for Node{Stage,Unstage,Publish,
+        Unpublish}Volume only, "by_method_max": {method: the same}}."""
+        with self._calls_lock:
+            n, ops, by_method = self._counts()
+            result = {"now": n, "max": self._max_in_flight, "volume_ops_max": self._max_volume_ops,
+                      "by_method_max": dict(self._max_by_method)}
+            if reset_max:
+                self._max_in_flight, self._max_volume_ops = n, ops
+                self._max_by_method = {m: k for m, k in by_method.items() if k}
+            return result
 
     def _crash(self, entry, when):
         entry.update(code="CRASH", message="crash injected %s the work" % when,

@@ -14,12 +14,24 @@ services.  A method's fault spec, all keys optional:
   hang_when  "before" (default) or "after" the work
   crash      "before" | "after": os._exit(CRASH_EXIT_CODE) during the next
              call, before or after the work (one shot: the process is gone)
+  error_rate {"rate": 0.2, "codes": ["UNAVAILABLE", ...], "when": "before" |
+             "after" | "either", "message": str}: each call without a queued
+             error fails with probability `rate`, with one of `codes` at
+             random ("either": before or after the work at random); null
+             removes it
+  hang_rate  probability that a call hangs (as "hang", at hang_when) when no
+             "hang" count applies; 0 removes it
   oversize   {"bytes": N, "field": "node_id" | "topology"}: NodeGetInfo
              only; pads the response beyond N bytes (receive-limit tests)
+
+A hung call also stops hanging, and goes on with the work, once its client
+has gone (cancelled the call or closed the connection): the calls blocked in
+the driver are the calls the client still waits for.
 """
 import collections
 import json
 import os
+import random
 import threading
 import time
 
@@ -51,7 +63,7 @@ class FaultTable:
     @staticmethod
     def _new_entry():
         return {"delay": 0.0, "errors": collections.deque(), "hang": 0, "hang_when": "before",
-                "crash": None, "oversize": None}
+                "crash": None, "oversize": None, "error_rate": None, "hang_rate": 0.0}
 
     def _entry(self, method):
         return self._faults.setdefault(method, self._new_entry())
@@ -83,6 +95,16 @@ class FaultTable:
                     if val not in (None, "before", "after"):
                         raise ValueError("crash must be before|after|null")
                     e["crash"] = val
+                elif key == "error_rate":
+                    if val is not None:
+                        codes = [parse_code(c).name for c in val.get("codes") or ["UNAVAILABLE"]]
+                        if val.get("when", "before") not in ("before", "after", "either"):
+                            raise ValueError("error_rate.when must be before|after|either")
+                        val = {"rate": float(val.get("rate", 0)), "codes": codes,
+                               "when": val.get("when", "before"), "message": val.get("message", "injected")}
+                    e["error_rate"] = val
+                elif key == "hang_rate":
+                    e["hang_rate"] = float(val)
                 elif key == "oversize":
                     if val is not None and val.get("field", "node_id") not in ("node_id", "topology"):
                         raise ValueError("oversize.field must be node_id|topology")
@@ -127,20 +149,32 @@ class FaultTable:
             plan = {"delay": e["delay"], "crash": e["crash"], "oversize": e["oversize"]}
             if e["errors"]:
                 plan["error"] = e["errors"].popleft()
+            elif e["error_rate"] and random.random() < e["error_rate"]["rate"]:
+                r = e["error_rate"]
+                when = r["when"] if r["when"] != "either" else random.choice(("before", "after"))
+                plan["error"] = {"code": random.choice(r["codes"]), "message": r["message"], "when": when}
             if e["hang"]:
                 plan["hang"] = e["hang_when"]
                 if e["hang"] > 0:
                     e["hang"] -= 1
+            elif e["hang_rate"] and random.random() < e["hang_rate"]:
+                plan["hang"] = e["hang_when"]
             return plan
 
-    def block(self, method):
-        """Block until release(method) or release(None) is called."""
+    def block(self, method, client_active=None):
+        """Block until release(method) or release(None) is called, or until
+        client_active() (if given) says the client has gone."""
         with self._lock:
             gen = self._release_gen[method]
             self._hung[method] += 1
             try:
                 while self._release_gen[method] == gen:
-                    self._lock.wait()
+                    if client_active is None:
+                        self._lock.wait()
+                        continue
+                    if not client_active():
+                        break
+                    self._lock.wait(0.1)
             finally:
                 self._hung[method] -= 1
 

@@ -51,6 +51,7 @@ class MockCSI:
       registration_versions=None, registration_type=None, registration_endpoint=None
       endpoint=None                   CSI socket path (default: a short dir under /tmp)
       allow_violations=False          do not fail teardown on recorded CO violations
+      op_lock="volume"                concurrent calls refused per volume, or per volume and target
       extra_args=()                   more CLI arguments
     """
 
@@ -89,6 +90,8 @@ class MockCSI:
             a += ["--no-stage"]
         if o.get("tmpfs"):
             a += ["--tmpfs"]
+        if o.get("op_lock"):
+            a += ["--op-lock", o["op_lock"]]
         if o.get("max_volumes"):
             a += ["--max-volumes", str(o["max_volumes"])]
         if o.get("topology"):

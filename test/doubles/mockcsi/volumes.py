@@ -102,18 +102,33 @@ class VolumeManager:
             elif vol.get("device") and not mounts.is_mount_point(vol["device"]):
                 vol["device"] = None
 
-    def acquire_op(self, volume_id):
-        """Per-volume exclusion: a second call for a volume with an operation
-        in flight gets ABORTED, as the CSI spec and real drivers do."""
+    def acquire_op(self, volume_id, target=""):
+        """Exclusion of concurrent calls, as the CSI spec lets drivers do.
+        op_lock "volume" (GCE PD, hostpath-like): a second call for a volume
+        with a call in flight gets ABORTED.  op_lock "target" (AWS EBS-like):
+        publishes and unpublishes are keyed by volume and target path, so
+        pods sharing a volume are served side by side; a publish overlapping
+        a stage or unstage of its volume is a CO violation.  Returns the key
+        to release."""
+        per_target = getattr(self.settings, "op_lock", "volume") == "target" and target
+        key = (volume_id, target) if per_target else (volume_id, "")
         with self.lock:
-            if volume_id in self.busy:
+            if key in self.busy:
                 raise CSIError(grpc.StatusCode.ABORTED,
                                "an operation with the given volume ID %s already exists" % volume_id)
-            self.busy.add(volume_id)
+            if per_target and (volume_id, "") in self.busy:
+                self.violation("publish of %s at %s while its stage or unstage runs" % (volume_id, target))
+            if not per_target and any(v == volume_id for v, _ in self.busy):
+                if getattr(self.settings, "op_lock", "volume") == "target":
+                    self.violation("stage or unstage of %s while a publish of it runs" % volume_id)
+                raise CSIError(grpc.StatusCode.ABORTED,
+                               "an operation with the given volume ID %s already exists" % volume_id)
+            self.busy.add(key)
+        return key
 
-    def release_op(self, volume_id):
+    def release_op(self, key):
         with self.lock:
-            self.busy.discard(volume_id)
+            self.busy.discard(key)
 
     def has_cap(self, name):
         return name in self.settings.caps
@@ -341,6 +356,13 @@ class VolumeManager:
                     raise CSIError(grpc.StatusCode.ALREADY_EXISTS,
                                    "volume %s is staged at %s with an incompatible capability" % (vid, path))
                 return
+            if not block and mounts.is_mount_point(path):
+                # A mount with no record: a predecessor killed while its
+                # mount(8) ran (that child finishes the mount).  As drivers
+                # with mount-utils' IsLikelyNotMountPoint do: take it.
+                vol["staged"] = dict(rec, path=path, created_dir=False)
+                self.save()
+                return
             created = False
             if not os.path.isdir(path):
                 # kubelet creates globalmount / the block staging dir itself; a
@@ -435,6 +457,11 @@ class VolumeManager:
                     raise CSIError(grpc.StatusCode.ALREADY_EXISTS,
                                    "volume %s is published at %s with incompatible arguments" % (vid, target))
                 return
+            if not block and mounts.is_mount_point(target):
+                # Mounted by a predecessor killed before it recorded it (see stage).
+                vol["published"][target] = dict(rec, direct=not stage, created=None)
+                self.save()
+                return
             M = self.pb.VolumeCapability.AccessMode
             if (req.volume_capability.access_mode.mode == M.SINGLE_NODE_SINGLE_WRITER
                     and vol["published"]):
@@ -496,6 +523,12 @@ class VolumeManager:
             return
         ctx = req.volume_context
         size = parse_size(ctx[SIZE_KEY]) if SIZE_KEY in ctx else self.settings.default_size
+        if mounts.is_mount_point(target):
+            # Mounted by a predecessor killed before it recorded it (see stage).
+            self.st["ephemeral"][vid] = {"target": target, "size": size, "created": None,
+                                         "readonly": req.readonly}
+            self.save()
+            return
         created = None
         if not os.path.exists(target):
             os.makedirs(target, 0o750)

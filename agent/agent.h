@@ -22,11 +22,13 @@ typedef struct Agent {
         K8sClient *k8s;
         CsiClient *csi;
         VolumeManager *volumes;
+        VolumeStats *volume_stats; /* NodeGetVolumeStats rounds, for kubelet_volume_stats_* */
         Metrics *metrics;
         HttpServer *http; /* NULL when [metrics] listen is empty */
         char *status;     /* the last STATUS= sent, so that only changes are sent */
         uint64_t status_sent_at;       /* CLOCK_MONOTONIC */
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
+        sd_event_source *trim_timer;   /* memory given back once the passes have been quiet a while */
         bool ready;       /* READY=1 sent: reconstructed and the informers synced */
         bool stopping;
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */

@@ -32,12 +32,76 @@ typedef struct HistogramVec {
         size_t n_series;
 } HistogramVec;
 
+/* A family whose samples a collector gives at each scrape. */
+typedef struct ScrapedFamily {
+        const char *name;
+        const char *help;
+        const char *type;
+        const char *labels[MAX_LABELS];
+        size_t n_labels;
+} ScrapedFamily;
+
+#define PVC_LABELS { "namespace", "persistentvolumeclaim" }, 2
+
+/* Names, help texts and labels of kubelet's (pkg/kubelet/metrics/collectors/
+ * volume_stats.go, pkg/kubelet/volumemanager/metrics), with the stability
+ * prefix its registry adds. */
+static const ScrapedFamily scraped_families[_METRICS_SCRAPED_MAX] = {
+        [METRICS_VOLUME_STATS_AVAILABLE_BYTES] = { "kubelet_volume_stats_available_bytes",
+                                                   "[ALPHA] Number of available bytes in the volume", "gauge",
+                                                   PVC_LABELS },
+        [METRICS_VOLUME_STATS_CAPACITY_BYTES] = { "kubelet_volume_stats_capacity_bytes",
+                                                  "[ALPHA] Capacity in bytes of the volume", "gauge", PVC_LABELS },
+        [METRICS_VOLUME_STATS_HEALTH_ABNORMAL] = { "kubelet_volume_stats_health_status_abnormal",
+                                                   "[ALPHA] Abnormal volume health status. The count is either 1 "
+                                                   "or 0. 1 indicates the volume is unhealthy, 0 indicates volume "
+                                                   "is healthy",
+                                                   "gauge", PVC_LABELS },
+        [METRICS_VOLUME_STATS_INODES] = { "kubelet_volume_stats_inodes",
+                                          "[ALPHA] Maximum number of inodes in the volume", "gauge", PVC_LABELS },
+        [METRICS_VOLUME_STATS_INODES_FREE] = { "kubelet_volume_stats_inodes_free",
+                                               "[ALPHA] Number of free inodes in the volume", "gauge", PVC_LABELS },
+        [METRICS_VOLUME_STATS_INODES_USED] = { "kubelet_volume_stats_inodes_used",
+                                               "[ALPHA] Number of used inodes in the volume", "gauge", PVC_LABELS },
+        [METRICS_VOLUME_STATS_USED_BYTES] = { "kubelet_volume_stats_used_bytes",
+                                              "[ALPHA] Number of used bytes in the volume", "gauge", PVC_LABELS },
+        [METRICS_API_WATCH_RESTARTS] = { "kvolumed_api_watch_restarts_total",
+                                         "Watches of the API server started again after the first one, per "
+                                         "resource (a watch ends at its timeout, on an error, or with 410 Gone)",
+                                         "counter", { "resource" }, 1 },
+        [METRICS_CSI_CALLS_IN_FLIGHT] = { "kvolumed_csi_calls_in_flight",
+                                          "CSI calls running on each driver's socket now", "gauge",
+                                          { "driver_name" }, 1 },
+        [METRICS_CSI_CALLS_QUEUED] = { "kvolumed_csi_calls_queued",
+                                       "CSI calls waiting for a free slot of their driver now (csi.max-parallel, "
+                                       "or the limit of NodeGetVolumeStats calls)",
+                                       "gauge", { "driver_name" }, 1 },
+        [METRICS_VOLUME_MANAGER_TOTAL_VOLUMES] = { "volume_manager_total_volumes",
+                                                   "[ALPHA] Number of volumes in Volume Manager", "gauge",
+                                                   { "plugin_name", "state" }, 2 },
+};
+
+typedef struct ScrapedSample {
+        char *values[MAX_LABELS];
+        double value;
+        size_t seq; /* order of arrival: the first of equal label values stays */
+        const ScrapedFamily *family;
+} ScrapedSample;
+
+struct MetricsScrape {
+        ScrapedSample *samples[_METRICS_SCRAPED_MAX];
+        size_t n[_METRICS_SCRAPED_MAX];
+        size_t seq;
+};
+
 struct Metrics {
         HistogramVec csi_operations;
         HistogramVec storage_operations;
         HistogramVec reconcile;
         metrics_volume_stats_t volume_stats;
         void *volume_stats_userdata;
+        metrics_collector_t collect;
+        void *collect_userdata;
 };
 
 static Series *series_free(Series *s) {
@@ -315,23 +379,119 @@ static void write_volumes_gauge(FILE *f, const Metrics *m) {
                 const char *state;
                 unsigned value;
         } states[] = {
-                { "desired", st.desired },     { "published", st.published }, { "staged", st.staged },
-                { "uncertain", st.uncertain }, { "waiting", st.waiting },
+                { "desired", st.desired },     { "failing", st.failing },
+                { "published", st.published }, { "staged", st.staged },
+                { "uncertain", st.uncertain }, { "unresponsive", st.unresponsive },
+                { "waiting", st.waiting },
         };
         write_header(f, "kvolumed_volumes",
                      "Pod volumes known to kvolumed by state: desired (wanted by pods), waiting (of those, "
-                     "waiting for a claim, attachment or driver), published, uncertain, staged",
+                     "waiting for a claim, attachment or driver), published, uncertain, staged; and volumes "
+                     "failing (an operation waits to be retried) or unresponsive (their file system does not "
+                     "answer)",
                      "gauge");
         for (size_t i = 0; i < ELEMENTSOF(states); i++)
                 fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", states[i].state, states[i].value);
 }
 
+/* ---- values read at scrape time --------------------------------------------- */
+
+void metrics_set_collector(Metrics *m, metrics_collector_t collect, void *userdata) {
+        m->collect = collect;
+        m->collect_userdata = userdata;
+}
+
+int metrics_scrape_add(MetricsScrape *s, MetricsScraped family, const char *const *values, double value) {
+        const ScrapedFamily *fam;
+        ScrapedSample *array, *x;
+
+        if (!s || family < 0 || family >= _METRICS_SCRAPED_MAX)
+                return -EINVAL;
+        fam = &scraped_families[family];
+        array = reallocarray(s->samples[family], s->n[family] + 1, sizeof *array);
+        if (!array)
+                return -ENOMEM;
+        s->samples[family] = array;
+        x = &array[s->n[family]];
+        *x = (ScrapedSample){ .value = value, .seq = s->seq++, .family = fam };
+        for (size_t i = 0; i < fam->n_labels; i++) {
+                x->values[i] = strdup(strempty(values ? values[i] : NULL));
+                if (!x->values[i]) {
+                        for (size_t j = 0; j < i; j++)
+                                free(x->values[j]);
+                        return -ENOMEM;
+                }
+        }
+        s->n[family]++;
+        return 0;
+}
+
+static void scrape_done(MetricsScrape *s) {
+        for (size_t f = 0; f < _METRICS_SCRAPED_MAX; f++) {
+                for (size_t i = 0; i < s->n[f]; i++)
+                        for (size_t l = 0; l < MAX_LABELS; l++)
+                                free(s->samples[f][i].values[l]);
+                free(s->samples[f]);
+        }
+}
+
+static int compare_label_values(const ScrapedSample *x, const ScrapedSample *y) {
+        for (size_t i = 0; i < x->family->n_labels; i++) {
+                int c = strcmp(x->values[i], y->values[i]);
+                if (c != 0)
+                        return c;
+        }
+        return 0;
+}
+
+static int compare_scraped(const void *a, const void *b) {
+        const ScrapedSample *x = a, *y = b;
+        int c = compare_label_values(x, y);
+        return c != 0 ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static void write_scraped(FILE *f, MetricsScrape *s, MetricsScraped family) {
+        const ScrapedFamily *fam = &scraped_families[family];
+        ScrapedSample *samples = s->samples[family];
+        char buf[32];
+
+        if (s->n[family] == 0)
+                return;
+        qsort(samples, s->n[family], sizeof *samples, compare_scraped);
+        write_header(f, fam->name, fam->help, fam->type);
+        for (size_t i = 0; i < s->n[family]; i++) {
+                if (i > 0 && compare_label_values(&samples[i], &samples[i - 1]) == 0)
+                        continue;
+                fputs(fam->name, f);
+                if (fam->n_labels > 0) {
+                        fputc('{', f);
+                        for (size_t l = 0; l < fam->n_labels; l++) {
+                                fprintf(f, "%s%s=\"", l > 0 ? "," : "", fam->labels[l]);
+                                write_escaped(f, samples[i].values[l], true);
+                                fputc('"', f);
+                        }
+                        fputc('}', f);
+                }
+                fprintf(f, " %s\n", format_double(samples[i].value, buf));
+        }
+}
+
 int metrics_write(Metrics *m, FILE *f) {
-        /* Families by name: csi_..., kvolumed_reconcile_..., kvolumed_volumes, storage_... */
+        MetricsScrape s = {};
+
+        if (m->collect)
+                m->collect(&s, m->collect_userdata);
+        /* Families by name: csi_..., kubelet_volume_stats_..., kvolumed_api_...,
+         * kvolumed_csi_..., kvolumed_reconcile_..., kvolumed_volumes,
+         * storage_..., volume_manager_... */
         write_histogram_vec(f, &m->csi_operations);
+        for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_CSI_CALLS_QUEUED; i++)
+                write_scraped(f, &s, i);
         write_histogram_vec(f, &m->reconcile);
         write_volumes_gauge(f, m);
         write_histogram_vec(f, &m->storage_operations);
+        write_scraped(f, &s, METRICS_VOLUME_MANAGER_TOTAL_VOLUMES);
+        scrape_done(&s);
         if (fflush(f) != 0 || ferror(f))
                 return errno > 0 ? -errno : -EIO;
         return 0;

@@ -4,8 +4,11 @@
 /* The agent's Prometheus registry: kubelet's two volume histograms
  * (csi_operations_seconds, storage_operation_duration_seconds, names, labels
  * and buckets as kubelet's, see DESIGN.md §2) plus kvolumed_reconcile_seconds
- * and the kvolumed_volumes gauge.  One Metrics object, owned by the agent;
- * everything runs on the event loop, so nothing is locked.
+ * and the kvolumed_volumes gauge; and the families read at scrape time from
+ * a collector (kubelet's volume stats and volume_manager_total_volumes,
+ * kvolumed's watch restarts and CSI calls in flight).  One Metrics object,
+ * owned by the agent; everything runs on the event loop, so nothing is
+ * locked.
  *
  * metrics_write() renders text exposition format 0.0.4 in the order of
  * Prometheus' Go client: families sorted by name, series sorted by label
@@ -58,6 +61,37 @@ void metrics_volume_hook(const char *plugin, const char *operation, bool success
 
 /* Where kvolumed_volumes reads its values; NULL removes the gauge. */
 void metrics_set_volume_stats_source(Metrics *m, metrics_volume_stats_t source, void *userdata);
+
+/* ---- values read at scrape time ------------------------------------------ */
+
+/* The families whose values a collector gives at each scrape, with their
+ * labels in order.  Each appears once it has a sample. */
+typedef enum MetricsScraped {
+        /* kubelet's volume stats gauges, {namespace,persistentvolumeclaim} */
+        METRICS_VOLUME_STATS_AVAILABLE_BYTES,
+        METRICS_VOLUME_STATS_CAPACITY_BYTES,
+        METRICS_VOLUME_STATS_HEALTH_ABNORMAL, /* kubelet_volume_stats_health_status_abnormal */
+        METRICS_VOLUME_STATS_INODES,
+        METRICS_VOLUME_STATS_INODES_FREE,
+        METRICS_VOLUME_STATS_INODES_USED,
+        METRICS_VOLUME_STATS_USED_BYTES,
+        METRICS_API_WATCH_RESTARTS, /* kvolumed_api_watch_restarts_total{resource}, counter */
+        METRICS_CSI_CALLS_IN_FLIGHT, /* kvolumed_csi_calls_in_flight{driver_name} */
+        METRICS_CSI_CALLS_QUEUED,    /* kvolumed_csi_calls_queued{driver_name} */
+        METRICS_VOLUME_MANAGER_TOTAL_VOLUMES, /* volume_manager_total_volumes{plugin_name,state} */
+        _METRICS_SCRAPED_MAX,
+} MetricsScraped;
+
+typedef struct MetricsScrape MetricsScrape;
+
+/* One sample; "values" holds one label value per label of the family.  A
+ * second sample with the same label values is dropped (the first stays).
+ * 0 or -errno. */
+int metrics_scrape_add(MetricsScrape *s, MetricsScraped family, const char *const *values, double value);
+
+/* Called at each scrape to give the samples above; NULL removes it. */
+typedef void (*metrics_collector_t)(MetricsScrape *s, void *userdata);
+void metrics_set_collector(Metrics *m, metrics_collector_t collect, void *userdata);
 
 /* Writes the whole registry in text format 0.0.4.  0 or -errno. */
 int metrics_write(Metrics *m, FILE *f);

@@ -19,9 +19,11 @@ typedef enum ValueType {
         VALUE_OPTIONAL_PATH, /* absolute path; empty: unset / off */
         VALUE_HTTPS_URL,   /* empty: unset */
         VALUE_DURATION,    /* empty: default */
+        VALUE_DURATION_OR_OFF, /* "0": off; empty: default */
         VALUE_UNSIGNED,    /* empty: default */
         VALUE_LISTEN,      /* empty: off */
         VALUE_LOG_LEVEL,   /* empty: default */
+        VALUE_BOOL,        /* true | false; empty: default */
 } ValueType;
 
 typedef struct KeyDef {
@@ -50,6 +52,10 @@ static const KeyDef key_table[] = {
         { "csi", "call-timeout", VALUE_DURATION, FIELD(call_timeout_usec), "2m", 0, 0 },
         { "csi", "max-parallel", VALUE_UNSIGNED, FIELD(max_parallel), "64", 1, 4096 },
         { "csi", "republish-interval", VALUE_DURATION, FIELD(republish_interval_usec), "1m", 0, 0 },
+        { "csi", "stats-interval", VALUE_DURATION_OR_OFF, FIELD(stats_interval_usec), "1m", 0, 0 },
+        { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 0, 0 },
+        { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0 },
+        { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 0, 0 },
         { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0 },
         { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0 },
 };
@@ -199,6 +205,19 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                 *(uint64_t *) field = usec;
                 return 0;
 
+        case VALUE_DURATION_OR_OFF:
+                if (streq(value, "0")) {
+                        *(uint64_t *) field = 0;
+                        return 0;
+                }
+                if (config_parse_duration(value, &usec) < 0) {
+                        fail(st, line, "%s: \"%s\" is neither a duration (an integer with ms, s, m or h, e.g. 90s) "
+                             "nor 0 (off)", k->key, value);
+                        return -EINVAL;
+                }
+                *(uint64_t *) field = usec;
+                return 0;
+
         case VALUE_UNSIGNED: {
                 char *end;
                 unsigned long n;
@@ -227,6 +246,14 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                         return -EINVAL;
                 }
                 *(int *) field = r;
+                return 0;
+
+        case VALUE_BOOL:
+                if (!streq(value, "true") && !streq(value, "false")) {
+                        fail(st, line, "%s: \"%s\" is not true or false", k->key, value);
+                        return -EINVAL;
+                }
+                *(bool *) field = streq(value, "true");
                 return 0;
         }
         return -EINVAL;
@@ -305,7 +332,7 @@ static int check_section_header(ParseState *st, const char *line, size_t len) {
                 _cleanup_free_ char *driver = driver_section_name(name);
                 if (!driver) {
                         fail(st, st->line, "unknown section [%s] (known: agent, kubernetes, csi, driver \"NAME\", "
-                             "metrics, log)", name);
+                             "volumes, metrics, log)", name);
                         return -EINVAL;
                 }
                 if (validate_csi_driver_name(driver) < 0) {
@@ -622,11 +649,19 @@ void config_print(const Config *c, FILE *out) {
                 case VALUE_DURATION:
                         fputs(config_format_duration(*(const uint64_t *) field, buf), out);
                         break;
+                case VALUE_DURATION_OR_OFF:
+                        fputs(*(const uint64_t *) field ? config_format_duration(*(const uint64_t *) field, buf)
+                                                        : "0",
+                              out);
+                        break;
                 case VALUE_UNSIGNED:
                         fprintf(out, "%u", *(const unsigned *) field);
                         break;
                 case VALUE_LOG_LEVEL:
                         fputs(strempty(log_level_to_string(*(const int *) field)), out);
+                        break;
+                case VALUE_BOOL:
+                        fputs(*(const bool *) field ? "true" : "false", out);
                         break;
                 }
                 fputc('\n', out);

@@ -5,6 +5,7 @@
  * effective-settings listing of --check-config.  Errors are reported as
  * "FILE:LINE: what is wrong" so that an operator can jump to the line. */
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -39,8 +40,14 @@ typedef struct Config {
         uint64_t call_timeout_usec;
         unsigned max_parallel;
         uint64_t republish_interval_usec;
+        uint64_t stats_interval_usec; /* NodeGetVolumeStats rounds; 0: off */
+        uint64_t attach_limit_refresh_usec; /* NodeGetInfo again for max_volumes_per_node; 0: off */
         DriverConfig *drivers;
         size_t n_drivers;
+
+        /* [volumes] */
+        bool selinux_mount_all; /* context= for any volume whose pod asks MountOption, not only RWOP */
+        uint64_t expand_check_interval_usec; /* published volumes' claims read for online expansion */
 
         /* [metrics] */
         char *metrics_listen; /* NULL: endpoint off */

@@ -362,9 +362,10 @@ static void on_grpc_done(GrpcCall *g, const GrpcResult *r, void *userdata) {
         csi_call_free(call);
 }
 
-static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const CsiMethod *m,
-                      const ProtobufCMessage *req, const char *volume_handle, CsiCallback cb, void *userdata,
-                      CsiCall **ret_call) {
+/* timeout_usec: this call's deadline, queue time included. */
+static int call_start_timeout(CsiClient *c, GrpcChannel *ch, const char *driver, const CsiMethod *m,
+                              const ProtobufCMessage *req, const char *volume_handle, CsiCallback cb,
+                              void *userdata, uint64_t timeout_usec, CsiCall **ret_call) {
         _cleanup_(csi_call_freep) CsiCall *call = NULL;
         _cleanup_free_ uint8_t *buf = NULL;
         size_t size;
@@ -402,7 +403,7 @@ static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const C
                 log_fields(LOG_DEBUG, &fields, "%s on %s: request %s", m->name, driver, strempty(text));
         }
 
-        r = grpc_channel_call(ch, m->path, buf, size, c->call_timeout_usec, on_grpc_done, call, &call->grpc);
+        r = grpc_channel_call(ch, m->path, buf, size, timeout_usec, on_grpc_done, call, &call->grpc);
         /* The channel has its own copy; this one may carry secrets. */
         explicit_bzero(buf, size);
         if (r < 0)
@@ -415,6 +416,13 @@ static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const C
                 *ret_call = call;
         TAKE_PTR(call);
         return 0;
+}
+
+static int call_start(CsiClient *c, GrpcChannel *ch, const char *driver, const CsiMethod *m,
+                      const ProtobufCMessage *req, const char *volume_handle, CsiCallback cb, void *userdata,
+                      CsiCall **ret_call) {
+        return call_start_timeout(c, ch, driver, m, req, volume_handle, cb, userdata, c->call_timeout_usec,
+                                  ret_call);
 }
 
 static int call_driver(CsiClient *c, const char *driver, const CsiMethod *m, const ProtobufCMessage *req,
@@ -687,14 +695,31 @@ int csi_node_unpublish_volume(CsiClient *c, const char *driver, const CsiNodeUnp
 int csi_node_get_volume_stats(CsiClient *c, const char *driver, const CsiNodeGetVolumeStatsRequest *in,
                               csi_volume_stats_done_t done, void *userdata, CsiCall **ret_call) {
         Csi__V1__NodeGetVolumeStatsRequest req = CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
+        CsiDriver *d;
+        int r;
 
         if (!in || isempty(in->volume_id) || isempty(in->volume_path))
                 return -EINVAL;
+        if (!c || !driver || !done)
+                return -EINVAL;
+        d = csi_client_find_driver(c, driver);
+        if (!d)
+                return -ENOENT;
+        /* Stats calls have their own small limit on a channel of their own:
+         * however many hang, they never take a max-parallel slot that a
+         * stage or publish waits for (kubernetes#103728). */
+        if (!d->stats_channel) {
+                r = grpc_channel_new(c->transport, grpc_channel_socket_path(d->channel), CSI_STATS_MAX_PARALLEL,
+                                     &d->stats_channel);
+                if (r < 0)
+                        return r;
+        }
         req.volume_id = str(in->volume_id);
         req.volume_path = str(in->volume_path);
         req.staging_target_path = str(in->staging_target_path);
-        return call_driver(c, driver, &method_node_get_volume_stats, &req.base, in->volume_id,
-                           (CsiCallback){ .volume_stats = done }, userdata, ret_call);
+        return call_start_timeout(c, d->stats_channel, d->name, &method_node_get_volume_stats, &req.base,
+                                  in->volume_id, (CsiCallback){ .volume_stats = done }, userdata,
+                                  in->timeout_usec ?: c->call_timeout_usec, ret_call);
 }
 
 int csi_node_expand_volume(CsiClient *c, const char *driver, const CsiNodeExpandVolumeRequest *in,
@@ -730,6 +755,7 @@ static CsiDriver *driver_free(CsiDriver *d) {
         if (!d)
                 return NULL;
         grpc_channel_unref(d->channel);
+        grpc_channel_unref(d->stats_channel);
         free(d->name);
         free(d->registration_socket);
         free(d->version);
@@ -940,6 +966,34 @@ int csi_client_set_static_drivers(CsiClient *c, const CsiDriverEndpoint *drivers
                            path);
         }
         return c->static_drivers ? csi_static_drivers_start(c, &c->static_probes) : 0;
+}
+
+static void driver_calls_add(const CsiDriver *d, unsigned *in_flight, unsigned *queued) {
+        *in_flight += grpc_channel_in_flight(d->channel);
+        *queued += grpc_channel_queued(d->channel);
+        if (d->stats_channel) {
+                *in_flight += grpc_channel_in_flight(d->stats_channel);
+                *queued += grpc_channel_queued(d->stats_channel);
+        }
+}
+
+void csi_client_foreach_driver_calls(CsiClient *c, csi_driver_calls_t cb, void *userdata) {
+        /* A name both registered and configured is one driver: its calls are summed. */
+        for (const CsiDriver *d = c->registered_drivers; d; d = d->next) {
+                const CsiDriver *s = find_in(c->static_drivers, d->name);
+                unsigned in_flight = 0, queued = 0;
+                driver_calls_add(d, &in_flight, &queued);
+                if (s)
+                        driver_calls_add(s, &in_flight, &queued);
+                cb(d->name, in_flight, queued, userdata);
+        }
+        for (const CsiDriver *d = c->static_drivers; d; d = d->next) {
+                unsigned in_flight = 0, queued = 0;
+                if (find_in(c->registered_drivers, d->name))
+                        continue;
+                driver_calls_add(d, &in_flight, &queued);
+                cb(d->name, in_flight, queued, userdata);
+        }
 }
 
 bool csi_client_reuses_connections(CsiClient *c) {

@@ -139,6 +139,7 @@ typedef struct CsiNodeGetVolumeStatsRequest {
         const char *volume_id;   /* required */
         const char *volume_path; /* required */
         const char *staging_target_path;
+        uint64_t timeout_usec;   /* this call's deadline; 0: the client's call-timeout */
 } CsiNodeGetVolumeStatsRequest;
 
 typedef struct CsiNodeExpandVolumeRequest {
@@ -275,6 +276,9 @@ int csi_node_publish_volume(CsiClient *c, const char *driver, const CsiNodePubli
                             csi_done_t done, void *userdata, CsiCall **ret_call);
 int csi_node_unpublish_volume(CsiClient *c, const char *driver, const CsiNodeUnpublishVolumeRequest *req,
                               csi_done_t done, void *userdata, CsiCall **ret_call);
+/* NodeGetVolumeStats does not count against max-parallel: it has a limit of
+ * its own, 2 calls in flight per driver (then a FIFO queue), so that stats
+ * never delay a stage or publish however slow the driver answers them. */
 int csi_node_get_volume_stats(CsiClient *c, const char *driver, const CsiNodeGetVolumeStatsRequest *req,
                               csi_volume_stats_done_t done, void *userdata, CsiCall **ret_call);
 int csi_node_expand_volume(CsiClient *c, const char *driver, const CsiNodeExpandVolumeRequest *req,
@@ -341,6 +345,12 @@ typedef struct CsiCallMetrics {
         CsiCode code;       /* label value: csi_code_name(code) */
         uint64_t duration_usec;
 } CsiCallMetrics;
+
+/* The calls of each known driver now: running on its socket, and waiting
+ * for a free slot (its max-parallel, or the stats limit).  Once per driver
+ * name, for kvolumed_csi_calls_in_flight. */
+typedef void (*csi_driver_calls_t)(const char *driver, unsigned in_flight, unsigned queued, void *userdata);
+void csi_client_foreach_driver_calls(CsiClient *c, csi_driver_calls_t cb, void *userdata);
 
 /* Called once per finished (or cancelled) csi.v1 call, for
  * csi_operations_seconds.  NULL turns it off. */

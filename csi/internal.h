@@ -12,6 +12,8 @@
 #define CSI_DEFAULT_CALL_TIMEOUT_USEC (2 * USEC_PER_MINUTE)
 #define CSI_DEFAULT_MAX_PARALLEL 64u
 #define CSI_DEFAULT_REGISTRATION_TIMEOUT_USEC USEC_PER_SEC
+/* NodeGetVolumeStats calls in flight per driver, beside max-parallel. */
+#define CSI_STATS_MAX_PARALLEL 2u
 
 typedef struct CsiRegistration CsiRegistration;
 typedef struct CsiStaticDrivers CsiStaticDrivers;
@@ -19,6 +21,7 @@ typedef struct CsiStaticDrivers CsiStaticDrivers;
 typedef struct CsiDriver {
         char *name;
         GrpcChannel *channel;
+        GrpcChannel *stats_channel; /* NodeGetVolumeStats only; made at the first such call */
         char *registration_socket; /* NULL: configured statically */
         char *version;
         struct CsiDriver *next;

@@ -72,6 +72,89 @@ static int secret_ref_decode(JsonPath *p, const cJSON *j, const char *key, K8sSe
         return 0;
 }
 
+/* --- quantities ------------------------------------------------------------- */
+
+int k8s_quantity_parse(const char *s, int64_t *ret) {
+        static const struct {
+                const char *suffix;
+                int base, exponent; /* base^exponent */
+        } suffixes[] = {
+                { "Ki", 2, 10 }, { "Mi", 2, 20 }, { "Gi", 2, 30 }, { "Ti", 2, 40 }, { "Pi", 2, 50 }, { "Ei", 2, 60 },
+                { "n", 10, -9 }, { "u", 10, -6 }, { "m", 10, -3 }, { "", 10, 0 },   { "k", 10, 3 },
+                { "M", 10, 6 },  { "G", 10, 9 },  { "T", 10, 12 }, { "P", 10, 15 }, { "E", 10, 18 },
+        };
+        /* Digits kept exactly: an unsigned __int128 holds 38 of them, and a
+         * quantity the API server accepts has few. */
+        unsigned __int128 mantissa = 0, limit = (unsigned __int128) INT64_MAX;
+        int scale = 0, exponent = 0, base = 10;
+        bool digits = false, dot = false;
+        const char *c = s;
+
+        if (!s)
+                return -EINVAL;
+        if (*c == '+')
+                c++;
+        else if (*c == '-')
+                return -ERANGE; /* no negative sizes */
+        for (; (*c >= '0' && *c <= '9') || (*c == '.' && !dot); c++) {
+                if (*c == '.') {
+                        dot = true;
+                        continue;
+                }
+                digits = true;
+                if (mantissa > ((unsigned __int128) 1 << 100))
+                        return -ERANGE;
+                mantissa = mantissa * 10 + (unsigned) (*c - '0');
+                if (dot)
+                        scale--;
+        }
+        if (!digits)
+                return -EINVAL;
+        if ((*c == 'e' || *c == 'E') && c[1] && strchr("+-0123456789", c[1])) {
+                char *end;
+                long e;
+                errno = 0;
+                e = strtol(c + 1, &end, 10);
+                if (end == c + 1 || *end || errno || e < -30 || e > 30)
+                        return -EINVAL;
+                exponent = (int) e;
+                base = 10;
+        } else {
+                size_t i;
+                for (i = 0; i < ELEMENTSOF(suffixes); i++)
+                        if (streq(c, suffixes[i].suffix))
+                                break;
+                if (i == ELEMENTSOF(suffixes))
+                        return -EINVAL;
+                base = suffixes[i].base;
+                exponent = suffixes[i].exponent;
+        }
+        /* value = mantissa * 10^scale * base^exponent, rounded up. */
+        if (base == 10)
+                scale += exponent;
+        else
+                for (int i = 0; i < exponent; i++) {
+                        mantissa *= 2;
+                        if (mantissa > limit * 1000000000000000000ULL)
+                                return -ERANGE;
+                }
+        for (; scale > 0; scale--) {
+                mantissa *= 10;
+                if (mantissa > limit * 1000000000000000000ULL)
+                        return -ERANGE;
+        }
+        for (bool remainder = false; scale < 0; scale++) {
+                remainder = remainder || mantissa % 10 != 0;
+                mantissa /= 10;
+                if (scale == -1 && remainder)
+                        mantissa++;
+        }
+        if (mantissa > limit)
+                return -ERANGE;
+        *ret = (int64_t) mantissa;
+        return 0;
+}
+
 const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size) {
         if (m->namespace)
                 snprintf(buf, size, "%s/%s", m->namespace, strempty(m->name));
@@ -123,6 +206,11 @@ K8sPod *k8s_pod_free(K8sPod *p) {
         free(p->phase);
         free(p->service_account_name);
         free(p->fs_group_change_policy);
+        free(p->selinux_user);
+        free(p->selinux_role);
+        free(p->selinux_type);
+        free(p->selinux_level);
+        free(p->selinux_change_policy);
         for (size_t i = 0; i < p->n_volumes; i++) {
                 free(p->volumes[i].name);
                 pod_csi_free(p->volumes[i].csi);
@@ -287,6 +375,17 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
                 size_t s2 = k8s_json_path_push(&p, "securityContext");
                 TRY(k8s_json_get_int(&p, sc, "fsGroup", 0, UINT32_MAX, &pod->has_fs_group, &pod->fs_group));
                 TRY(k8s_json_get_string(&p, sc, "fsGroupChangePolicy", JSON_OPTIONAL, &pod->fs_group_change_policy));
+                TRY(k8s_json_get_string(&p, sc, "seLinuxChangePolicy", JSON_OPTIONAL, &pod->selinux_change_policy));
+                const cJSON *se;
+                TRY(k8s_json_get_object(&p, sc, "seLinuxOptions", JSON_OPTIONAL, &se));
+                if (se) {
+                        size_t s3 = k8s_json_path_push(&p, "seLinuxOptions");
+                        TRY(k8s_json_get_string(&p, se, "user", JSON_OPTIONAL, &pod->selinux_user));
+                        TRY(k8s_json_get_string(&p, se, "role", JSON_OPTIONAL, &pod->selinux_role));
+                        TRY(k8s_json_get_string(&p, se, "type", JSON_OPTIONAL, &pod->selinux_type));
+                        TRY(k8s_json_get_string(&p, se, "level", JSON_OPTIONAL, &pod->selinux_level));
+                        k8s_json_path_pop(&p, s3);
+                }
                 k8s_json_path_pop(&p, s2);
         }
         TRY(k8s_json_get_array(&p, spec, "volumes", JSON_OPTIONAL, &a, &n));
@@ -349,8 +448,22 @@ K8sPersistentVolumeClaim *k8s_pvc_free(K8sPersistentVolumeClaim *c) {
         free(c->phase);
         k8s_strv_free(c->access_modes);
         free(c->volume_mode);
+        free(c->capacity);
+        free(c->resize_status);
         free(c);
         return NULL;
+}
+
+/* One key of an object of strings ("capacity": {"storage": "1Gi"}). */
+static int get_map_entry(JsonPath *p, const cJSON *obj, const char *map, const char *key, char **ret) {
+        _cleanup_(k8s_string_map_done) K8sStringMap m = {};
+        const char *v;
+
+        TRY(k8s_json_get_string_map(p, obj, map, &m));
+        v = k8s_string_map_get(&m, key);
+        if (v && !(*ret = strdup(v)))
+                return -ENOMEM;
+        return 0;
 }
 
 int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeError *error) {
@@ -377,6 +490,8 @@ int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeE
         if (status) {
                 saved = k8s_json_path_push(&p, "status");
                 TRY(k8s_json_get_string(&p, status, "phase", JSON_OPTIONAL, &c->phase));
+                TRY(get_map_entry(&p, status, "capacity", "storage", &c->capacity));
+                TRY(get_map_entry(&p, status, "allocatedResourceStatuses", "storage", &c->resize_status));
                 k8s_json_path_pop(&p, saved);
         }
         *ret = TAKE_PTR(c);
@@ -412,6 +527,7 @@ K8sPersistentVolume *k8s_pv_free(K8sPersistentVolume *v) {
         free(v->claim_name);
         free(v->claim_uid);
         free(v->phase);
+        free(v->capacity);
         free(v);
         return NULL;
 }
@@ -451,6 +567,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         TRY(k8s_json_get_string(&p, spec, "volumeMode", JSON_OPTIONAL, &v->volume_mode));
         TRY(k8s_json_get_strv(&p, spec, "mountOptions", &v->mount_options));
         TRY(k8s_json_get_strv(&p, spec, "accessModes", &v->access_modes));
+        TRY(get_map_entry(&p, spec, "capacity", "storage", &v->capacity));
         TRY(k8s_json_get_object(&p, spec, "claimRef", JSON_OPTIONAL, &o));
         if (o) {
                 size_t s2 = k8s_json_path_push(&p, "claimRef");

@@ -80,6 +80,10 @@ typedef struct K8sPod {
         bool has_fs_group;
         int64_t fs_group;
         char *fs_group_change_policy; /* NULL: not set (Always) */
+        /* securityContext.seLinuxOptions (all NULL: not set) and
+         * seLinuxChangePolicy (NULL: not set). */
+        char *selinux_user, *selinux_role, *selinux_type, *selinux_level;
+        char *selinux_change_policy;
         K8sPodVolume *volumes;
         size_t n_volumes;
         K8sContainer *containers;
@@ -98,6 +102,10 @@ typedef struct K8sPersistentVolumeClaim {
         char *phase;
         char **access_modes; /* spec.accessModes */
         char *volume_mode;   /* defaults to "Filesystem" */
+        char *capacity;      /* status.capacity.storage, a quantity; NULL: unset */
+        /* status.allocatedResourceStatuses.storage (KEP-1790): "NodeResizePending",
+         * "NodeResizeInProgress", ...; NULL: unset */
+        char *resize_status;
 } K8sPersistentVolumeClaim;
 
 typedef struct K8sPvCsiSource {
@@ -123,6 +131,7 @@ typedef struct K8sPersistentVolume {
         char *claim_name;
         char *claim_uid;
         char *phase;
+        char *capacity;        /* spec.capacity.storage, a quantity; NULL: unset */
 } K8sPersistentVolume;
 
 typedef struct K8sTokenRequest {
@@ -241,6 +250,11 @@ const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key);
  * every volume name a DNS-1123 label.  -EINVAL with *ret_field naming the
  * first bad one. */
 int k8s_pod_validate_names(const K8sPod *p, const char **ret_field);
+
+/* A resource.Quantity ("64Mi", "1G", "1.5Gi", "2e3", "500m") in bytes,
+ * rounded up to a whole byte as Quantity.Value() does.  -EINVAL for text
+ * that is no quantity, -ERANGE beyond INT64_MAX or below 0. */
+int k8s_quantity_parse(const char *s, int64_t *ret);
 
 /* "namespace/name" or "name"; for log lines. */
 const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size);

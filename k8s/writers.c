@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "k8s/json.h"
 #include "k8s/writers.h"
@@ -969,4 +970,208 @@ int k8s_request_token(K8sClient *c, const char *namespace, const char *service_a
         if (ret)
                 *ret = req;
         return 0;
+}
+
+/* --- PVC resize status --------------------------------------------------------- */
+
+static bool is_resize_condition(const char *type) {
+        /* kubelet's knownResizeConditions */
+        return streq(type, "Resizing") || streq(type, "FileSystemResizePending") ||
+               streq(type, "ControllerResizeError") || streq(type, "NodeResizeError");
+}
+
+int k8s_pvc_resize_patch(const cJSON *pvc, const K8sPvcResizeUpdate *u, const char *now, cJSON **ret) {
+        _cleanup_(cJSON_Deletep) cJSON *patch = cJSON_CreateObject();
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(pvc, "metadata");
+        const cJSON *rv = cJSON_GetObjectItemCaseSensitive(md, "resourceVersion");
+        const cJSON *status = cJSON_GetObjectItemCaseSensitive(pvc, "status");
+        const cJSON *statuses = cJSON_GetObjectItemCaseSensitive(status, "allocatedResourceStatuses");
+        const cJSON *conditions = cJSON_GetObjectItemCaseSensitive(status, "conditions");
+        const cJSON *c;
+        cJSON *pmd, *pstatus, *map, *list;
+        bool has_error = false, conditions_change = false, others = false;
+
+        if (!patch || !(pmd = cJSON_AddObjectToObject(patch, "metadata")) ||
+            !(pstatus = cJSON_AddObjectToObject(patch, "status")))
+                return -ENOMEM;
+        /* Conditional: kubelet's addResourceVersion, a write over what it read only. */
+        if (cJSON_IsString(rv) && !cJSON_AddStringToObject(pmd, "resourceVersion", rv->valuestring))
+                return -ENOMEM;
+
+        cJSON_ArrayForEach(c, statuses)
+                if (!streq_ptr(c->string, "storage"))
+                        others = true;
+        if (u->resize_status) {
+                if (!(map = cJSON_AddObjectToObject(pstatus, "allocatedResourceStatuses")) ||
+                    !cJSON_AddStringToObject(map, "storage", u->resize_status))
+                        return -ENOMEM;
+        } else if (others) {
+                if (!(map = cJSON_AddObjectToObject(pstatus, "allocatedResourceStatuses")) ||
+                    !cJSON_AddNullToObject(map, "storage"))
+                        return -ENOMEM;
+        } else if (statuses && !cJSON_AddNullToObject(pstatus, "allocatedResourceStatuses"))
+                return -ENOMEM;
+
+        if (u->capacity && (!(map = cJSON_AddObjectToObject(pstatus, "capacity")) ||
+                            !cJSON_AddStringToObject(map, "storage", u->capacity)))
+                return -ENOMEM;
+
+        /* kubelet's MergeResizeConditionOnPVC: other conditions stay; a merge
+         * patch replaces the whole list, so it carries them. */
+        list = cJSON_CreateArray();
+        if (!list)
+                return -ENOMEM;
+        cJSON_ArrayForEach(c, conditions) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+                const char *t = cJSON_IsString(type) ? type->valuestring : NULL;
+                if (t && is_resize_condition(t)) {
+                        if (u->clear_resize_conditions) {
+                                conditions_change = true;
+                                continue;
+                        }
+                        has_error = has_error || streq(t, "NodeResizeError");
+                }
+                cJSON *copy = cJSON_Duplicate(c, true);
+                if (!copy || !cJSON_AddItemToArray(list, copy)) {
+                        cJSON_Delete(copy);
+                        cJSON_Delete(list);
+                        return -ENOMEM;
+                }
+        }
+        if (u->error && !has_error) {
+                _cleanup_free_ char *message = NULL;
+                cJSON *cond = cJSON_CreateObject();
+                if (!cond || !cJSON_AddItemToArray(list, cond) ||
+                    asprintf(&message, "failed to expand pvc with %s", u->error) < 0 ||
+                    !cJSON_AddStringToObject(cond, "type", "NodeResizeError") ||
+                    !cJSON_AddStringToObject(cond, "status", "True") ||
+                    !cJSON_AddStringToObject(cond, "lastTransitionTime", now) ||
+                    !cJSON_AddStringToObject(cond, "message", message)) {
+                        cJSON_Delete(list);
+                        return -ENOMEM;
+                }
+                conditions_change = true;
+        }
+        if (conditions_change)
+                cJSON_AddItemToObject(pstatus, "conditions", list);
+        else
+                cJSON_Delete(list);
+        *ret = TAKE_PTR(patch);
+        return 0;
+}
+
+typedef struct PvcStatusOp {
+        K8sClient *client;
+        char *path;     /* the claim */
+        char *resize_status, *capacity, *error;
+        bool clear_resize_conditions;
+        bool writing;
+        unsigned attempts;
+        k8s_write_done_t done;
+        void *userdata;
+} PvcStatusOp;
+
+static void pvc_status_free(void *p) {
+        PvcStatusOp *op = p;
+        if (!op)
+                return;
+        free(op->path);
+        free(op->resize_status);
+        free(op->capacity);
+        free(op->error);
+        free(op);
+}
+
+static void on_pvc_status(K8sClient *c, const K8sResponse *resp, void *userdata);
+
+/* A request started: its callback owns the op (a cancel would free it). */
+static int pvc_status_send(PvcStatusOp *op, const char *method, const char *path, const char *body) {
+        K8sRequest *req;
+        int r;
+
+        op->writing = body != NULL;
+        r = k8s_client_request(op->client, method, path, body ? MERGE_PATCH : NULL, body, on_pvc_status, op, &req);
+        if (r < 0)
+                return r;
+        k8s_request_set_destroy(req, pvc_status_free);
+        return 0;
+}
+
+static int pvc_status_read(PvcStatusOp *op) {
+        if (++op->attempts > K8S_WRITE_ATTEMPTS)
+                return -EBUSY;
+        return pvc_status_send(op, "GET", op->path, NULL);
+}
+
+static void pvc_status_finish(PvcStatusOp *op, int error, const char *message) {
+        if (op->done)
+                op->done(op->client, error, message, op->userdata);
+        pvc_status_free(op);
+}
+
+static void on_pvc_status(K8sClient *c, const K8sResponse *resp, void *userdata) {
+        PvcStatusOp *op = userdata;
+        _cleanup_(cJSON_Deletep) cJSON *j = NULL, *patch = NULL;
+        _cleanup_free_ char *body = NULL, *path = NULL;
+        char now[32];
+        time_t t = time(NULL);
+        struct tm tm;
+        int r;
+
+        if (resp->error < 0 || (resp->status != 200 && !(op->writing && resp->status == 409))) {
+                pvc_status_finish(op, resp->error < 0 ? resp->error : resp->status == 403 ? -EACCES : -EIO,
+                                  resp->message);
+                return;
+        }
+        if (op->writing) {
+                if (resp->status == 200) {
+                        pvc_status_finish(op, 0, NULL);
+                        return;
+                }
+                /* 409: someone wrote first; read again and patch what is there now. */
+                r = pvc_status_read(op);
+                if (r < 0)
+                        pvc_status_finish(op, r, r == -EBUSY ? "gave up after repeated 409 Conflict answers"
+                                                             : "cannot start a request to the API server");
+                return;
+        }
+        j = cJSON_ParseWithLength(resp->body, resp->size);
+        strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        r = cJSON_IsObject(j) ? k8s_pvc_resize_patch(j,
+                                                     &(K8sPvcResizeUpdate){
+                                                             .resize_status = op->resize_status,
+                                                             .capacity = op->capacity,
+                                                             .error = op->error,
+                                                             .clear_resize_conditions = op->clear_resize_conditions },
+                                                     now, &patch)
+                              : -EBADMSG;
+        if (r >= 0 && (!(body = cJSON_PrintUnformatted(patch)) || asprintf(&path, "%s/status", op->path) < 0))
+                r = -ENOMEM;
+        if (r >= 0)
+                r = pvc_status_send(op, "PATCH", path, body);
+        if (r < 0)
+                pvc_status_finish(op, r, r == -EBADMSG ? "the API server's answer is not a JSON object"
+                                                       : "cannot start a request to the API server");
+}
+
+int k8s_pvc_patch_resize_status(K8sClient *c, const char *namespace, const char *name, const K8sPvcResizeUpdate *u,
+                                k8s_write_done_t done, void *userdata) {
+        PvcStatusOp *op;
+        int r;
+
+        op = calloc(1, sizeof *op);
+        if (!op)
+                return -ENOMEM;
+        *op = (PvcStatusOp){ .client = c, .clear_resize_conditions = u->clear_resize_conditions, .done = done,
+                             .userdata = userdata };
+        r = object_path(&k8s_kind_pvc, namespace, name, NULL, &op->path);
+        if (r >= 0 && ((u->resize_status && !(op->resize_status = strdup(u->resize_status))) ||
+                       (u->capacity && !(op->capacity = strdup(u->capacity))) ||
+                       (u->error && !(op->error = strdup(u->error)))))
+                r = -ENOMEM;
+        if (r >= 0)
+                r = pvc_status_read(op);
+        if (r < 0)
+                pvc_status_free(op);
+        return r;
 }

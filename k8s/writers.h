@@ -84,7 +84,31 @@ int k8s_request_token(K8sClient *c, const char *namespace, const char *service_a
                       int64_t expiration_seconds, const char *pod_name, const char *pod_uid, k8s_token_done_t done,
                       void *userdata, K8sRequest **ret);
 
+/* What a node reports of an online expansion in a PVC's status
+ * (kubelet's resize_util.go; KEP-1790). */
+typedef struct K8sPvcResizeUpdate {
+        /* status.allocatedResourceStatuses.storage, e.g. "NodeResizeInProgress";
+         * NULL removes the entry (and the map when it is left empty). */
+        const char *resize_status;
+        const char *capacity;      /* status.capacity.storage; NULL: unchanged */
+        /* Adds a NodeResizeError condition "failed to expand pvc with <this>"
+         * (an existing one is kept as it is); NULL: none. */
+        const char *error;
+        bool clear_resize_conditions; /* removes Resizing, FileSystemResizePending, *ResizeError */
+} K8sPvcResizeUpdate;
+
+/* GET the claim, then a merge patch of persistentvolumeclaims/<name>/status
+ * conditioned on the resourceVersion read (409: read again), as kubelet's
+ * PatchPVCStatus.  The Node authorizer lets a node patch the status of its
+ * pods' claims only, and NodeRestriction only capacity, conditions and the
+ * allocated resource fields of it: the patch holds nothing else. */
+int k8s_pvc_patch_resize_status(K8sClient *c, const char *namespace, const char *name, const K8sPvcResizeUpdate *u,
+                                k8s_write_done_t done, void *userdata);
+
 /* Pure helpers, exposed for the tests. */
+/* The merge patch that applies "u" to the claim "pvc" (its resourceVersion
+ * included), with "now" (RFC 3339) as a new condition's lastTransitionTime. */
+int k8s_pvc_resize_patch(const cJSON *pvc, const K8sPvcResizeUpdate *u, const char *now, cJSON **ret);
 /* Whether NodeRestriction lets a node add, change or remove label "key" on
  * its own Node: keys outside the kubernetes.io and k8s.io namespaces (and
  * their subdomains), plus kubelet's own labels (kubernetes.io/hostname,

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <assert.h>
 #include <stdio.h>
 
 #include "volume/internal.h"
@@ -22,8 +23,10 @@ ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *uni
         av->handle = strdup(handle);
         av->spec_name = strdup(spec_name);
         av->publishes = hashmap_new();
+        av->pod_ops = hashmap_new();
         av->backoffs = hashmap_new();
-        if (!av->unique_name || !av->driver || !av->handle || !av->spec_name || !av->publishes || !av->backoffs)
+        if (!av->unique_name || !av->driver || !av->handle || !av->spec_name || !av->publishes || !av->pod_ops ||
+            !av->backoffs)
                 return actual_volume_free(av);
         return av;
 }
@@ -46,9 +49,14 @@ ActualVolume *actual_volume_free(ActualVolume *av) {
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
                 publish_free(value);
         hashmap_free(av->publishes);
+        /* Operations in flight are freed by their owner first (actual_volume_free_ops). */
+        hashmap_free(av->pod_ops);
         for (size_t i = 0; hashmap_iterate(av->backoffs, &i, NULL, &value);)
                 free(value);
         hashmap_free(av->backoffs);
+        free(av->last_error);
+        free(av->last_error_pod);
+        free(av->selinux_context);
         free(av->unique_name);
         free(av->driver);
         free(av->handle);
@@ -109,6 +117,51 @@ void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid) {
         char key[64];
         backoff_key(kind, pod_uid, key);
         free(hashmap_remove(av->backoffs, key));
+}
+
+static bool per_pod(OpKind kind) {
+        return kind == OP_PUBLISH || kind == OP_UNPUBLISH;
+}
+
+bool actual_volume_busy(const ActualVolume *av) {
+        return av->op || hashmap_size(av->pod_ops) > 0;
+}
+
+bool actual_volume_pod_busy(const ActualVolume *av, const char *pod_uid) {
+        return av->op || (pod_uid && hashmap_get(av->pod_ops, pod_uid));
+}
+
+bool actual_volume_op_allowed(const ActualVolume *av, OpKind kind, const char *pod_uid, bool one_call_per_volume) {
+        if (per_pod(kind) && !one_call_per_volume)
+                return !actual_volume_pod_busy(av, pod_uid);
+        return !actual_volume_busy(av);
+}
+
+int actual_volume_add_op(ActualVolume *av, Operation *op) {
+        assert(op->av == av);
+        if (!per_pod(op->kind)) {
+                av->op = op;
+                return 0;
+        }
+        return hashmap_put(av->pod_ops, op->pod.uid, op, NULL);
+}
+
+void actual_volume_remove_op(ActualVolume *av, Operation *op) {
+        if (av->op == op)
+                av->op = NULL;
+        else if (op->pod.uid && hashmap_get(av->pod_ops, op->pod.uid) == op)
+                (void) hashmap_remove(av->pod_ops, op->pod.uid);
+}
+
+void actual_volume_free_ops(ActualVolume *av) {
+        const char *key;
+        void *value;
+
+        operation_free(TAKE_PTR(av->op));
+        for (size_t i = 0; hashmap_iterate(av->pod_ops, &i, &key, &value);) {
+                (void) hashmap_remove(av->pod_ops, key);
+                operation_free(value);
+        }
 }
 
 void pod_info_done(PodInfo *p) {

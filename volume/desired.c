@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -37,6 +38,8 @@ VolumeSpec *volume_spec_free(VolumeSpec *s) {
         free(s->stage_secret.namespace);
         free(s->publish_secret.name);
         free(s->publish_secret.namespace);
+        free(s->selinux_label);
+        free(s->selinux_change_policy);
         free(s);
         return NULL;
 }
@@ -53,6 +56,10 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
         s->lifecycle = from->lifecycle;
         s->block = from->block;
         s->read_only = from->read_only;
+        s->rwop = from->rwop;
+        if (strdup_or_null(from->selinux_label, &s->selinux_label) < 0 ||
+            strdup_or_null(from->selinux_change_policy, &s->selinux_change_policy) < 0)
+                return NULL;
         if (strdup_or_null(from->spec_name, &s->spec_name) < 0 || strdup_or_null(from->driver, &s->driver) < 0 ||
             strdup_or_null(from->handle, &s->handle) < 0 || strdup_or_null(from->unique_name, &s->unique_name) < 0 ||
             strdup_or_null(from->fs_type, &s->fs_type) < 0 || copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
@@ -133,6 +140,42 @@ static int copy_secret_ref(const char *namespace, const char *name, K8sSecretRef
         if (strdup_or_null(name, &to->name) < 0 || strdup_or_null(namespace, &to->namespace) < 0)
                 return -ENOMEM;
         return 0;
+}
+
+/* What a part of an SELinux context may hold: "s0:c1,c2", "s0-s0:c0.c1023"
+ * and names; nothing that could end the quoted mount option. */
+static bool selinux_part_valid(const char *s) {
+        if (isempty(s) || strlen(s) > 255)
+                return false;
+        for (; *s; s++)
+                if (!(isalnum((unsigned char) *s) || strchr("_.:,-", *s)))
+                        return false;
+        return true;
+}
+
+int desired_selinux_label(const K8sPod *pod, char **ret) {
+        const char *user = isempty(pod->selinux_user) ? "system_u" : pod->selinux_user;
+
+        *ret = NULL;
+        if (isempty(pod->selinux_level))
+                return 0;
+        if (!selinux_part_valid(user) || !selinux_part_valid(pod->selinux_level))
+                return 0;
+        return asprintf(ret, "%s:object_r:container_file_t:%s", user, pod->selinux_level) < 0 ? -ENOMEM : 0;
+}
+
+const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, bool driver_selinux_mount,
+                                        bool mount_all) {
+        if (!s || !host_selinux || !driver_selinux_mount || !s->selinux_label)
+                return NULL;
+        /* kubelet: only volumes with a PV (no inline ones), and no mount for a device. */
+        if (s->lifecycle != VOLUME_PERSISTENT || s->block)
+                return NULL;
+        if (streq_ptr(s->selinux_change_policy, "Recursive"))
+                return NULL;
+        if (s->rwop || (mount_all && streq_ptr(s->selinux_change_policy, "MountOption")))
+                return s->selinux_label;
+        return NULL;
 }
 
 static int set_text(char **field, const char *format, ...) _printf_(2, 3);
@@ -285,6 +328,13 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                 return -ENOMEM;
         if (!(s->access_mode = strdup(pv->access_modes && pv->access_modes[0] ? pv->access_modes[0]
                                                                                : "ReadWriteOnce")))
+                return -ENOMEM;
+        /* kubelet enforces ReadWriteOncePod (and mounts it with context=) only
+         * when it is the volume's one mode: with more it cannot tell which one
+         * the pod means. */
+        s->rwop = k8s_strv_length(pv->access_modes) == 1 && streq(pv->access_modes[0], "ReadWriteOncePod");
+        if (desired_selinux_label(pod, &s->selinux_label) < 0 ||
+            strdup_or_null(pod->selinux_change_policy, &s->selinux_change_policy) < 0)
                 return -ENOMEM;
         if (strdup_or_null(pv->csi->fs_type, &s->fs_type) < 0 || copy_strv(pv->mount_options, &s->mount_flags) < 0 ||
             copy_string_map(&pv->csi->volume_attributes, &s->attributes) < 0 ||

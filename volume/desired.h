@@ -32,6 +32,12 @@ typedef struct VolumeSpec {
         K8sStringMap attributes;
         K8sSecretRef stage_secret;   /* namespace/name */
         K8sSecretRef publish_secret; /* inline: in the pod's namespace */
+        /* SELinux (KEP-1710): the pod's file label and change policy, copied
+         * here because whether a mount gets context= depends on the volume
+         * too; see volume_spec_selinux_context(). */
+        char *selinux_label;         /* NULL: the pod has none kvolumed can know */
+        char *selinux_change_policy; /* the pod's seLinuxChangePolicy; NULL: unset */
+        bool rwop;                   /* PV accessModes is exactly [ReadWriteOncePod] */
 } VolumeSpec;
 
 typedef struct DesiredVolume {
@@ -83,6 +89,24 @@ DesiredPod *desired_pod_free(DesiredPod *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(DesiredPod *, desired_pod_free);
 
 const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *name);
+
+/* The SELinux file label of the pod, as kubelet's label translator makes it
+ * with the container runtime's defaults: "<user>:object_r:container_file_t:<level>",
+ * user "system_u" when unset; the pod's role and type are its process's and
+ * do not enter the file label.  NULL without a level (the runtime picks a
+ * random one that kubelet cannot know) or with characters no SELinux label
+ * has (the label goes into a mount option). */
+int desired_selinux_label(const K8sPod *pod, char **ret);
+
+/* The context= mount option value a stage or publish of the volume for this
+ * pod passes (kubelet's GetMountSELinuxLabel and VolumeSupportsSELinuxMount),
+ * or NULL: only on a host with SELinux, for a driver with seLinuxMount, a
+ * persistent file system volume, a pod with a label and without
+ * seLinuxChangePolicy Recursive, and either a ReadWriteOncePod volume or,
+ * with "mount_all" ([volumes] selinux-mount-all), a pod asking for
+ * seLinuxChangePolicy MountOption. */
+const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, bool driver_selinux_mount,
+                                        bool mount_all);
 
 VolumeSpec *volume_spec_copy(const VolumeSpec *s);
 VolumeSpec *volume_spec_free(VolumeSpec *s);

@@ -47,6 +47,9 @@ typedef struct DriverRecord {
         int64_t max_volumes;
         WriteState annotation, csinode;
         bool collision_reported;   /* a label someone changed: said once, not fought over */
+        uint64_t limit_due;        /* attach limits: NodeGetInfo again then (0: not scheduled) */
+        bool limit_querying;
+        Hashmap *limit_held;       /* unique names of volumes waiting for room under the limit */
 } DriverRecord;
 
 typedef enum WriteKind {
@@ -58,6 +61,7 @@ typedef enum WriteKind {
 } WriteKind;
 
 typedef struct WriteCtx WriteCtx;
+typedef struct LimitQuery LimitQuery;
 
 struct DriverTable {
         VolumeManager *m;
@@ -70,6 +74,8 @@ struct DriverTable {
         K8sStringMap labels_sending_removal; /* the removals of the write in flight */
         sd_event_source *retry_timer;
         WriteCtx *writes;          /* in flight */
+        sd_event_source *limit_timer; /* attach limits: the next NodeGetInfo refresh */
+        LimitQuery *queries;       /* attach limits: NodeGetInfo calls in flight */
 };
 
 struct WriteCtx {
@@ -80,6 +86,9 @@ struct WriteCtx {
 };
 
 static void sync_node(DriverTable *t);
+static void limits_arm(DriverTable *t);
+static int limits_setup(DriverTable *t);
+static void limits_free(DriverTable *t);
 
 static int oom(void) {
         return log_error_errno(ENOMEM, "Out of memory recording CSI drivers on the node");
@@ -99,6 +108,7 @@ static DriverRecord *record_free(DriverRecord *d) {
         free(d->node_id);
         k8s_strv_free(d->topology_keys);
         k8s_string_map_done(&d->topology);
+        hashmap_free(d->limit_held);
         free(d);
         return NULL;
 }
@@ -543,6 +553,216 @@ void drivers_node_changed(VolumeManager *m, const K8sNode *node) {
         csi_client_retry_deferred(m->csi); /* the drivers that waited for the Node */
 }
 
+/* ---- attach limits (KEP-4876) ---------------------------------------------------------- */
+
+/* CSINode.spec.drivers[].allocatable.count comes from NodeGetInfo's
+ * max_volumes_per_node at registration.  kubelet (MutableCSINodeAllocatableCount)
+ * asks again every CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds (at
+ * least 10 s), and at once when an attach failed with RESOURCE_EXHAUSTED;
+ * kvolumed does the same, with [csi] attach-limit-refresh-interval for the
+ * drivers whose CSIDriver does not say (0: never), and also after a stage or
+ * publish that failed with RESOURCE_EXHAUSTED. */
+
+#define LIMIT_PERIOD_MIN_USEC (10 * USEC_PER_SEC)
+
+struct LimitQuery {
+        DriverTable *t;
+        char *driver;
+        CsiCall *call;
+        LimitQuery *prev, *next;
+};
+
+static void limit_query_free(LimitQuery *q) {
+        DriverTable *t = q->t;
+
+        if (q->prev)
+                q->prev->next = q->next;
+        else
+                t->queries = q->next;
+        if (q->next)
+                q->next->prev = q->prev;
+        free(q->driver);
+        free(q);
+}
+
+static uint64_t limit_period(DriverTable *t, const DriverRecord *rec) {
+        const K8sCSIDriver *d = t->m->csidrivers ? manager_csidriver(t->m, rec->name) : NULL;
+
+        if (d && d->has_node_allocatable_update_period_seconds && d->node_allocatable_update_period_seconds > 0)
+                return MAX((uint64_t) d->node_allocatable_update_period_seconds * USEC_PER_SEC,
+                           LIMIT_PERIOD_MIN_USEC);
+        return t->m->attach_limit_refresh_usec;
+}
+
+static void limits_arm(DriverTable *t) {
+        uint64_t now = 0, when = UINT64_MAX;
+        void *v;
+
+        (void) sd_event_now(t->m->event, CLOCK_MONOTONIC, &now);
+        for (size_t i = 0; hashmap_iterate(t->records, &i, NULL, &v);) {
+                DriverRecord *d = v;
+                uint64_t period = limit_period(t, d);
+                if (period == 0 || d->limit_querying) {
+                        d->limit_due = 0;
+                        continue;
+                }
+                if (d->limit_due == 0 || d->limit_due > now + period)
+                        d->limit_due = now + period;
+                when = MIN(when, d->limit_due);
+        }
+        if (when == UINT64_MAX) {
+                (void) sd_event_source_set_enabled(t->limit_timer, SD_EVENT_OFF);
+                return;
+        }
+        (void) sd_event_source_set_time(t->limit_timer, when);
+        (void) sd_event_source_set_enabled(t->limit_timer, SD_EVENT_ONESHOT);
+}
+
+static void on_limit_info(const CsiStatus *status, const CsiNodeInfo *info, void *userdata) {
+        LimitQuery *q = userdata;
+        DriverTable *t = q->t;
+        DriverRecord *rec = hashmap_get(t->records, q->driver);
+        LogFields f = { .driver = q->driver, .csi_method = "NodeGetInfo", .csi_code = csi_code_name(status->code) };
+
+        if (rec) {
+                rec->limit_querying = false;
+                rec->limit_due = 0;
+        }
+        if (status->code != CSI_CODE_OK)
+                log_fields(LOG_WARNING, &f, "NodeGetInfo of CSI driver %s for its attach limit failed: %s", q->driver,
+                           status->message);
+        else if (rec && info->max_volumes_per_node != rec->max_volumes) {
+                log_fields(LOG_INFO, &f, "CSI driver %s now allows %" PRIi64 " volumes on node %s (was %" PRIi64 ")",
+                           q->driver, info->max_volumes_per_node, t->m->node_name, rec->max_volumes);
+                rec->max_volumes = info->max_volumes_per_node;
+                rec->csinode.pending = true;
+                sync_node(t);
+                manager_schedule_pass(t->m); /* volumes held by the limit may go on */
+        } else
+                log_fields(LOG_DEBUG, &f, "CSI driver %s still allows %" PRIi64 " volumes", q->driver,
+                           info->max_volumes_per_node);
+        limit_query_free(q);
+        limits_arm(t);
+}
+
+static void limit_query(DriverTable *t, DriverRecord *rec) {
+        LimitQuery *q;
+        int r;
+
+        if (rec->limit_querying)
+                return;
+        q = calloc(1, sizeof *q);
+        if (!q || !(q->driver = strdup(rec->name))) {
+                free(q);
+                return;
+        }
+        q->t = t;
+        r = csi_node_get_info(t->m->csi, rec->name, on_limit_info, q, &q->call);
+        if (r < 0) {
+                LogFields f = { .driver = rec->name, .csi_method = "NodeGetInfo" };
+                log_fields_errno(LOG_WARNING, r, &f, "Cannot ask CSI driver %s for its attach limit: %m", rec->name);
+                free(q->driver);
+                free(q);
+                return;
+        }
+        q->next = t->queries;
+        if (q->next)
+                q->next->prev = q;
+        t->queries = q;
+        rec->limit_querying = true;
+}
+
+static int on_limit_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        DriverTable *t = userdata;
+        void *v;
+
+        for (size_t i = 0; hashmap_iterate(t->records, &i, NULL, &v);) {
+                DriverRecord *d = v;
+                if (d->limit_due != 0 && d->limit_due <= usec)
+                        limit_query(t, d);
+        }
+        limits_arm(t);
+        return 0;
+}
+
+static int limits_setup(DriverTable *t) {
+        int r = sd_event_add_time(t->m->event, &t->limit_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
+                                  on_limit_timer, t);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(t->limit_timer, SD_EVENT_OFF);
+        if (r >= 0)
+                (void) sd_event_source_set_description(t->limit_timer, "attach-limit-refresh");
+        return r;
+}
+
+static void limits_free(DriverTable *t) {
+        while (t->queries) {
+                csi_call_cancel(t->queries->call);
+                limit_query_free(t->queries);
+        }
+        sd_event_source_disable_unref(t->limit_timer);
+}
+
+void drivers_refresh_attach_limit(VolumeManager *m, const char *driver) {
+        DriverRecord *rec = m->drivers && driver ? hashmap_get(m->drivers->records, driver) : NULL;
+
+        if (!rec)
+                return;
+        log_fields(LOG_INFO, &(LogFields){ .driver = driver },
+                   "CSI driver %s answered RESOURCE_EXHAUSTED: asking it for its attach limit again", driver);
+        limit_query(m->drivers, rec);
+}
+
+/* An attachable volume counts from before it is staged until it is gone
+ * from the node (the same span as volumesInUse). */
+static bool counts_against_limit(VolumeManager *m, const ActualVolume *av) {
+        return av->lifecycle == VOLUME_PERSISTENT && (av->attachable || manager_attachable(m, av->driver)) &&
+               (av->stage != STAGE_NONE || av->stage_stale || hashmap_size(av->publishes) > 0 ||
+                actual_volume_busy(av) || av->expanding);
+}
+
+bool drivers_attach_limit_reached(VolumeManager *m, const ActualVolume *av, char *message, size_t size) {
+        DriverRecord *rec = m->drivers ? hashmap_get(m->drivers->records, av->driver) : NULL;
+        unsigned n = 0;
+        void *v;
+
+        if (!rec || rec->max_volumes <= 0 || counts_against_limit(m, av))
+                return false;
+        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &v);) {
+                const ActualVolume *other = v;
+                if (other != av && streq_ptr(other->driver, av->driver) && counts_against_limit(m, other))
+                        n++;
+        }
+        if ((int64_t) n + 1 <= rec->max_volumes)
+                return false;
+        /* Looked at again when one of the driver's volumes changes (drivers_volume_changed). */
+        if (!rec->limit_held)
+                rec->limit_held = hashmap_new();
+        if (rec->limit_held)
+                (void) hashmap_put(rec->limit_held, av->unique_name, (void *) 1, NULL);
+        /* kubelet rejects such a pod (its VolumeAttachLimitExceededError, once
+         * an attachment failed with RESOURCE_EXHAUSTED); kvolumed does not
+         * own the pod's phase, so the volume waits, without a call bound to fail. */
+        snprintf(message, size, "Node has reached its volume attachment limit: CSI driver %s allows %" PRIi64
+                 " volumes on node %s, all in use; volume \"%s\" waits until one is gone", av->driver,
+                 rec->max_volumes, m->node_name, av->spec_name);
+        return true;
+}
+
+void drivers_volume_changed(VolumeManager *m, const ActualVolume *av) {
+        DriverRecord *rec = m->drivers ? hashmap_get(m->drivers->records, av->driver) : NULL;
+        const char *name;
+
+        if (!rec || hashmap_size(rec->limit_held) == 0)
+                return;
+        /* It may have left the node: the volumes that waited for room are
+         * planned in the same pass as it (they may wait again). */
+        for (size_t j = 0; hashmap_iterate(rec->limit_held, &j, &name, NULL);) {
+                manager_schedule_volume_pass(m, name);
+                hashmap_remove(rec->limit_held, name);
+        }
+}
+
 /* ---- registration callbacks ---------------------------------------------------------- */
 
 /* Lets the volumes of a driver that just came up try at once, instead of
@@ -669,6 +889,7 @@ static int on_registered(CsiClient *c, const CsiRegisteredDriver *d, void *userd
                    rec->node_id, rec->topology.n);
         TAKE_PTR(rec);
         sync_node(t);
+        limits_arm(t);
         wake_volumes(m, d->name);
         return 0;
 }
@@ -724,6 +945,9 @@ int drivers_setup(VolumeManager *m) {
         if (r < 0)
                 return r;
         (void) sd_event_source_set_description(t->retry_timer, "driver-registration-retry");
+        r = limits_setup(t);
+        if (r < 0)
+                return r;
         /* Without the controller-managed annotation the attach/detach
          * controller ignores this node's pods: written at start, and again
          * whenever the Node is seen without it. */
@@ -759,6 +983,7 @@ void drivers_free(VolumeManager *m) {
         k8s_string_map_done(&t->labels_to_remove);
         k8s_string_map_done(&t->labels_sending_removal);
         sd_event_source_disable_unref(t->retry_timer);
+        limits_free(t);
         free(t->node_uid);
         free(t);
         m->drivers = NULL;

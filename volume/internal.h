@@ -17,6 +17,7 @@
 #include "volume/manager.h"
 #include "volume/mounttable.h"
 #include "volume/rootdir.h"
+#include "volume/selinux.h"
 #include "volume/watches.h"
 
 /* kubelet's podAttachAndMountTimeout: a volume waiting this long for its
@@ -49,6 +50,7 @@ typedef struct ActualPublish {
 
 typedef struct Operation Operation;
 typedef struct OpTokens OpTokens;
+typedef struct FsGroupWalk FsGroupWalk;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
  * persistent volumes, per pod and volume for inline ones). */
@@ -74,8 +76,26 @@ typedef struct ActualVolume {
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
         bool attach_warned;
         Hashmap *publishes;     /* pod UID → ActualPublish */
-        Operation *op;          /* at most one operation per volume at a time */
+        /* Operations in flight: a stage or unstage excludes every other
+         * operation of the volume; publishes and unpublishes of different
+         * pods run side by side (kubernetes/kubernetes#113553), one per pod. */
+        Operation *op;          /* the stage or unstage */
+        Hashmap *pod_ops;       /* pod UID → its publish or unpublish */
+        bool expanding;         /* expand.c: an online expansion runs; no operation starts meanwhile */
         Hashmap *backoffs;      /* "<kind>/<pod UID>" → Backoff */
+        /* What /volumes and the status say of it (describe.c). */
+        char *last_error;       /* the message of its last failed operation; NULL once none fails */
+        char *last_error_pod;   /* that operation's pod UID; NULL for a stage or unstage */
+        OpKind last_error_op;
+        uint64_t last_error_at; /* CLOCK_REALTIME */
+        /* CLOCK_REALTIME when its file system was found not answering (a
+         * walk made no progress before its deadline); 0: it answers. */
+        uint64_t unresponsive_since;
+        /* The context= mount option it is staged and published with (NULL:
+         * none), from the operation that set it up or its vol_data.json: a
+         * mount has one context, so every pod using it must want this one. */
+        char *selinux_context;
+        bool selinux_restage;   /* this pass: staged with a context no pod wants, and unused */
 } ActualVolume;
 
 /* The pod an operation works for, copied: the pod may go meanwhile. */
@@ -109,13 +129,16 @@ struct Operation {
         K8sStringMap publish_context;
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
-        pid_t fsgroup_pid;
-        sd_event_source *fsgroup_source;
+        FsGroupWalk *fsgroup;   /* the ownership change in flight */
+        bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */
         char *message;          /* its text */
+        char *selinux_context;  /* stage, publish: the context= mount option it passes; NULL: none */
         bool uncertain;         /* the failure leaves the volume maybe mounted */
         OpTokens *tokens;       /* tokens.c: the service account tokens of a publish */
         bool republish;         /* a publish of a volume already published: its failure changes nothing */
+        bool beside_others;     /* its CSI call went out while another of the volume's was in flight */
+        bool refused_beside_others; /* ... and the driver answered ABORTED: it does one call per volume */
 };
 
 /* A pod as the manager tracks it. */
@@ -131,6 +154,7 @@ typedef struct PodEntry {
 } PodEntry;
 
 typedef struct DriverTable DriverTable;
+typedef struct ExpandTable ExpandTable;
 
 typedef struct DriverCaps {
         bool known;
@@ -144,6 +168,8 @@ struct VolumeManager {
         char *node_name;
         uint64_t resync_interval_usec;
         uint64_t republish_interval_usec; /* requiresRepublish drivers */
+        bool selinux_enabled;   /* the host has SELinux (volume/selinux.h), read at start */
+        bool selinux_mount_all; /* [volumes] selinux-mount-all */
         RootDir *root;
 
         K8sInformer *pods, *csidrivers, *node;
@@ -154,12 +180,28 @@ struct VolumeManager {
         Hashmap *pod_entries;   /* UID → PodEntry */
         Hashmap *volumes;       /* unique name → ActualVolume */
         Hashmap *caps;          /* driver → DriverCaps */
+        /* Drivers that refuse concurrent calls on one volume (ABORTED, as the
+         * CSI spec allows): their publishes of a shared volume run one at a
+         * time.  Learnt from the driver's answers, kept until restart. */
+        Hashmap *one_call_per_volume;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
+        ExpandTable *expand;    /* expand.c: online expansion of published volumes */
+        uint64_t expand_check_interval_usec; /* how often published volumes' claims are read */
+        uint64_t attach_limit_refresh_usec;  /* NodeGetInfo again for the attach limit; 0: never */
 
         sd_event_source *pass_source;    /* deferred: one pass for a burst of changes */
+        /* What the next pass looks at: everything, or only the pods and
+         * volumes that events named since the last pass (reconciler.c). */
+        bool full_pass_wanted;
+        Hashmap *dirty_pods;    /* pod UID → non-NULL */
+        Hashmap *dirty_volumes; /* unique name → non-NULL */
+        /* Test mode (KVOLUMED_TEST_VERIFY_INCREMENTAL): after every scoped
+         * pass, a full pass that starts nothing reports what the scoped one
+         * missed.  "verifying" is set while it runs. */
+        bool verify_incremental;
+        bool verifying;
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;
-        sd_event_source *mounts_timer;  /* manager_check_mounts_soon() */
         unsigned n_running;
         bool stopping;
         volume_manager_stopped_t stopped;
@@ -183,7 +225,18 @@ struct VolumeManager {
 };
 
 /* manager.c */
+/* A pass over every pod and volume: for what may concern any of them (a
+ * CSIDriver, the Node, a driver's registration, a lookup's answer, a timer). */
 void manager_schedule_pass(VolumeManager *m);
+/* A pass over what one pod or one volume concerns: the work of an event
+ * follows what changed, not the node's size. */
+void manager_schedule_pod_pass(VolumeManager *m, const char *pod_uid);
+void manager_schedule_volume_pass(VolumeManager *m, const char *unique_name);
+/* Lowers the retry timer to "when" if it is later or off (a scoped pass
+ * sees only some of the backoffs). */
+void manager_lower_retry_timer(VolumeManager *m, uint64_t when);
+/* Whether the retry timer is armed for "now" or earlier. */
+bool manager_retry_due(VolumeManager *m, uint64_t now);
 void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
 /* A stage or publish succeeded: the mount table is read again shortly (one
  * read for a burst) to learn whether it made a mount, and so whether the
@@ -201,7 +254,13 @@ void manager_pod_event(VolumeManager *m, const PodInfo *pod, const char *type, c
                        const char *format, ...) _printf_(5, 6);
 const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver);
 bool manager_attachable(VolumeManager *m, const char *driver);
+/* Whether the Node's status.volumesAttached lists the volume. */
+bool manager_node_lists_attached(VolumeManager *m, const char *unique_name);
 void manager_operation_done(VolumeManager *m, Operation *op, bool success);
+
+/* Whether the driver takes one call per volume at a time, and learning it. */
+bool manager_one_call_per_volume(VolumeManager *m, const char *driver);
+void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver);
 
 /* reconciler.c */
 void reconciler_pass(VolumeManager *m);
@@ -226,6 +285,24 @@ void drivers_start(VolumeManager *m);
 /* The node informer's Node, added or updated. */
 void drivers_node_changed(VolumeManager *m, const K8sNode *node);
 void drivers_free(VolumeManager *m);
+/* Asks the driver NodeGetInfo again for its max_volumes_per_node (a call
+ * failed with RESOURCE_EXHAUSTED); a new value is written to CSINode. */
+void drivers_refresh_attach_limit(VolumeManager *m, const char *driver);
+/* Whether setting up "av" (not on the node yet) would exceed its driver's
+ * attach limit, with the Event's message why. */
+bool drivers_attach_limit_reached(VolumeManager *m, const ActualVolume *av, char *message, size_t size);
+/* An operation of "av" ended: the volumes its driver's attach limit held are
+ * planned again in the next pass (there may be room now). */
+void drivers_volume_changed(VolumeManager *m, const ActualVolume *av);
+
+/* expand.c: NodeExpandVolume for published volumes whose claims say the
+ * controller grew them. */
+int expand_setup(VolumeManager *m);
+void expand_free(VolumeManager *m);
+/* A pod was added or updated: the claims of its published volumes are read now. */
+void expand_pod_changed(VolumeManager *m, const K8sPod *pod);
+/* After a reconcile pass: a volume newly published has its claim read now. */
+void expand_after_pass(VolumeManager *m);
 
 /* actual.c */
 ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
@@ -237,6 +314,17 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
 void actual_publish_remove(ActualVolume *av, const char *pod_uid);
 Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool create);
 void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid);
+/* Whether an operation of this kind (for this pod, for a publish or an
+ * unpublish) may start now, given those in flight. */
+bool actual_volume_op_allowed(const ActualVolume *av, OpKind kind, const char *pod_uid, bool one_call_per_volume);
+/* Whether any operation of the volume is in flight, or one for this pod. */
+bool actual_volume_busy(const ActualVolume *av);
+bool actual_volume_pod_busy(const ActualVolume *av, const char *pod_uid);
+/* Records an operation as in flight for its volume, and forgets it. */
+int actual_volume_add_op(ActualVolume *av, Operation *op);
+void actual_volume_remove_op(ActualVolume *av, Operation *op);
+/* Frees every operation in flight (the manager is going away). */
+void actual_volume_free_ops(ActualVolume *av);
 
 int pod_info_from_desired(const DesiredPod *p, PodInfo *ret);
 int pod_info_copy(const PodInfo *from, PodInfo *to);
@@ -250,6 +338,9 @@ void pod_info_done(PodInfo *p);
 int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec, const PodInfo *pod,
                   const char *spec_name, Operation **ret);
 int operation_prepare(Operation *op);
+/* The context= a stage or publish of "spec" passes for its pod, or NULL
+ * (volume_spec_selinux_context() with this host, driver and configuration). */
+const char *operation_selinux_context(VolumeManager *m, const VolumeSpec *spec);
 /* Runs it; it ends through manager_operation_done(), possibly at once. */
 void operation_start(Operation *op);
 /* Removes what an operation's prepare made for a volume dir (the target if
@@ -284,6 +375,13 @@ void erase_and_free(char *s);
 static inline void erase_and_freep(char **p) {
         erase_and_free(*p);
 }
+
+/* describe.c: an operation ended; its failure (or a success that leaves
+ * nothing failing) is what /volumes reports as the volume's last error. */
+void describe_note_outcome(VolumeManager *m, const Operation *op, bool success);
+/* Whether an operation of the volume failed and is to be retried (a pod gone
+ * since its publish failed does not count). */
+bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
 
 /* republish.c: the schedule of requiresRepublish drivers. */
 /* After a successful publish: when to publish again. */

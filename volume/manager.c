@@ -19,13 +19,50 @@
 
 static int on_pass(sd_event_source *s, void *userdata) {
         reconciler_pass(userdata);
+        expand_after_pass(userdata);
         return 0;
 }
 
 void manager_schedule_pass(VolumeManager *m) {
         /* A deferred source runs once per loop iteration however often it
          * is enabled: a burst of events costs one pass. */
+        m->full_pass_wanted = true;
         (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
+}
+
+static void schedule_scoped(VolumeManager *m, Hashmap *set, const char *key) {
+        /* Out of memory: the whole node instead. */
+        if (key && hashmap_put(set, key, m, NULL) < 0)
+                m->full_pass_wanted = true;
+        (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
+}
+
+void manager_schedule_pod_pass(VolumeManager *m, const char *pod_uid) {
+        schedule_scoped(m, m->dirty_pods, pod_uid);
+}
+
+void manager_schedule_volume_pass(VolumeManager *m, const char *unique_name) {
+        schedule_scoped(m, m->dirty_volumes, unique_name);
+}
+
+bool manager_retry_due(VolumeManager *m, uint64_t now) {
+        int enabled = SD_EVENT_OFF;
+        uint64_t armed = 0;
+
+        (void) sd_event_source_get_enabled(m->retry_timer, &enabled);
+        return enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 && armed <= now;
+}
+
+void manager_lower_retry_timer(VolumeManager *m, uint64_t when) {
+        int enabled = SD_EVENT_OFF;
+        uint64_t armed = 0;
+
+        if (when == 0 || when == UINT64_MAX)
+                return;
+        (void) sd_event_source_get_enabled(m->retry_timer, &enabled);
+        if (enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 && armed <= when)
+                return;
+        manager_arm_retry_timer(m, when);
 }
 
 static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -60,6 +97,14 @@ void manager_arm_retry_timer(VolumeManager *m, uint64_t when) {
 
 const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver) {
         return k8s_informer_get(m->csidrivers, NULL, driver);
+}
+
+bool manager_node_lists_attached(VolumeManager *m, const char *unique_name) {
+        const K8sNode *node = k8s_informer_get(m->node, NULL, m->node_name);
+        for (size_t i = 0; node && i < node->n_volumes_attached; i++)
+                if (streq_ptr(node->volumes_attached[i].name, unique_name))
+                        return true;
+        return false;
 }
 
 /* kubelet's skipAttach inverted: no CSIDriver object means attachable. */
@@ -120,6 +165,11 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
 
         if (streq_ptr(last, message))
                 return;
+        if (m->verifying) {
+                log_fields(LOG_ERR, &f, "Incremental pass missed: event %s for volume %s of pod %s: %s", reason,
+                           volume, p->key, message);
+                return;
+        }
         char *copy = strdup(message);
         if (!copy || hashmap_put(e->reported, volume, copy, NULL) < 0) {
                 free(copy);
@@ -173,7 +223,8 @@ static void pod_changed(VolumeManager *m, const K8sPod *pod) {
         /* Claims cannot be watched; a pod added or updated is the hint one was just bound. */
         object_watches_refresh(m->watches, &k8s_kind_pvc);
         object_watches_refresh(m->watches, &k8s_kind_pv);
-        manager_schedule_pass(m);
+        expand_pod_changed(m, pod); /* ... or grown */
+        manager_schedule_pod_pass(m, e->uid);
 }
 
 static void on_pod_add(K8sInformer *i, const void *obj, void *userdata) {
@@ -188,10 +239,16 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         VolumeManager *m = userdata;
         const K8sPod *pod = old;
 
+        PodEntry *e = hashmap_remove(m->pod_entries, pod->meta.uid);
+
         /* Its volumes are no longer desired; the actual state keeps what is
-         * mounted, and the next pass tears that down. */
-        pod_entry_free(hashmap_remove(m->pod_entries, pod->meta.uid));
-        manager_schedule_pass(m);
+         * mounted, and the next pass tears that down: each volume it wanted,
+         * published or not (a staged one may have no publish yet). */
+        for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++)
+                if (e->desired->volumes[v].spec)
+                        manager_schedule_volume_pass(m, e->desired->volumes[v].spec->unique_name);
+        pod_entry_free(e);
+        manager_schedule_pod_pass(m, pod->meta.uid);
 }
 
 static void on_synced(K8sInformer *i, void *userdata) {
@@ -271,7 +328,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                 if (!pub->lost_once)
                         continue; /* lost at once, or never made: on_mounts_changed calls again */
                 pub->not_a_mount = true;
-                if (!av->op && path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir) >= 0 &&
+                if (!actual_volume_pod_busy(av, pub->pod_uid) && path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir) >= 0 &&
                     asprintf(&record, "%s/" INTENT_FILE, dir) >= 0)
                         (void) intent_write(m, record,
                                             &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
@@ -295,23 +352,10 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
         }
 }
 
-static void on_mounts_changed(MountTable *t, void *userdata);
-
-static int on_mounts_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        VolumeManager *m = userdata;
-        if (mount_table_refresh(m->mounts) >= 0)
-                on_mounts_changed(m->mounts, m);
-        return 0;
-}
-
 void manager_check_mounts_soon(VolumeManager *m) {
-        int enabled = SD_EVENT_OFF;
-
-        (void) sd_event_source_get_enabled(m->mounts_timer, &enabled);
-        if (enabled != SD_EVENT_OFF)
-                return; /* one read for the whole burst */
-        (void) sd_event_source_set_time_relative(m->mounts_timer, MOUNT_CHECK_DELAY_USEC);
-        (void) sd_event_source_set_enabled(m->mounts_timer, SD_EVENT_ONESHOT);
+        /* The same read as the mount monitor's (the driver's mount changed
+         * the table too): one read of a table of a thousand mounts, not two. */
+        mount_table_refresh_soon(m->mounts, MOUNT_CHECK_DELAY_USEC);
 }
 
 static void on_mounts_changed(MountTable *t, void *userdata) {
@@ -325,7 +369,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
 
                 settle_pending_mounts(m, av);
                 if (av->unstage_held)
-                        manager_schedule_pass(m); /* the mounts that held it may be gone */
+                        manager_schedule_volume_pass(m, av->unique_name); /* the mounts that held it may be gone */
                 if (av->op)
                         continue;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
@@ -333,7 +377,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                         _cleanup_free_ char *map_dir = NULL, *bind = NULL;
                         const char *lost = NULL;
 
-                        if (pub->state != PUBLISH_DONE)
+                        if (pub->state != PUBLISH_DONE || actual_volume_pod_busy(av, pub->pod_uid))
                                 continue;
                         if (!pub->not_a_mount && mount_gone(m, pub->target))
                                 lost = pub->target;
@@ -349,7 +393,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again",
                                    m->root->path, lost);
                         pub->state = PUBLISH_UNCERTAIN;
-                        manager_schedule_pass(m);
+                        manager_schedule_volume_pass(m, av->unique_name);
                 }
                 f.pod_uid = f.pod = NULL;
                 if (av->stage == STAGE_DONE && av->staged_mount &&
@@ -358,7 +402,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; staging it again", m->root->path,
                                    staging);
                         av->stage = STAGE_UNCERTAIN;
-                        manager_schedule_pass(m);
+                        manager_schedule_volume_pass(m, av->unique_name);
                 }
         }
 }
@@ -449,12 +493,30 @@ static void maybe_stopped(VolumeManager *m) {
 
 void manager_operation_done(VolumeManager *m, Operation *op, bool success) {
         if (op) {
-                op->av->op = NULL;
+                describe_note_outcome(m, op, success);
+                /* What may follow concerns this volume and this pod only. */
+                manager_schedule_volume_pass(m, op->av->unique_name);
+                if (op->pod.uid)
+                        manager_schedule_pod_pass(m, op->pod.uid);
+                drivers_volume_changed(m, op->av); /* an attach limit may have room now */
+                actual_volume_remove_op(op->av, op);
                 operation_free(op);
-        }
+        } else
+                manager_schedule_volume_pass(m, NULL); /* volumesInUse: looked at in every pass */
         m->n_running--;
-        manager_schedule_pass(m);
         maybe_stopped(m);
+}
+
+bool manager_one_call_per_volume(VolumeManager *m, const char *driver) {
+        return hashmap_get(m->one_call_per_volume, driver) != NULL;
+}
+
+void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver) {
+        LogFields f = { .driver = driver };
+        if (manager_one_call_per_volume(m, driver) || hashmap_put(m->one_call_per_volume, driver, m, NULL) < 0)
+                return;
+        log_fields(LOG_NOTICE, &f, "CSI driver %s refuses concurrent calls on one volume (ABORTED): the pods "
+                   "sharing one of its volumes are published one at a time from now on", driver);
 }
 
 void volume_manager_stop(VolumeManager *m, volume_manager_stopped_t stopped, void *userdata) {
@@ -484,11 +546,20 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->csi = csi;
         m->resync_interval_usec = o->resync_interval_usec ? o->resync_interval_usec : 5 * USEC_PER_MINUTE;
         m->republish_interval_usec = o->republish_interval_usec ? o->republish_interval_usec : USEC_PER_MINUTE;
+        m->expand_check_interval_usec = o->expand_check_interval_usec;
+        m->attach_limit_refresh_usec = o->attach_limit_refresh_usec;
+        m->selinux_enabled = selinux_host_enabled();
+        m->selinux_mount_all = o->selinux_mount_all;
         m->node_name = strdup(o->node_name);
         m->pod_entries = hashmap_new();
         m->volumes = hashmap_new();
         m->caps = hashmap_new();
-        if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps)
+        m->one_call_per_volume = hashmap_new();
+        m->dirty_pods = hashmap_new();
+        m->dirty_volumes = hashmap_new();
+        m->verify_incremental = o->verify_incremental;
+        if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
+            !m->dirty_pods || !m->dirty_volumes)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -562,14 +633,11 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         (void) sd_event_source_set_description(m->pass_source, "reconcile-pass");
         (void) sd_event_source_set_description(m->retry_timer, "reconcile-retry");
         (void) sd_event_source_set_description(m->resync_timer, "reconcile-resync");
-        r = sd_event_add_time(event, &m->mounts_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC, on_mounts_timer,
-                              m);
-        if (r < 0)
-                return r;
-        (void) sd_event_source_set_enabled(m->mounts_timer, SD_EVENT_OFF);
-        (void) sd_event_source_set_description(m->mounts_timer, "mount-check");
 
         r = drivers_setup(m);
+        if (r < 0)
+                return r;
+        r = expand_setup(m);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(m);
@@ -598,10 +666,11 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
 
         if (!m)
                 return NULL;
+        expand_free(m);
         drivers_free(m);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
-                operation_free(av->op);
+                actual_volume_free_ops(av);
                 actual_volume_free(av);
         }
         hashmap_free(m->volumes);
@@ -611,6 +680,9 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         for (size_t i = 0; hashmap_iterate(m->caps, &i, NULL, &value);)
                 free(value);
         hashmap_free(m->caps);
+        hashmap_free(m->one_call_per_volume);
+        hashmap_free(m->dirty_pods);
+        hashmap_free(m->dirty_volumes);
         k8s_informer_free(m->pods);
         k8s_informer_free(m->csidrivers);
         k8s_informer_free(m->node);
@@ -620,7 +692,6 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         sd_event_source_disable_unref(m->pass_source);
         sd_event_source_disable_unref(m->retry_timer);
         sd_event_source_disable_unref(m->resync_timer);
-        sd_event_source_disable_unref(m->mounts_timer);
         root_dir_free(m->root);
         k8s_strv_free(m->in_use_sent);
         k8s_strv_free(m->in_use_sending);
@@ -664,6 +735,9 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                 ActualVolume *av = value;
                 s.staged += av->stage == STAGE_DONE;
                 s.uncertain += av->stage == STAGE_UNCERTAIN;
+                s.attach_waiting += av->attach_wait_since != 0;
+                s.failing += describe_volume_failing(m, av);
+                s.unresponsive += av->unresponsive_since != 0;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                         s.published += ((ActualPublish *) pv)->state == PUBLISH_DONE;
                         s.uncertain += ((ActualPublish *) pv)->state == PUBLISH_UNCERTAIN;

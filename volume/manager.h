@@ -21,6 +21,13 @@ typedef struct VolumeManagerOptions {
         const char *root_dir;         /* absolute */
         uint64_t resync_interval_usec; /* safety-net full pass; 0: 5 min */
         uint64_t republish_interval_usec; /* [csi] republish-interval; 0: 1 min */
+        uint64_t expand_check_interval_usec; /* [agent] expand-check-interval; 0: 1 min */
+        uint64_t attach_limit_refresh_usec;  /* [csi] attach-limit-refresh-interval; 0: off */
+        bool selinux_mount_all;       /* [volumes] selinux-mount-all */
+        /* Tests (KVOLUMED_TEST_VERIFY_INCREMENTAL): after every scoped pass, a
+         * full one checks that it would start nothing more, and logs
+         * "Incremental pass missed" if it would. */
+        bool verify_incremental;
 } VolumeManagerOptions;
 
 typedef struct VolumeManagerStats {
@@ -31,6 +38,9 @@ typedef struct VolumeManagerStats {
         unsigned uncertain;     /* publishes or stages that may or may not be there */
         unsigned staged;
         unsigned running;       /* operations in flight */
+        unsigned attach_waiting; /* volumes waiting for their attachment */
+        unsigned failing;       /* volumes with an operation that failed and waits to be retried */
+        unsigned unresponsive;  /* volumes whose file system did not answer */
 } VolumeManagerStats;
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",
@@ -63,7 +73,66 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);
+/* What /volumes serves (volume/describe.c): the counters of
+ * volume_manager_get_stats() and every volume the manager tracks, with its
+ * attach, stage and publish state, uncertainty, last error and next retry,
+ * and the pods' volumes that wait for something, as one JSON object. */
+int volume_manager_describe_json(VolumeManager *m, char **ret);
 /* True once the pods, CSIDrivers and Node have each been listed (reconstruction
  * is done before volume_manager_new() returns): what READY=1 waits for.  The
  * pass hook is first called right after this becomes true. */
 bool volume_manager_synced(VolumeManager *m);
+
+/* ---- volume stats and counts for the metrics (stats.c) ------------------------ */
+
+/* For volume_manager_total_volumes{plugin_name,state}, as kubelet counts:
+ * per driver, the pod volumes wanted that resolved to a volume (desired) and
+ * the publishes confirmed (actual).  Once per driver with a count. */
+typedef void (*volume_count_t)(const char *driver, unsigned desired, unsigned actual, void *userdata);
+void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *userdata);
+
+/* For kvolumed_api_watch_restarts_total{resource}: the watches of the pods,
+ * CSIDrivers and Node informers started beyond the first of each. */
+typedef void (*volume_watch_count_t)(const char *resource, unsigned restarts, void *userdata);
+void volume_manager_count_watch_restarts(VolumeManager *m, volume_watch_count_t cb, void *userdata);
+
+/* NodeGetVolumeStats of every published volume of a PVC (kubelet exports
+ * stats for those only), for drivers with GET_VOLUME_STATS: one round per
+ * driver every interval (jittered, so that drivers and restarts do not
+ * line up), at most VOLUME_STATS_MAX_IN_FLIGHT calls in flight per driver,
+ * each cut off at its own deadline.  The calls go through their own limit in
+ * the CSI client, so a slow driver never delays a stage or publish. */
+#define VOLUME_STATS_DEFAULT_INTERVAL_USEC USEC_PER_MINUTE
+#define VOLUME_STATS_DEFAULT_TIMEOUT_USEC (10 * USEC_PER_SEC)
+#define VOLUME_STATS_MAX_IN_FLIGHT 2u
+
+typedef struct VolumeStats VolumeStats;
+
+typedef struct VolumeStatsSample {
+        const char *namespace;
+        const char *claim; /* persistentvolumeclaim */
+        const char *driver;
+        bool has_bytes;
+        int64_t capacity_bytes, available_bytes, used_bytes;
+        bool has_inodes;
+        int64_t inodes, inodes_free, inodes_used;
+        bool has_condition; /* the driver has VOLUME_CONDITION and said */
+        bool abnormal;
+} VolumeStatsSample;
+
+/* interval_usec 0: no stats at all; timeout_usec 0: 10 s.  Borrows the
+ * manager, which must outlive it. */
+int volume_stats_new(VolumeManager *m, uint64_t interval_usec, uint64_t timeout_usec, VolumeStats **ret);
+/* Cancels the calls in flight. */
+VolumeStats *volume_stats_free(VolumeStats *s);
+DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeStats *, volume_stats_free);
+/* A configuration reload, for rounds scheduled from now on (interval 0:
+ * off, and the samples are dropped). */
+void volume_stats_set_interval(VolumeStats *s, uint64_t interval_usec, uint64_t timeout_usec);
+/* The agent stops: calls in flight are cancelled, no round starts again. */
+void volume_stats_stop(VolumeStats *s);
+/* The latest answer for each claim whose volume is still published, one
+ * per claim (the first pod's, as kubelet's collector), sorted by namespace
+ * and claim.  A volume whose last call failed has no sample. */
+typedef void (*volume_stats_sample_t)(const VolumeStatsSample *sample, void *userdata);
+void volume_stats_foreach(VolumeStats *s, volume_stats_sample_t cb, void *userdata);

@@ -32,8 +32,16 @@ int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t
 MountTable *mount_table_free(MountTable *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(MountTable *, mount_table_free);
 
+/* One line of /proc/self/mountinfo (without its newline): the mount ID,
+ * the device, and the mount point unescaped (free it).  -EBADMSG for a line
+ * that is not one. */
+int mountinfo_parse_line(const char *line, size_t len, int *ret_id, dev_t *ret_devno, char **ret_target);
+
 /* Re-reads the table now (the monitor does this on its own). */
 int mount_table_refresh(MountTable *t);
+/* Re-reads the table within usec, and tells the owner: one read however many
+ * ask and however many mounts change meanwhile. */
+void mount_table_refresh_soon(MountTable *t, uint64_t usec);
 
 /* Whether abs_path is a mount target; mounts stacked on it count once. */
 bool mount_table_is_mounted(MountTable *t, const char *abs_path);

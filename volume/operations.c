@@ -146,6 +146,8 @@ static int write_vol_data(Operation *op, const char *dir) {
                 if (op->av->block)
                         d.volume_lifecycle_mode = NULL;
         }
+        /* kubelet's key, in both files, so that a restart knows the mount's context. */
+        d.selinux_mount_context = op->selinux_context;
         r = vol_data_format(&d, &text);
         if (r < 0)
                 return r;
@@ -241,6 +243,10 @@ int operation_prepare(Operation *op) {
         if (r >= 0) {
                 Intent i = { .operation = op->kind, .pod = op->pod.key };
                 r = intent_write(op->m, record, &i, false);
+                /* From now on the volume may be mounted with this context:
+                 * another pod wanting a different one waits (reconciler.c). */
+                if (r >= 0 && setup && !op->av->block)
+                        r = free_and_strdup(&op->av->selinux_context, op->selinux_context);
                 if (r == -ENOENT && !setup)
                         r = 0; /* nothing left on disk to record the teardown in */
                 else if (r < 0)
@@ -489,6 +495,13 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
                 op_continue(op);
                 return;
         }
+        /* KEP-4876: the driver may have run out of attachments; its limit is read again. */
+        if (status->code == CSI_CODE_RESOURCE_EXHAUSTED && (op->kind == OP_STAGE || op->kind == OP_PUBLISH))
+                drivers_refresh_attach_limit(op->m, op->av->driver);
+        /* The CSI spec lets a driver refuse a call while another of the same
+         * volume runs; many do (a lock per volume ID).  Not this volume's
+         * failure: the driver gets one call per volume from now on. */
+        op->refused_beside_others = status->code == CSI_CODE_ABORTED && op->beside_others;
         /* A non-final code means the driver may still be working, or may have
          * finished: the volume is uncertain, never forgotten. */
         op_fail(op, -EIO, !csi_code_is_final(status->code), "kubernetes.io/csi: %s failed: rpc error: code = %s "
@@ -530,6 +543,9 @@ static void step_call(Operation *op) {
         _cleanup_free_ CsiKeyValue *secrets = NULL, *context = NULL, *pctx = NULL;
         _cleanup_free_ char *staging_rel = NULL;
         _cleanup_(erase_and_freep) char *tokens_json = NULL;
+        _cleanup_free_ char *context_flag = NULL;
+        _cleanup_free_ const char **flags = NULL;
+        size_t n_flags;
         char group[32];
         size_t n_secrets = 0, n_context = 0;
         int r = 0;
@@ -538,6 +554,7 @@ static void step_call(Operation *op) {
                 op_fail(op, -ENOMEM, false, "out of memory");
                 return;
         }
+        op->beside_others = op->av->op ? op->av->op != op : hashmap_size(op->av->pod_ops) > 1;
         if (op->kind == OP_UNPUBLISH) {
                 r = csi_node_unpublish_volume(op->m->csi, op->av->driver,
                                               &(CsiNodeUnpublishVolumeRequest){ .volume_id = op->av->handle,
@@ -631,6 +648,19 @@ static void step_call(Operation *op) {
                         context[n_context++] = (CsiKeyValue){ CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS, tokens_json };
         }
 
+        /* kubelet's AddSELinuxMountOption: context="<label>" after the PV's
+         * options, quoted since a level holds commas ("s0:c1,c2"). */
+        n_flags = k8s_strv_length(op->spec->mount_flags);
+        flags = calloc(n_flags + 2, sizeof *flags);
+        if (!flags || (op->selinux_context && asprintf(&context_flag, "context=\"%s\"", op->selinux_context) < 0)) {
+                op_fail(op, -ENOMEM, false, "out of memory");
+                return;
+        }
+        for (size_t i = 0; i < n_flags; i++)
+                flags[i] = op->spec->mount_flags[i];
+        if (context_flag)
+                flags[n_flags++] = context_flag;
+
         /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed does not chown. */
         bool mount_group = op->mount_group_capable && fs_group_applies(op);
         if (mount_group)
@@ -639,8 +669,8 @@ static void step_call(Operation *op) {
                 .access_type = CSI_ACCESS_TYPE_MOUNT,
                 .fs_type = op->spec->fs_type,
                 /* Inline volumes have no mount options (no PV to carry them). */
-                .mount_flags = (const char *const *) op->spec->mount_flags,
-                .n_mount_flags = k8s_strv_length(op->spec->mount_flags),
+                .mount_flags = flags,
+                .n_mount_flags = n_flags,
                 .volume_mount_group = mount_group ? group : NULL,
                 .access_mode = access_mode(op),
         };
@@ -763,19 +793,37 @@ static void step_map(Operation *op) {
         op_continue(op);
 }
 
-static int on_ownership_done(sd_event_source *s, const siginfo_t *si, void *userdata) {
+static void on_ownership_done(FsGroupWalk *w, int result, void *userdata) {
         Operation *op = userdata;
+        LogFields f = op_fields(op);
+        uint64_t stall = fsgroup_stall_usec();
 
-        op->fsgroup_source = sd_event_source_disable_unref(op->fsgroup_source);
-        op->fsgroup_pid = 0;
-        if (si->si_code != CLD_EXITED || si->si_status != 0) {
+        op->fsgroup = fsgroup_walk_free(op->fsgroup);
+        if (result == -ETIMEDOUT) {
+                /* Its file system does not answer (a hung FUSE daemon, a dead
+                 * NFS server): given up for now, reported, retried with backoff;
+                 * no other volume waits for it.  Published but not as the pod
+                 * asked: uncertain, as any failed fsGroup change. */
+                op->unresponsive = true;
+                log_fields(LOG_WARNING, &f, "The file system of volume %s at %s/%s made no progress for %.1f s "
+                           "while applying fsGroup %" PRIi64 "; the walk was stopped", op->spec_name,
+                           op->m->root->path, op->target, (double) stall / USEC_PER_SEC, op->pod.fs_group);
+                manager_pod_event(op->m, &op->pod, "Warning", "VolumeUnresponsive",
+                                  "The file system of volume \"%s\" does not answer: applying fsGroup %" PRIi64
+                                  " made no progress for %.1f s; retrying with backoff", op->spec_name,
+                                  op->pod.fs_group, (double) stall / USEC_PER_SEC);
+                op_fail(op, result, true, "kubernetes.io/csi: applying fsGroup %" PRIi64 " to the volume made no "
+                        "progress for %.1f s: its file system does not answer", op->pod.fs_group,
+                        (double) stall / USEC_PER_SEC);
+                return;
+        }
+        if (result < 0) {
                 /* Published, but not as the pod asked: uncertain, as kubelet has it. */
                 op_fail(op, -EIO, true, "kubernetes.io/csi: failed to apply fsGroup %" PRIi64 " to the volume",
                         op->pod.fs_group);
-                return 0;
+                return;
         }
         op_continue(op);
-        return 0;
 }
 
 static void step_ownership(Operation *op) {
@@ -793,15 +841,15 @@ static void step_ownership(Operation *op) {
                 return;
         }
         /* Recursive, possibly long: done by a child process, off the loop. */
-        r = fsgroup_apply_start(op->m->event, target, (gid_t) op->pod.fs_group,
-                                streq_ptr(op->pod.fs_group_change_policy, "OnRootMismatch"), on_ownership_done, op,
-                                &op->fsgroup_pid, &op->fsgroup_source);
+        r = fsgroup_walk_start(op->m->event, target, (gid_t) op->pod.fs_group,
+                               streq_ptr(op->pod.fs_group_change_policy, "OnRootMismatch"), on_ownership_done, op,
+                               &op->fsgroup);
         if (r < 0) {
                 op_fail(op, r, true, "kubernetes.io/csi: failed to start applying fsGroup: %s", strerror(-r));
                 return;
         }
         log_fields(LOG_DEBUG, &f, "Applying fsGroup %" PRIi64 " to %s in child process %d", op->pod.fs_group,
-                   target, (int) op->fsgroup_pid);
+                   target, (int) fsgroup_walk_pid(op->fsgroup));
 }
 
 static void op_run(Operation *op) {
@@ -960,6 +1008,13 @@ static void op_finish(Operation *op, bool success) {
                 if (op->kind == OP_PUBLISH && !op->republish && log_get_max_level() >= LOG_DEBUG)
                         manager_pod_event(m, &op->pod, "Normal", "SuccessfulMountVolume",
                                           "MountVolume.SetUp succeeded for volume \"%s\"", op->spec_name);
+        } else if (op->refused_beside_others) {
+                /* Tried again as soon as the volume's other calls are done,
+                 * without a backoff and without an Event. */
+                manager_learn_one_call_per_volume(m, av->driver);
+                log_fields(LOG_DEBUG, &f, "%s of %s for pod %s refused while another call of the volume ran: %s",
+                           op_kind_to_string(op->kind), av->unique_name, strempty(op->pod.key),
+                           strempty(op->message));
         } else {
                 b = actual_backoff(av, op->kind, op->pod.uid, true);
                 if (b)
@@ -992,9 +1047,7 @@ Operation *operation_free(Operation *op) {
                 return NULL;
         if (op->call)
                 csi_call_cancel(op->call);
-        if (op->fsgroup_pid > 0)
-                (void) kill(op->fsgroup_pid, SIGKILL);
-        sd_event_source_disable_unref(op->fsgroup_source);
+        fsgroup_walk_free(op->fsgroup); /* a child still walking is killed */
         k8s_secret_free(op->secret);
         tokens_free(op->tokens);
         k8s_string_map_done(&op->publish_context);
@@ -1006,8 +1059,14 @@ Operation *operation_free(Operation *op) {
         free(op->device_link);
         free(op->spec_name);
         free(op->message);
+        free(op->selinux_context);
         free(op);
         return NULL;
+}
+
+const char *operation_selinux_context(VolumeManager *m, const VolumeSpec *spec) {
+        const K8sCSIDriver *d = spec ? manager_csidriver(m, spec->driver) : NULL;
+        return volume_spec_selinux_context(spec, m->selinux_enabled, d && d->se_linux_mount, m->selinux_mount_all);
 }
 
 int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec, const PodInfo *pod,
@@ -1030,6 +1089,8 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
                 r = pod_info_copy(pod, &op->pod);
         if (r >= 0 && !(op->spec_name = strdup(spec_name ?: av->spec_name)))
                 r = -ENOMEM;
+        if (r >= 0 && (kind == OP_STAGE || kind == OP_PUBLISH))
+                r = strdup_or_null(operation_selinux_context(m, spec), &op->selinux_context);
         if (r >= 0) {
                 bool staging = kind == OP_STAGE || kind == OP_UNSTAGE;
                 if (av->block)

@@ -172,6 +172,10 @@ static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver,
         if (!av)
                 return;
         found = judge(m, &rec, OP_STAGE, is_mounted(m, target));
+        /* The context the volume was staged with, so that a pod needing
+         * another one still waits after a restart (kubelet restores it too). */
+        if (rec.vol_data.selinux_mount_context)
+                (void) free_and_strdup(&av->selinux_context, rec.vol_data.selinux_mount_context);
         switch (found) {
         case FOUND_DONE:
                 av->stage = STAGE_DONE;
@@ -231,6 +235,9 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
                 (void) free_and_strdup(&av->spec_name, spec_name);
 
         found = judge(m, &rec, OP_PUBLISH, is_mounted(m, target));
+        /* The staging's record says it for the volume when there is one. */
+        if (d->selinux_mount_context && !av->selinux_context)
+                (void) free_and_strdup(&av->selinux_context, d->selinux_mount_context);
         PodInfo info = { .uid = (char *) pod_uid,
                          .key = rec.has_intent && rec.intent.pod ? rec.intent.pod : (char *) pod_uid };
         r = actual_publish_set(av, &info, spec_name, target, found == FOUND_DONE ? PUBLISH_DONE : PUBLISH_UNCERTAIN);

@@ -20,7 +20,7 @@ static int openat_by_components(int dirfd, const char *path, int flags, mode_t m
         _cleanup_free_ char *copy = strdup(path);
         _cleanup_close_ int cur = -1;
         char *last, *slash;
-        struct stat st;
+        struct statx sx;
         int fd;
 
         if (!copy)
@@ -39,8 +39,11 @@ static int openat_by_components(int dirfd, const char *path, int flags, mode_t m
         fd = openat(cur >= 0 ? cur : dirfd, last, flags | O_NOFOLLOW | O_CLOEXEC, mode);
         if (fd < 0)
                 return -errno;
-        /* O_PATH|O_NOFOLLOW opens a symlink itself where openat2 refuses it. */
-        if ((flags & O_PATH) && (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode))) {
+        /* O_PATH|O_NOFOLLOW opens a symlink itself where openat2 refuses it.
+         * The type from the inode as cached: a mount point's file system may
+         * not answer. */
+        if ((flags & O_PATH) && (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0 ||
+                                 S_ISLNK(sx.stx_mode))) {
                 close(fd);
                 return -ELOOP;
         }
@@ -177,7 +180,13 @@ int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd) 
                         created = true;
                 else if (errno != EEXIST)
                         return -errno;
-                child = openat_beneath(fd, c, O_DIRECTORY | O_RDONLY | O_NOFOLLOW, 0);
+                /* O_PATH: an existing component may be a mount point (a
+                 * staging path being staged again) whose file system does
+                 * not answer; opening it for reading would ask it (FUSE's
+                 * OPENDIR, NFS's close-to-open revalidation) and hang the
+                 * loop.  mkdirat() and the other *at() calls take an O_PATH
+                 * directory as well. */
+                child = openat_beneath(fd, c, O_DIRECTORY | O_PATH | O_NOFOLLOW, 0);
                 if (child < 0)
                         return child;
                 close(fd);
@@ -327,7 +336,10 @@ int root_dir_is_mount_point(RootDir *r, const char *relpath) {
         fd = openat_beneath(r->fd, relpath, O_PATH | O_NOFOLLOW, 0);
         if (fd < 0)
                 return fd;
-        if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) < 0)
+        /* The mount-root attribute is the VFS's; AT_STATX_DONT_SYNC keeps the
+         * file system mounted there from being asked for fresh attributes
+         * (FUSE, NFS, CIFS honour it), so a dead one cannot hang the loop. */
+        if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0)
                 return -errno;
         if (!(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
                 return -EOPNOTSUPP;

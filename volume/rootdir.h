@@ -32,7 +32,8 @@ int root_dir_open_dir(RootDir *r, const char *relpath, int *ret_fd);
 
 /* Creates relpath and its missing parents with "mode"; existing directories
  * are kept as they are.  Returns 1 when the last component was created, 0 when
- * it existed.  ret_fd, if not NULL, receives an open descriptor of it. */
+ * it existed.  ret_fd, if not NULL, receives an O_PATH descriptor of it (for
+ * the *at() calls): nothing is asked of a file system mounted on a component. */
 int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd);
 
 /* Writes a file atomically: a temporary file in the same directory, renamed
@@ -52,7 +53,8 @@ int root_dir_unlink(RootDir *r, const char *relpath);
 /* 1 if relpath exists, 0 if not, -errno on other errors (ELOOP for a symlink). */
 int root_dir_exists(RootDir *r, const char *relpath);
 
-/* 1 if relpath is the root of a mount, 0 if not. */
+/* 1 if relpath is the root of a mount, 0 if not.  Asks nothing of a file
+ * system mounted there (cached attributes only). */
 int root_dir_is_mount_point(RootDir *r, const char *relpath);
 
 /* Makes every write so far durable: one syncfs() of root-dir's file system. */

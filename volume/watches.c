@@ -214,7 +214,9 @@ static void on_answer(K8sClient *c, const K8sResponse *resp, void *userdata) {
         }
         if (e->again) {
                 e->again = false;
-                entry_fetch(e);
+                /* After a failure the backoff's timer asks again, not sooner. */
+                if (e->failures == 0)
+                        entry_fetch(e);
         }
         if (changed)
                 w->changed(w->userdata);
@@ -335,6 +337,12 @@ static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
         for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
                 ObjectEntry *e = value;
                 if ((kind && e->kind != kind) || (!final_too && entry_final(e)))
+                        continue;
+                /* A GET the server failed (5xx, 429, no connection) waits for
+                 * its backoff and Retry-After: a pod event does not make the
+                 * server any better.  A 403 may be the graph's lag, which the
+                 * event can end. */
+                if (e->failures > 0)
                         continue;
                 e->refresh_due = true;
                 any = true;

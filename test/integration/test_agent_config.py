@@ -21,6 +21,10 @@ csi.registration-dir = /var/lib/kubelet/plugins_registry
 csi.call-timeout = 2m
 csi.max-parallel = 64
 csi.republish-interval = 1m
+csi.stats-interval = 1m
+csi.attach-limit-refresh-interval = 0
+volumes.selinux-mount-all = false
+volumes.expand-check-interval = 1m
 metrics.listen = 127.0.0.1:10284
 log.level = info
 """
@@ -86,7 +90,7 @@ def test_readme_reference_matches_check_config(kvolumed_bin):
     [
         ("[agent]\nnode-name = n\n\nfoo = 1\n", 'k.conf:4: unknown key "foo" in section [agent]'),
         ("[agent]\nnode-name = n\n[kubelet]\n",
-         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", metrics, log)'),
+         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", volumes, metrics, log)'),
         ("[agent]\nnode-name = n\n[log]\n[agent]\n", "k.conf:4: section [agent] repeated (first on line 1)"),
         ("[agent]\nnode-name = n\n[csi]\ncall-timeout = soon\n",
          'k.conf:4: call-timeout: "soon" is not a positive duration (an integer with ms, s, m or h, e.g. 90s)'),
@@ -130,4 +134,4 @@ def test_effective_settings_include_defaults(kvolumed_bin, tmp_path):
     assert "csi.max-parallel = 3" in lines
     assert "log.level = debug" in lines
     assert "agent.resync-interval = 5m" in lines
-    assert len(lines) == 15
+    assert len(lines) == len(DEFAULT_LISTING.splitlines())  # every key, set or not

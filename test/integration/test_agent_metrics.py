@@ -64,8 +64,7 @@ def test_metrics_after_inline_publish(volume_env):
     host, port = address.rsplit(":", 1)
     assert host == "127.0.0.1" and int(port) > 0
 
-    status, _, body = get(address, "/healthz")
-    assert (status, body) == (200, "ok")
+    wait_until(lambda: get(address, "/healthz")[::2] == (200, "ok"), timeout=10, what="/healthz ok")
 
     pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}])
     env.wait_mounted(env.target(pod, "scratch"))
@@ -124,3 +123,15 @@ def test_listen_address_in_use_exits_2(volume_env):
         assert f"Failed to bind the metrics endpoint to {address}: Address already in use" in env.agent.output()
     finally:
         busy.close()
+
+
+def test_healthz_says_not_synced_until_the_pods_are_listed(volume_env):
+    """/healthz: the loop answers, and the informers have listed."""
+    env = volume_env
+    env.api.fail_next(1000, status=500, path_prefix="/api/v1/pods")
+    address = start_with_metrics(env)
+    env.agent.wait_for_log("/api/v1/pods", timeout=10)
+    status, _, body = get(address, "/healthz")
+    assert status == 503 and "not synced" in body, (status, body)
+    env.api.clear_faults()
+    wait_until(lambda: get(address, "/healthz")[::2] == (200, "ok"), timeout=30, what="/healthz ok after sync")

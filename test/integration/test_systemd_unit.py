@@ -182,7 +182,7 @@ def test_unit_under_real_systemd(container, fake_api, driver):
 
     # systemctl status shows the STATUS= text with the counts.
     status = container.sh("systemctl status --no-pager kvolumed").stdout
-    assert "Status: \"Running on node test-node: 0 pods" in status, status
+    assert "Status: \"Running on node test-node: 0 volumes published, 0 waiting for attach, 0 failing" in status, status
 
     def entry(message_id):
         def find():

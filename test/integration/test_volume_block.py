@@ -49,14 +49,21 @@ def wait_mapped(env, pod, spec_name):
     return path
 
 
+def listdir_or_empty(path):
+    """kvolumed removes these dirs while we look: gone means empty."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
 def assert_nothing_left(env):
+    block = f"{env.root}/{BLOCK}"
     wait_until(lambda: not mounts_under(env.root), timeout=15, what="no mounts under root-dir")
-    wait_until(lambda: not os.path.exists(f"{env.root}/{BLOCK}") or not os.listdir(f"{env.root}/{BLOCK}")
-               or set(os.listdir(f"{env.root}/{BLOCK}")) <= {"staging", "publish"}
-               and not any(os.listdir(f"{env.root}/{BLOCK}/{d}") for d in os.listdir(f"{env.root}/{BLOCK}")),
+    wait_until(lambda: set(listdir_or_empty(block)) <= {"staging", "publish"}
+               and not any(listdir_or_empty(f"{block}/{d}") for d in listdir_or_empty(block)),
                timeout=15, what="no block dirs")
-    wait_until(lambda: not [p for p in os.listdir(f"{env.root}/pods")] if os.path.exists(f"{env.root}/pods")
-               else True, timeout=15, what="no pod dirs")
+    wait_until(lambda: not listdir_or_empty(f"{env.root}/pods"), timeout=15, what="no pod dirs")
     assert not [n for n in os.listdir("/sys/block") if n.startswith("loop") and
                 os.path.exists(f"/sys/block/{n}/loop/backing_file") and
                 open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"

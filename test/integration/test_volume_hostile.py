@@ -2,6 +2,7 @@
 kvolumed mount what is not the pod's."""
 
 import os
+from integration.agent_fixtures import wait_until
 
 
 def ephemeral_volume(name):
@@ -54,6 +55,7 @@ def test_healthz_answers_through_a_flood_of_idle_and_slow_clients(volume_env):
     env = volume_env
     address = start_with_metrics(env)
     host, port = address.rsplit(":", 1)
+    wait_until(lambda: get(address, "/healthz")[0] == 200, timeout=10, what="/healthz ok (synced)")
     idle, drip = [], []
     try:
         for _ in range(400):
@@ -148,33 +150,194 @@ class DeadFuse:
             subprocess.run(["umount", "-l", self.path], check=False)
 
 
-def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
-    """A volume whose file system stops answering right as its publish
-    completes: kvolumed must not touch it on its event loop, so /healthz and
-    other pods' volumes keep working."""
+def start_with_stall(env, stall_ms, csi=""):
+    """kvolumed (as the node) with /metrics and /volumes on a free port, and
+    the fsGroup walk's stall deadline lowered from 2 min to stall_ms."""
+    from integration.agent_fixtures import DRIVER, write_config
+    from integration.test_agent_metrics import SERVING
+    path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
+                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n', csi=csi)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("\nlisten =\n", "\nlisten = 127.0.0.1:0\n"))
+    env.agent = env.start_agent(path, env={"KVOLUMED_TEST_FSGROUP_STALL_MS": str(stall_ms)})
+    env.agent.wait_for_log("Serving /metrics")
+    return SERVING.search(env.agent.output()).group(1)
+
+
+def described(address, unique):
+    import json
+    from integration.test_agent_metrics import get
+    status, _, body = get(address, "/volumes")
+    assert status == 200, body
+    state = json.loads(body)
+    return state, next((v for v in state["volumes"] if v["unique_name"] == unique), None)
+
+
+def children_of(pid):
+    """(pid, state) of the processes whose parent is pid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    fields = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+            except OSError:
+                continue
+            if fields.get("PPid", "").strip() == str(pid):
+                found.append((int(entry), fields.get("State", "?").split()[0]))
+    return found
+
+
+def assert_pods_come_and_go(env, address, names):
+    """Other pods' volumes are set up and torn down, and /healthz answers
+    promptly, whatever the hung volume does meanwhile."""
     import time
     from integration.agent_fixtures import DRIVER
-    from integration.test_agent_metrics import get, start_with_metrics
+    from integration.test_agent_metrics import get
+    for name in names:
+        pod = env.pod(name, [{"name": "v", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 3000})
+        env.wait_mounted(env.target(pod, "v"))
+        # Its own fsGroup walk is not held up by the hung one.
+        wait_until(lambda: os.stat(env.target(pod, "v")).st_gid == 3000, what=f"fsGroup applied to {name}")
+        started = time.monotonic()
+        status, _, _ = get(address, "/healthz")
+        assert status == 200 and time.monotonic() - started < 2
+        env.api.remove("pods", "default", name)
+        env.wait_gone(env.target(pod, "v"))
+
+
+def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
+    """A volume whose file system stops answering right as its publish
+    completes, with an fsGroup to apply: kvolumed never touches it on its
+    event loop (the walk runs in a child, with a deadline), so /healthz and
+    other pods' volumes keep working; the volume is reported unresponsive
+    (an Event, kvolumed_volumes{state="unresponsive"}, /volumes) and retried
+    with backoff until its file system answers again."""
+    from integration.agent_fixtures import DRIVER
+    from integration.test_agent_metrics import get, samples
     env = volume_env
-    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"], fsGroupPolicy="File")
     env.driver.control.hang("NodePublishVolume", count=1, when="after")
-    address = start_with_metrics(env)
-    stuck = env.pod("stuck", [{"name": "v", "csi": {"driver": DRIVER}}])
+    address = start_with_stall(env, 1500)
+    stuck = env.pod("stuck", [{"name": "v", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 2000})
+    unique = f"kubernetes.io/csi/{stuck['metadata']['uid']}-v"
     env.driver.control.wait_hung("NodePublishVolume", timeout=15)
     fuse = DeadFuse(env.target(stuck, "v"))
     try:
         env.driver.control.release("NodePublishVolume")
-        time.sleep(0.5)  # the publish's answer reaches kvolumed
-        fine = env.pod("fine", [{"name": "v", "csi": {"driver": DRIVER}}])
-        env.wait_mounted(env.target(fine, "v"))
-        for _ in range(5):
-            started = time.monotonic()
-            status, _, _ = get(address, "/healthz")
-            assert status == 200 and time.monotonic() - started < 2
-            time.sleep(0.2)
+        assert_pods_come_and_go(env, address, ["fine0"])
+        event = env.wait_event("VolumeUnresponsive", 'volume "v" does not answer', timeout=15)[0]
+        assert event["type"] == "Warning" and event["involvedObject"]["uid"] == stuck["metadata"]["uid"]
+
+        def reported():
+            state, vol = described(address, unique)
+            return state["unresponsive"] == 1 and vol and vol["unresponsive"] and (state, vol)
+        state, vol = wait_until(reported, what="the volume reported unresponsive in /volumes")
+        assert vol["unresponsive_since"] is not None and vol["next_retry"] is not None
+        assert "does not answer" in vol["last_error"]["message"]
+        assert vol["last_error"]["operation"] == "publish"
+        assert vol["publishes"][0]["state"] == "uncertain"  # mounted, not as the pod asked
+        _, _, body = get(address, "/metrics")
+        assert samples(body)['kvolumed_volumes{state="unresponsive"}'] == 1
+
+        # Retried with backoff (a second stalled walk doubled it), while
+        # other pods' volumes keep coming and going.
+        assert_pods_come_and_go(env, address, ["fine1", "fine2"])
+        wait_until(lambda: described(address, unique)[1]["retries"][0]["backoff_seconds"] >= 1.0, timeout=20,
+                   what="a second failed attempt")
         assert env.agent.proc.poll() is None
     finally:
         fuse.close()
+    # It answers again: the next retry publishes it and the report clears.
+    wait_until(lambda: (v := described(address, unique)[1]) and not v["unresponsive"]
+               and v["publishes"][0]["state"] == "done", timeout=30, what="the volume published once it answers")
+    assert os.stat(env.target(stuck, "v")).st_gid == 2000
+    _, _, body = get(address, "/metrics")
+    assert samples(body)['kvolumed_volumes{state="unresponsive"}'] == 0
+    env.api.remove("pods", "default", "stuck")
+    env.wait_gone(env.target(stuck, "v"))
+
+
+def test_an_fsgroup_walk_that_hangs_fails_at_its_deadline(volume_env):
+    """The fsGroup walk into a file system that does not answer is stopped
+    when it made no progress for the deadline (2 min by default, 3 s here):
+    the publish fails with a VolumeUnresponsive and a FailedMount Event, not
+    before the deadline; the walking child is killed and reaped, so retries
+    do not pile up children stuck in the file system; other pods' walks and
+    volumes are unaffected."""
+    import time
+    from integration.agent_fixtures import DRIVER
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"], fsGroupPolicy="File")
+    env.driver.control.hang("NodePublishVolume", count=1, when="after")
+    address = start_with_stall(env, 3000)
+    stuck = env.pod("stuck", [{"name": "v", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 2000})
+    unique = f"kubernetes.io/csi/{stuck['metadata']['uid']}-v"
+    env.driver.control.wait_hung("NodePublishVolume", timeout=15)
+    fuse = DeadFuse(env.target(stuck, "v"))
+    try:
+        released = time.monotonic()
+        env.driver.control.release("NodePublishVolume")
+        assert_pods_come_and_go(env, address, ["fine"])
+        # The walk cannot have been given up before its deadline.
+        if time.monotonic() - released < 2.5:
+            assert not [e for e in env.events() if e.get("reason") == "VolumeUnresponsive"]
+        event = env.wait_event("VolumeUnresponsive", "made no progress for 3.0 s", timeout=15)[0]
+        assert time.monotonic() - released >= 3.0
+        assert event["involvedObject"]["name"] == "stuck"
+        failed = env.wait_event("FailedMount", "its file system does not answer")[0]
+        assert failed["message"].startswith('MountVolume.SetUp failed for volume "v"')
+        # Three stalled walks: each child was killed and reaped, none piles up.
+        wait_until(lambda: described(address, unique)[1]["retries"][0]["backoff_seconds"] >= 2.0, timeout=30,
+                   what="a third failed attempt")
+        children = children_of(env.agent.proc.pid)
+        assert len(children) <= 1 and not [c for c in children if c[1] == "Z"], children
+        assert env.agent.proc.poll() is None
+    finally:
+        fuse.close()
+    env.wait_mounted(env.target(stuck, "v"))
+    wait_until(lambda: (v := described(address, unique)[1]) and v["publishes"][0]["state"] == "done"
+               and v["last_error"] is None, timeout=30, what="published once the file system answers")
+    env.api.remove("pods", "default", "stuck")
+    env.wait_gone(env.target(stuck, "v"))
+
+
+def test_staging_again_over_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
+    """A NodeStageVolume that times out after the driver mounted leaves the
+    volume uncertain, its staging path a mount point whose file system may no
+    longer answer.  Staging it again makes the path's directories first: that
+    must ask the file system mounted there nothing on the event loop (it
+    once opened the mount point for reading, and the loop hung in FUSE's
+    OPENDIR).  The retry reaches the driver, other pods' volumes come and go."""
+    from integration.agent_fixtures import wait_until
+    from integration.test_agent_metrics import get
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"], fsGroupPolicy="File")
+    env.pv("pv-hung", "vol-hung", claim="hung")
+    env.pvc("hung", "pv-hung")
+    env.driver.control.hang("NodeStageVolume", count=1, when="after")
+    address = start_with_stall(env, 120000, csi="call-timeout = 2s\n")
+    env.pod("web", [{"name": "data", "persistentVolumeClaim": {"claimName": "hung"}}])
+    env.driver.control.wait_hung("NodeStageVolume", timeout=15)
+    fuse = DeadFuse(env.staging("vol-hung"))
+    try:
+        # The call times out (uncertain), and the stage is retried after its
+        # backoff; /healthz answers all along (a loop stuck in the file
+        # system would leave it unanswered: urllib's 5 s timeout).
+        def retried():
+            status, _, _ = get(address, "/healthz")
+            assert status == 200
+            return len(env.calls("NodeStageVolume")) >= 2
+        wait_until(retried, timeout=20, what="the stage tried again")
+        assert "timed out" in env.agent.output() or "DeadlineExceeded" in env.agent.output()
+        assert_pods_come_and_go(env, address, ["fine0", "fine1"])
+        assert env.agent.proc.poll() is None
+    finally:
+        fuse.close()
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(env.staging("vol-hung")), timeout=30)
 
 
 def test_a_slow_service_manager_does_not_stall_the_agent(volume_env, tmp_path):

@@ -214,8 +214,9 @@ static int request_parse(Request *r, const cJSON *in) {
                 .n_volume_context = r->n_volume_context,
         };
         r->unpublish = (CsiNodeUnpublishVolumeRequest){ jstr(j, "volume_id"), jstr(j, "target_path") };
-        r->stats = (CsiNodeGetVolumeStatsRequest){ jstr(j, "volume_id"), jstr(j, "volume_path"),
-                                                   jstr(j, "staging_target_path") };
+        r->stats = (CsiNodeGetVolumeStatsRequest){ .volume_id = jstr(j, "volume_id"),
+                                                   .volume_path = jstr(j, "volume_path"),
+                                                   .staging_target_path = jstr(j, "staging_target_path") };
         range = cJSON_GetObjectItemCaseSensitive(j, "capacity_range");
         r->expand = (CsiNodeExpandVolumeRequest){
                 .volume_id = jstr(j, "volume_id"),

@@ -44,6 +44,7 @@ static void test_defaults(void **state) {
         assert_int_equal(c->call_timeout_usec, 2 * USEC_PER_MINUTE);
         assert_int_equal(c->max_parallel, 64);
         assert_int_equal(c->republish_interval_usec, USEC_PER_MINUTE);
+        assert_int_equal(c->stats_interval_usec, USEC_PER_MINUTE);
         assert_int_equal(c->n_drivers, 0);
         assert_string_equal(c->metrics_listen, "127.0.0.1:10284");
         assert_int_equal(c->log_level, LOG_INFO);
@@ -66,6 +67,7 @@ static void test_every_key(void **state) {
                              "call-timeout = 1500ms\n"
                              "max-parallel = 8\n"
                              "republish-interval = 2h\n"
+                             "stats-interval = 30s\n"
                              "[driver \"hostpath.csi.k8s.io\"]\n"
                              "endpoint = unix:///run/hp/csi.sock ; static\n"
                              "[driver \"other.example.com\"]\n"
@@ -87,10 +89,11 @@ static void test_every_key(void **state) {
         assert_int_equal(c->call_timeout_usec, 1500 * USEC_PER_MSEC);
         assert_int_equal(c->max_parallel, 8);
         assert_int_equal(c->republish_interval_usec, 2 * USEC_PER_HOUR);
+        assert_int_equal(c->stats_interval_usec, 30 * USEC_PER_SEC);
         assert_int_equal(c->n_drivers, 2);
         assert_string_equal(c->drivers[0].name, "hostpath.csi.k8s.io");
         assert_string_equal(c->drivers[0].endpoint, "unix:///run/hp/csi.sock");
-        assert_int_equal(c->drivers[0].line, 16);
+        assert_int_equal(c->drivers[0].line, 17);
         assert_string_equal(config_find_driver(c, "other.example.com")->endpoint, "unix:///run/o.sock");
         assert_null(config_find_driver(c, "nope"));
         assert_string_equal(c->metrics_listen, "[::1]:9000");
@@ -114,6 +117,10 @@ static void test_every_key(void **state) {
                                   "csi.call-timeout = 1500ms\n"
                                   "csi.max-parallel = 8\n"
                                   "csi.republish-interval = 2h\n"
+                                  "csi.stats-interval = 30s\n"
+                                  "csi.attach-limit-refresh-interval = 0\n"
+                                  "volumes.selinux-mount-all = false\n"
+                                  "volumes.expand-check-interval = 1m\n"
                                   "metrics.listen = [::1]:9000\n"
                                   "log.level = debug\n"
                                   "driver \"hostpath.csi.k8s.io\".endpoint = unix:///run/hp/csi.sock\n"
@@ -160,7 +167,7 @@ static void test_indented_key_and_bom(void **state) {
 static void test_errors_name_file_and_line(void **state) {
         parse_fails("[agent]\nnode-name = n\nbogus = 1\n", "t.conf:3: unknown key \"bogus\" in section [agent]");
         parse_fails("# c\n[agnet]\n", "t.conf:2: unknown section [agnet] (known: agent, kubernetes, csi, "
-                                      "driver \"NAME\", metrics, log)");
+                                      "driver \"NAME\", volumes, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[csi]\n[agent]\n", "t.conf:4: section [agent] repeated (first on line 1)");
         parse_fails("[agent]\nnode-name = n\nnode-name = m\n",
                     "t.conf:3: key \"node-name\" repeated in section [agent] (first on line 2)");
@@ -199,6 +206,20 @@ static void test_errors_name_file_and_line(void **state) {
                     "t.conf:3: [driver \"d.example\"] has no endpoint (endpoint = unix:///path/to/csi.sock)");
 }
 
+static void test_bool(void **state) {
+        Config *c = parse_ok("[agent]\nnode-name = n\n");
+        assert_false(c->selinux_mount_all);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[volumes]\nselinux-mount-all = true\n");
+        assert_true(c->selinux_mount_all);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[volumes]\nselinux-mount-all =\n");
+        assert_false(c->selinux_mount_all); /* empty: the default */
+        config_free(c);
+        parse_fails("[agent]\nnode-name = n\n[volumes]\nselinux-mount-all = yes\n",
+                    "t.conf:4: selinux-mount-all: \"yes\" is not true or false");
+}
+
 static void test_more_errors(void **state) {
         parse_fails("[agent]\nnode-name = n\n[driver \"d.example\"]\nsocket = unix:///a\n",
                     "t.conf:4: unknown key \"socket\" in section [driver \"d.example\"] (known: endpoint)");
@@ -206,7 +227,7 @@ static void test_more_errors(void **state) {
                     "t.conf:1: \"bad/name\" is not a valid CSI driver name (at most 63 alphanumerics, '-' and '.', "
                     "alphanumeric at both ends)");
         parse_fails("[driver hostpath]\n", "t.conf:1: unknown section [driver hostpath] (known: agent, kubernetes, "
-                                           "csi, driver \"NAME\", metrics, log)");
+                                           "csi, driver \"NAME\", volumes, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\n[driver \"d\"]\n",
                     "t.conf:5: section [driver \"d\"] repeated (first on line 3)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\nendpoint = unix:///b\n",
@@ -237,6 +258,21 @@ static void test_long_line(void **state) {
         Config *c = parse_ok(text);
         assert_string_equal(c->root_dir, path);
         config_free(c);
+}
+
+static void test_duration_or_off(void **state) {
+        Config *c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 0\n");
+        assert_int_equal(c->stats_interval_usec, 0);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 0s\n");
+        assert_int_equal(c->stats_interval_usec, 0);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 1500ms\n");
+        assert_int_equal(c->stats_interval_usec, 1500 * USEC_PER_MSEC);
+        config_free(c);
+        parse_fails("[agent]\nnode-name = n\n[csi]\nstats-interval = 5\n",
+                    "t.conf:4: stats-interval: \"5\" is neither a duration (an integer with ms, s, m or h, e.g. 90s) "
+                    "nor 0 (off)");
 }
 
 static void test_durations(void **state) {
@@ -296,9 +332,11 @@ int main(void) {
                 cmocka_unit_test(test_indented_key_and_bom),
                 cmocka_unit_test(test_errors_name_file_and_line),
                 cmocka_unit_test(test_more_errors),
+                cmocka_unit_test(test_bool),
                 cmocka_unit_test(test_driver_without_endpoint_at_end),
                 cmocka_unit_test(test_long_line),
                 cmocka_unit_test(test_durations),
+                cmocka_unit_test(test_duration_or_off),
                 cmocka_unit_test(test_example_file),
                 cmocka_unit_test(test_unreadable_file),
         };

@@ -227,7 +227,7 @@ static void fake_stats(VolumeManagerStats *ret, void *userdata) {
         (*calls)++;
         *ret = (VolumeManagerStats){
                 .pods = 9, .desired = 5, .waiting = 1, .published = 3,
-                .uncertain = 2, .staged = 4, .running = 7,
+                .uncertain = 2, .staged = 4, .running = 7, .failing = 6, .unresponsive = 8,
         };
 }
 
@@ -242,9 +242,11 @@ static void test_volumes_gauge(void **state) {
         assert_int_equal(calls, 1); /* read at scrape time */
         gauge = grep(text, "kvolumed_volumes");
         assert_string_equal(gauge, "kvolumed_volumes{state=\"desired\"} 5\n"
+                                   "kvolumed_volumes{state=\"failing\"} 6\n"
                                    "kvolumed_volumes{state=\"published\"} 3\n"
                                    "kvolumed_volumes{state=\"staged\"} 4\n"
                                    "kvolumed_volumes{state=\"uncertain\"} 2\n"
+                                   "kvolumed_volumes{state=\"unresponsive\"} 8\n"
                                    "kvolumed_volumes{state=\"waiting\"} 1\n");
         assert_non_null(strstr(text, "# TYPE kvolumed_volumes gauge\n"));
         /* Between the reconcile histogram and storage_..., by name. */
@@ -325,6 +327,65 @@ static void test_many_series(void **state) {
         }
 }
 
+static void collect_fake(MetricsScrape *s, void *userdata) {
+        unsigned *calls = userdata;
+        (*calls)++;
+        /* Out of order, a repeat, and a value to escape. */
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUME_STATS_CAPACITY_BYTES,
+                                            (const char *const[]){ "ns-b", "claim" }, 2048), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUME_STATS_CAPACITY_BYTES,
+                                            (const char *const[]){ "ns-a", "c\"q" }, 67108864), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUME_STATS_CAPACITY_BYTES,
+                                            (const char *const[]){ "ns-b", "claim" }, 1), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUME_MANAGER_TOTAL_VOLUMES,
+                                            (const char *const[]){ "kubernetes.io/csi:d", "desired_state_of_world" },
+                                            3), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_API_WATCH_RESTARTS, (const char *const[]){ "pods" }, 0), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_CSI_CALLS_IN_FLIGHT, (const char *const[]){ "d" }, 2), 0);
+        assert_int_equal(metrics_scrape_add(s, _METRICS_SCRAPED_MAX, NULL, 1), -EINVAL);
+}
+
+static void test_scraped_families(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *capacity = NULL;
+        unsigned calls = 0;
+
+        assert_int_equal(metrics_new(&m), 0);
+        metrics_set_collector(m, collect_fake, &calls);
+        text = render(m);
+        assert_int_equal(calls, 1); /* read at scrape time */
+        /* Sorted by label values; the first of a repeat stays. */
+        capacity = grep(text, "kubelet_volume_stats_capacity_bytes");
+        assert_string_equal(capacity,
+                            "kubelet_volume_stats_capacity_bytes{namespace=\"ns-a\",persistentvolumeclaim=\"c\\\"q\"} "
+                            "67108864\n"
+                            "kubelet_volume_stats_capacity_bytes{namespace=\"ns-b\",persistentvolumeclaim=\"claim\"} "
+                            "2048\n");
+        assert_non_null(strstr(text, "# HELP kubelet_volume_stats_capacity_bytes [ALPHA] Capacity in bytes of the "
+                                     "volume\n# TYPE kubelet_volume_stats_capacity_bytes gauge\n"));
+        assert_non_null(strstr(text, "# TYPE kvolumed_api_watch_restarts_total counter\n"
+                                     "kvolumed_api_watch_restarts_total{resource=\"pods\"} 0\n"));
+        assert_non_null(strstr(text, "kvolumed_csi_calls_in_flight{driver_name=\"d\"} 2\n"));
+        assert_non_null(strstr(text, "# HELP volume_manager_total_volumes [ALPHA] Number of volumes in Volume "
+                                     "Manager\n# TYPE volume_manager_total_volumes gauge\n"
+                                     "volume_manager_total_volumes{plugin_name=\"kubernetes.io/csi:d\","
+                                     "state=\"desired_state_of_world\"} 3\n"));
+        /* Families without a sample are left out. */
+        assert_null(strstr(text, "kubelet_volume_stats_used_bytes"));
+        assert_null(strstr(text, "kvolumed_csi_calls_queued"));
+        /* Families in name order, as the Go client writes them. */
+        const char *order[] = { "# TYPE kubelet_volume_stats_capacity_bytes", "# TYPE kvolumed_api_watch_restarts_total",
+                                "# TYPE kvolumed_csi_calls_in_flight", "# TYPE kvolumed_reconcile_seconds",
+                                "# TYPE volume_manager_total_volumes" };
+        for (size_t i = 1; i < ELEMENTSOF(order); i++)
+                assert_true(strstr(text, order[i - 1]) < strstr(text, order[i]));
+
+        metrics_set_collector(m, NULL, NULL);
+        free(text);
+        text = render(m);
+        assert_string_equal(text, reconcile_empty);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_empty_registry),
@@ -336,6 +397,7 @@ int main(void) {
                 cmocka_unit_test(test_hooks),
                 cmocka_unit_test(test_invalid_observations),
                 cmocka_unit_test(test_many_series),
+                cmocka_unit_test(test_scraped_families),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

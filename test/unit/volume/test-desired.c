@@ -334,6 +334,103 @@ static void test_malicious_names_refused(void **state) {
         fake_free(&f);
 }
 
+static K8sPod *pod_with_security(const char *security_context) {
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\"},"
+                 "\"spec\":{\"securityContext\":%s,\"volumes\":[{\"name\":\"data\",\"persistentVolumeClaim\":"
+                 "{\"claimName\":\"claim\"}}],\"containers\":[{\"name\":\"c\",\"volumeMounts\":[{\"name\":"
+                 "\"data\",\"mountPath\":\"/d\"}]}]}}",
+                 security_context);
+        return decode(&k8s_kind_pod, json);
+}
+
+static char *label_of(const char *security_context) {
+        K8sPod *pod = pod_with_security(security_context);
+        char *label = NULL;
+        assert_int_equal(desired_selinux_label(pod, &label), 0);
+        k8s_pod_free(pod);
+        return label;
+}
+
+static void test_selinux_label(void **state) {
+        char *l;
+
+        /* The runtime's file label: the pod's user and level, object_r and container_file_t. */
+        l = label_of("{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"}}");
+        assert_string_equal(l, "system_u:object_r:container_file_t:s0:c1,c2");
+        free(l);
+        l = label_of("{\"seLinuxOptions\":{\"user\":\"staff_u\",\"role\":\"staff_r\",\"type\":\"spc_t\","
+                     "\"level\":\"s0-s0:c0.c1023\"}}");
+        assert_string_equal(l, "staff_u:object_r:container_file_t:s0-s0:c0.c1023");
+        free(l);
+        /* No level: the runtime picks one kubelet cannot know. */
+        assert_null(label_of("{\"seLinuxOptions\":{\"user\":\"staff_u\"}}"));
+        assert_null(label_of("{}"));
+        /* Nothing that could end the quoted mount option. */
+        assert_null(label_of("{\"seLinuxOptions\":{\"level\":\"s0\\\",nosuid\"}}"));
+        assert_null(label_of("{\"seLinuxOptions\":{\"user\":\"a b\",\"level\":\"s0\"}}"));
+}
+
+static void test_selinux_context_and_rwop(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        K8sPod *pod = pod_with_security("{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"},"
+                                        "\"seLinuxChangePolicy\":\"MountOption\"}");
+        DesiredPod *p = NULL;
+        const char *label = "system_u:object_r:container_file_t:s0:c1,c2";
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{\"csi\":{\"driver\":"
+                                        "\"d.example.com\",\"volumeHandle\":\"h\"},\"accessModes\":"
+                                        "[\"ReadWriteOncePod\"]}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        VolumeSpec *s = p->volumes[0].spec;
+        assert_non_null(s);
+        assert_true(s->rwop);
+        assert_string_equal(s->selinux_label, label);
+        assert_string_equal(s->selinux_change_policy, "MountOption");
+        VolumeSpec *copy = volume_spec_copy(s);
+        assert_true(copy->rwop);
+        assert_string_equal(copy->selinux_label, label);
+        volume_spec_free(copy);
+
+        assert_string_equal(volume_spec_selinux_context(s, true, true, false), label);
+        assert_null(volume_spec_selinux_context(s, false, true, false)); /* no SELinux on the host */
+        assert_null(volume_spec_selinux_context(s, true, false, false)); /* driver without seLinuxMount */
+        free(s->selinux_change_policy);
+        s->selinux_change_policy = strdup("Recursive");
+        assert_null(volume_spec_selinux_context(s, true, true, true));
+        /* Not RWOP: only with the switch, and only for MountOption. */
+        s->rwop = false;
+        assert_null(volume_spec_selinux_context(s, true, true, true));
+        free(s->selinux_change_policy);
+        s->selinux_change_policy = NULL;
+        assert_null(volume_spec_selinux_context(s, true, true, true));
+        s->selinux_change_policy = strdup("MountOption");
+        assert_null(volume_spec_selinux_context(s, true, true, false));
+        assert_string_equal(volume_spec_selinux_context(s, true, true, true), label);
+        s->block = true; /* a device is not mounted */
+        assert_null(volume_spec_selinux_context(s, true, true, true));
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+
+        /* More than one mode: not RWOP (kubelet cannot tell which one the pod means). */
+        f = (Fake){};
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{\"csi\":{\"driver\":"
+                                        "\"d.example.com\",\"volumeHandle\":\"h\"},\"accessModes\":"
+                                        "[\"ReadWriteOnce\",\"ReadWriteOncePod\"]}}");
+        pod = pod_with_security("{}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_false(p->volumes[0].spec->rwop);
+        assert_null(p->volumes[0].spec->selinux_label);
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
 static void test_pod_volumes_wanted(void **state) {
         K8sPod *pod = pod_with("", "", "");
         assert_true(pod_volumes_wanted(pod));
@@ -365,6 +462,8 @@ int main(void) {
                 cmocka_unit_test(test_refused_lookup_waits_with_server_message),
                 cmocka_unit_test(test_malicious_names_refused),
                 cmocka_unit_test(test_pod_volumes_wanted),
+                cmocka_unit_test(test_selinux_label),
+                cmocka_unit_test(test_selinux_context_and_rwop),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

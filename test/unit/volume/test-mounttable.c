@@ -4,6 +4,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysmacros.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -133,8 +136,54 @@ static void test_other_mounts_of_a_file_system(void **state) {
         mount_table_free(t);
 }
 
+static void parse(const char *line, int expect_r, int expect_id, dev_t expect_devno, const char *expect_target) {
+        char *target = NULL;
+        dev_t devno = 0;
+        int id = -1;
+
+        assert_int_equal(mountinfo_parse_line(line, strlen(line), &id, &devno, &target), expect_r);
+        if (expect_r < 0) {
+                assert_null(target);
+                return;
+        }
+        assert_int_equal(id, expect_id);
+        assert_true(devno == expect_devno);
+        assert_string_equal(target, expect_target);
+        free(target);
+}
+
+/* mountinfo's format (proc(5)): what the kernel's mangle escapes comes back. */
+static void test_parse_mountinfo_lines(void **state) {
+        parse("36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue", 0, 36,
+              makedev(98, 0), "/mnt2");
+        parse("7 1 0:41 / /var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/with\\040space/mount rw - tmpfs t rw",
+              0, 7, makedev(0, 41), "/var/lib/kubelet/pods/u/volumes/kubernetes.io~csi/with space/mount");
+        parse("8 1 259:3 / /a\\134b\\011c\\012d rw - ext4 /dev/x rw", 0, 8, makedev(259, 3), "/a\\b\tc\nd");
+        /* A backslash that starts no escape, and one at the very end. */
+        parse("9 1 0:5 / /a\\9b\\ rw - tmpfs t rw", 0, 9, makedev(0, 5), "/a\\9b\\");
+        parse("10 1 0:5 / /a\\000b rw - tmpfs t rw", -EBADMSG, 0, 0, NULL);
+        parse("10 1 0:5 /", -EBADMSG, 0, 0, NULL);
+        parse("x 1 0:5 / /a rw", -EBADMSG, 0, 0, NULL);
+        parse("11 1 05 / /a rw", -EBADMSG, 0, 0, NULL);
+        parse("12  1 0:5 / /a rw", -EBADMSG, 0, 0, NULL);
+        parse("", -EBADMSG, 0, 0, NULL);
+        parse("13 1 0: / /a rw", -EBADMSG, 0, 0, NULL);
+
+        /* Only "len" bytes are read: a line in the middle of the file has no NUL. */
+        {
+                const char text[] = "14 1 0:6 / /abc rw\n15 1 0:7 / /next rw";
+                char *target = NULL;
+                dev_t devno;
+                int id;
+                assert_int_equal(mountinfo_parse_line(text, 14, &id, &devno, &target), 0);
+                assert_string_equal(target, "/ab");
+                free(target);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(test_tracks_mounts_under_root),
-                                            cmocka_unit_test(test_other_mounts_of_a_file_system) };
+                                            cmocka_unit_test(test_other_mounts_of_a_file_system),
+                                            cmocka_unit_test(test_parse_mountinfo_lines) };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

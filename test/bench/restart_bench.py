@@ -27,41 +27,16 @@ import tempfile
 import time
 import urllib.request
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "test"))
-sys.path.insert(0, os.path.join(REPO, "test", "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from benchlib import (free_port, kvolumed_path, mounts_under, pod, read_calls,  # noqa: E402
+                      request_kind, start_node, wait)
 from doubles.fakeapi import FakeApiServer  # noqa: E402
-from volume_bench import mounts_under, pod, read_calls, start_node, wait  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gauge(text, state):
     m = re.search(r'^kvolumed_volumes\{state="%s"\} (\d+)$' % state, text, re.M)
     return int(m.group(1)) if m else -1
-
-
-def request_kind(r):
-    """"VERB resource[/subresource]", with LIST and WATCH told from GET."""
-    parts = [p for p in r["path"].split("/") if p]
-    resource = parts[-1]
-    for i, p in enumerate(parts):
-        if p in ("pods", "nodes", "csidrivers", "csinodes", "events", "persistentvolumeclaims",
-                 "persistentvolumes", "volumeattachments", "secrets"):
-            resource = p + ("/" + parts[i + 2] if len(parts) > i + 2 else "")
-            break
-    verb = r["method"]
-    query = r.get("query") or {}
-    if verb == "GET" and (r.get("watch") or "watch" in query):
-        verb = "WATCH"
-    elif verb == "GET" and parts[-1] in ("pods", "nodes", "csidrivers"):
-        verb = "LIST"
-    return f"{verb} {resource}"
 
 
 def main():
@@ -86,14 +61,13 @@ def main():
     notify_path = os.path.join(sockdir, "notify.sock")
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(notify_path)
-    build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
     agent = None
     try:
         driver, driver_state, config = start_node(api, work, sockdir, root, listen=f"127.0.0.1:{port}")
         procs.append(driver)
 
         def start():
-            return subprocess.Popen([os.path.join(build, "agent", "kvolumed"), "--config", config],
+            return subprocess.Popen([kvolumed_path(), "--config", config],
                                     env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr", NOTIFY_SOCKET=notify_path),
                                     stderr=open(os.path.join(work, "kvolumed.log"), "a"))
 

@@ -22,83 +22,11 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "test"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from benchlib import (cpu_seconds, kvolumed_path, mounts_under, percentile, pod,  # noqa: E402
+                      read_calls, start_node, wait)
 from doubles.fakeapi import FakeApiServer  # noqa: E402
-
-DRIVER = "mock.csi.kvolumed.io"
-NODE = "bench-node"
-
-
-def mounts_under(root):
-    n = 0
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            if line.split()[4].startswith(root + "/"):
-                n += 1
-    return n
-
-
-def wait(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
-        time.sleep(0.005)
-
-
-def pod(name, volumes):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE,
-                     "volumes": [{"name": v, "csi": {"driver": DRIVER}} for v in volumes],
-                     "containers": [{"name": "c", "image": "x",
-                                     "volumeMounts": [{"name": v, "mountPath": "/" + v} for v in volumes]}]},
-            "status": {"phase": "Running"}}
-
-
-def cpu_seconds(pid):
-    """user + system CPU time of a process, from /proc."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values, p):
-    values = sorted(values)
-    k = (len(values) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def read_calls(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def start_node(api, work, sockdir, root, listen=""):
-    """The node both benchmarks use: its Node and an Ephemeral-only CSIDriver
-    in the fake API server, the mock driver in tmpfs mode, and kvolumed's
-    configuration (log level warning).  Returns (driver process, its state
-    dir, the configuration path)."""
-    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
-    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
-                "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
-    driver_state = os.path.join(work, "driver")
-    driver = subprocess.Popen(
-        ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
-         "--name", DRIVER, "--state-dir", driver_state, "--tmpfs"],
-        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True)
-    driver.stdout.readline()
-    config = os.path.join(work, "kvolumed.conf")
-    with open(config, "w") as f:
-        f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
-                f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
-                f"[csi]\nregistration-dir =\n"
-                f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
-                f"[metrics]\nlisten = {listen}\n[log]\nlevel = warning\n")
-    return driver, driver_state, config
 
 
 def main():
@@ -121,8 +49,7 @@ def main():
     try:
         driver, driver_state, config = start_node(api, work, sockdir, root)
         procs.append(driver)
-        build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
-        agent = subprocess.Popen([os.path.join(build, "agent", "kvolumed"), "--config", config],
+        agent = subprocess.Popen([kvolumed_path(), "--config", config],
                                  env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),
                                  stderr=open(os.path.join(work, "kvolumed.log"), "w"))
         procs.append(agent)

@@ -1,0 +1,226 @@
+"""What the benchmarks in test/bench/ share: the node they set up (the fake
+API server in process, the mock CSI driver in tmpfs mode, kvolumed's
+configuration), pod objects, waiting, the driver's call log read as it
+grows, /proc figures of a process, percentiles and the machine's
+description.  Imported by volume_bench.py, restart_bench.py and suite.py."""
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "test"))
+
+DRIVER = "mock.csi.kvolumed.io"
+NODE = "bench-node"
+
+
+def mounts_under(root):
+    n = 0
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            if line.split()[4].startswith(root + "/"):
+                n += 1
+    return n
+
+
+def wait(predicate, timeout, what, interval=0.005, alive=None):
+    """alive: a process that must not exit meanwhile (kvolumed)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if alive is not None and alive.poll() is not None:
+            raise SystemExit(f"bench: kvolumed exited ({alive.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def pod(name, volumes, claims=()):
+    """A running pod on the bench node with an inline CSI volume per name in
+    `volumes` and a PVC volume per claim name in `claims`."""
+    vols = [{"name": v, "csi": {"driver": DRIVER}} for v in volumes]
+    vols += [{"name": f"claim-{c}", "persistentVolumeClaim": {"claimName": c}} for c in claims]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": NODE, "volumes": vols,
+                     "containers": [{"name": "c", "image": "x",
+                                     "volumeMounts": [{"name": v["name"], "mountPath": "/" + v["name"]}
+                                                      for v in vols]}]},
+            "status": {"phase": "Running"}}
+
+
+def cpu_seconds(pid):
+    """user + system CPU time of a process (all its threads), from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(pid):
+    """(voluntary, involuntary) context switches summed over every thread:
+    a voluntary one is a sleep, so their rate is the process's wake-ups."""
+    vol = invol = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol += int(line.split()[1])
+        except FileNotFoundError:  # a thread that just ended
+            pass
+    return vol, invol
+
+
+def status_kib(pid, key):
+    """A "kB" line of /proc/PID/status (VmRSS, VmHWM, RssAnon...)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def percentile(values, p):
+    values = sorted(values)
+    k = (len(values) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def read_calls(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class CallLogTail:
+    """The mock driver's call log, read incrementally: polling it costs the
+    new lines only, not the whole file (which grows to thousands of lines and
+    would take the CPU the figures are about).  `calls` holds every call read
+    so far; a call is logged after its reply, with "time" (start) and
+    "duration" in seconds."""
+
+    def __init__(self, path, alive=None):
+        self.path = path
+        self.alive = alive  # wait() fails at once when this process exits
+        self.pos = 0
+        self.calls = []
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return self.calls
+        end = data.rfind(b"\n") + 1  # a line being written is read next time
+        for line in data[:end].splitlines():
+            if line.strip():
+                self.calls.append(json.loads(line))
+        self.pos += end
+        return self.calls
+
+    def mark(self):
+        return len(self.poll())
+
+    def since(self, mark, method=None, code="OK"):
+        return [c for c in self.poll()[mark:]
+                if (method is None or c["method"] == method) and (code is None or c["code"] == code)]
+
+    def wait(self, mark, method, count, timeout, what=None):
+        """Waits for `count` OK calls of `method` after `mark`; returns them."""
+        found = []
+
+        def enough():
+            found[:] = self.since(mark, method)
+            return len(found) >= count
+        wait(enough, timeout, what or f"{count} {method} replies", alive=self.alive)
+        return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request_kind(r):
+    """"VERB resource[/subresource]" of a fake API server request log entry,
+    with LIST and WATCH told from GET."""
+    parts = [p for p in r["path"].split("/") if p]
+    resource = parts[-1]
+    for i, p in enumerate(parts):
+        if p in ("pods", "nodes", "csidrivers", "csinodes", "events", "persistentvolumeclaims",
+                 "persistentvolumes", "volumeattachments", "secrets"):
+            resource = p + ("/" + parts[i + 2] if len(parts) > i + 2 else "")
+            break
+    verb = r["method"]
+    query = r.get("query") or {}
+    if verb == "GET" and (r.get("watch") or "watch" in query):
+        verb = "WATCH"
+    elif verb == "GET" and parts[-1] in ("pods", "nodes", "csidrivers"):
+        verb = "LIST"
+    return f"{verb} {resource}"
+
+
+def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral",), driver_args=()):
+    """The node the benchmarks use: its Node and a CSIDriver (no attach) in
+    the fake API server, the mock driver in tmpfs mode (plus driver_args),
+    and kvolumed's configuration (log level warning).  Returns (driver
+    process, its state dir, the configuration path)."""
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
+    api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
+                "spec": {"attachRequired": False, "volumeLifecycleModes": list(lifecycle_modes)}})
+    driver_state = os.path.join(work, "driver")
+    driver = subprocess.Popen(
+        ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
+         "--name", DRIVER, "--state-dir", driver_state, "--tmpfs", *driver_args],
+        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
+    driver.stdout.readline()
+    config = os.path.join(work, "kvolumed.conf")
+    with open(config, "w") as f:
+        f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
+                f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
+                f"[csi]\nregistration-dir =\n"
+                f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
+                f"[metrics]\nlisten = {listen}\n[log]\nlevel = warning\n")
+    return driver, driver_state, config
+
+
+def kvolumed_path():
+    build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
+    return os.path.join(build, "agent", "kvolumed")
+
+
+def file_system_of(path):
+    """(type, source) of the file system holding path."""
+    out = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", path],
+                         capture_output=True, text=True).stdout.split()
+    return (out[0], out[1]) if len(out) >= 2 else ("?", "?")
+
+
+def machine(root):
+    """The machine a figure was measured on."""
+    model = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    try:
+        debian = open("/etc/debian_version").read().strip()
+    except OSError:
+        debian = "?"
+    fstype, source = file_system_of(root)
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return {"cpu": model, "cpus": os.cpu_count(), "kernel": platform.release(), "debian": debian,
+            "memory_gib": round(mem_kib / 2**20, 1), "root_dir_fs": fstype, "root_dir_source": source,
+            "loadavg": open("/proc/loadavg").read().split()[:3]}

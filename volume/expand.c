@@ -584,15 +584,17 @@ static void entry_fetch(ExpandEntry *e) {
                 e->get_again = true;
                 return;
         }
-        /* Cheap GETs the Node authorizer allows (pod → claim → volume), never a watch. */
+        /* Cheap GETs the Node authorizer allows (pod → claim → volume), never a
+         * watch.  A request that could not start gives its reference back; the
+         * caller's keeps the entry alive meanwhile. */
         r = k8s_get_object(m->k8s, &k8s_kind_pvc, e->claim_namespace, e->claim_name, on_get_pvc, entry_ref(e));
         if (r < 0)
-                entry_unref(e);
+                e->refs--;
         else
                 e->gets++;
         r = k8s_get_object(m->k8s, &k8s_kind_pv, NULL, e->pv_name, on_get_pv, entry_ref(e));
         if (r < 0)
-                entry_unref(e);
+                e->refs--;
         else
                 e->gets++;
 }

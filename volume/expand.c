@@ -48,7 +48,6 @@ struct ExpandTable {
         sd_event_source *soon;     /* deferred: a check asked for now */
         sd_event_source *retry;    /* the earliest backoff expiry or busy retry */
         uint64_t retry_at;
-        size_t published;          /* publishes of file system PVs after the last pass */
 };
 
 struct ExpandEntry {
@@ -725,26 +724,12 @@ static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void expand_after_pass(VolumeManager *m) {
-        ExpandTable *t = m->expand;
-        size_t n = 0;
-        void *value, *pv;
-
-        if (!t)
-                return;
-        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
-                ActualVolume *av = value;
-                if (av->lifecycle != VOLUME_PERSISTENT || av->block)
-                        continue;
-                for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);)
-                        n += ((ActualPublish *) pv)->state == PUBLISH_DONE;
-        }
+void expand_volume_published(VolumeManager *m) {
         /* kubelet looks at a volume's size when it mounts it: a volume just
          * published has its claim read now, not at the next periodic check
          * (a scan reads only the claims it has not seen yet). */
-        if (n > t->published)
-                check_soon(t);
-        t->published = n;
+        if (m->expand)
+                check_soon(m->expand);
 }
 
 void expand_pod_changed(VolumeManager *m, const K8sPod *pod) {

@@ -301,8 +301,8 @@ int expand_setup(VolumeManager *m);
 void expand_free(VolumeManager *m);
 /* A pod was added or updated: the claims of its published volumes are read now. */
 void expand_pod_changed(VolumeManager *m, const K8sPod *pod);
-/* After a reconcile pass: a volume newly published has its claim read now. */
-void expand_after_pass(VolumeManager *m);
+/* A file system PV was published for a pod: its claim is read now. */
+void expand_volume_published(VolumeManager *m);
 
 /* actual.c */
 ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,

@@ -19,7 +19,6 @@
 
 static int on_pass(sd_event_source *s, void *userdata) {
         reconciler_pass(userdata);
-        expand_after_pass(userdata);
         return 0;
 }
 

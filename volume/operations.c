@@ -991,6 +991,8 @@ static void op_finish(Operation *op, bool success) {
 
         if (success) {
                 actual_backoff_forget(av, op->kind, op->pod.uid);
+                if (op->kind == OP_PUBLISH && !op->republish && av->lifecycle == VOLUME_PERSISTENT && !av->block)
+                        expand_volume_published(m);
                 /* A republish (requiresRepublish, every interval) is routine: debug only. */
                 f.message_id = op->kind == OP_PUBLISH && !op->republish ? LOG_MESSAGE_ID_VOLUME_PUBLISHED
                                : op->kind == OP_UNPUBLISH               ? LOG_MESSAGE_ID_VOLUME_UNPUBLISHED

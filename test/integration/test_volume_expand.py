@@ -161,6 +161,23 @@ def test_non_final_error_is_retried_with_backoff(volume_env):
     assert claim_status(env, "grow").get("allocatedResourceStatuses") in (None, {})
 
 
+def test_a_volume_grown_before_its_pod_started_is_expanded_once_published(volume_env):
+    """kubelet looks at a volume's size when it mounts it: a claim already
+    NodeResizePending when its pod starts is expanded right after the
+    publish, not at the next periodic check (an hour away here), and without
+    any update of the pod."""
+    env = volume_env
+    setup_volume(env)
+    controller_expands(env, "grow", "128Mi")
+    env.start(extra=interval("1h"))
+    pod = env.pod("web", [claim_volume("data", "grow")])
+    env.wait_mounted(env.target(pod, "pv-grow"))
+    call = env.wait_calls("NodeExpandVolume", code="OK")[0]
+    assert call["time"] >= env.wait_calls("NodePublishVolume")[0]["time"]
+    wait_until(lambda: claim_status(env, "grow").get("capacity", {}).get("storage") == "128Mi",
+               what="the claim's new capacity")
+
+
 def test_node_writes_only_the_resize_status_of_its_own_claims(fake_api):
     """The fake's Node authorizer and NodeRestriction for persistentvolumeclaims/status."""
     fake_api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {}})

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* The mount points under root-dir, from /proc/self/mountinfo through libmount,
- * kept current by libmount's kernel monitor on the event loop.  Reading
- * mountinfo costs the kernel real work per line, so a burst of mount changes
- * is read once per MOUNT_TABLE_REFRESH_USEC, and the owner is told after
- * each read, to compare what it holds mounted with what is. */
+/* The mount points under root-dir, from /proc/self/mountinfo (three fields
+ * of each line, read by mountinfo_parse_line()), kept current by libmount's
+ * kernel monitor on the event loop.  Reading mountinfo costs the kernel real
+ * work per line, so a burst of mount changes is read once per
+ * MOUNT_TABLE_REFRESH_USEC (sooner when mount_table_refresh_soon() asks), at
+ * idle priority, and the owner is told after each read, to compare what it
+ * holds mounted with what is. */
 
 #include <systemd/sd-event.h>
 

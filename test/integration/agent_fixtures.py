@@ -200,6 +200,17 @@ def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def answered_requests(api, match, timeout=10.0):
+    """The requests in the fake API server's log that match(request), once
+    every one of them has been answered.  A request's effect is in the store
+    before its answer is logged, so a test that waited for the effect must
+    wait for this too before it reads statuses."""
+    def settled():
+        entries = [r for r in api.requests() if match(r)]
+        return (entries,) if all(r["status"] is not None for r in entries) else None
+    return wait_until(settled, timeout=timeout, interval=0.02, what="the API requests answered")[0]
+
+
 class VolumeEnv:
     """kvolumed on node "test-node" with a private root-dir, against the fake
     API server and one mock CSI driver configured statically.  kvolumed runs

@@ -10,7 +10,7 @@ import os
 import time
 
 from doubles.fakeapi.testclient import Client
-from integration.agent_fixtures import wait_until
+from integration.agent_fixtures import answered_requests, wait_until
 
 MI = 1024 * 1024
 STATUS_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/{}/status"
@@ -57,8 +57,8 @@ def claim_status(env, name):
 
 
 def status_patches(env, name):
-    return [r for r in env.api.requests()
-            if r["method"] == "PATCH" and r["path"] == STATUS_PATH.format(name)]
+    """The claim's status patches, each with its answer."""
+    return answered_requests(env.api, lambda r: r["method"] == "PATCH" and r["path"] == STATUS_PATH.format(name))
 
 
 def test_expansion_reports_in_progress_then_the_new_capacity(volume_env):

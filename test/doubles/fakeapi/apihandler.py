@@ -69,9 +69,11 @@ class ApiHandler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
+        # Logged before the write: a client that hangs up mid-answer must not
+        # leave the request looking unanswered.
+        self._entry["status"] = code
         self.end_headers()
         self.wfile.write(data)
-        self._entry["status"] = code
 
     def _handle(self):
         url = urlsplit(self.path)

@@ -8,6 +8,7 @@ queued error, crash), does the work, and appends one line to the call log.
 """
 import collections
 import concurrent.futures
+import faulthandler
 import os
 import signal
 import sys
@@ -80,6 +81,15 @@ def _socket_path(endpoint):
     if len(path.encode()) > MAX_UNIX_PATH:
         raise SystemExit("socket path longer than %d bytes: %s" % (MAX_UNIX_PATH, path))
     return path
+
+
+def _stopped(shutdown_event, what, timeout=5):
+    """Waits for a gRPC server's stop, but not forever: a server whose
+    shutdown never completes must not keep the driver (and the test that
+    stops it) from exiting; the process ends with os._exit anyway."""
+    if not shutdown_event.wait(timeout):
+        print("mockcsi: the %s did not finish stopping within %d s; going on" % (what, timeout),
+              file=sys.stderr, flush=True)
 
 
 class Driver:
@@ -339,7 +349,7 @@ class Driver:
         """Stop serving and remove the socket: kubelet then deregisters the driver."""
         if self.reg_server is None:
             return
-        self.reg_server.stop(0).wait()
+        _stopped(self.reg_server.stop(0), "registration server")
         self.reg_server = None
         try:
             os.unlink(self.registration_socket)
@@ -380,7 +390,7 @@ class Driver:
         with self.volumes.lock:
             self.stopping = True
         self.faults.release()  # hung calls return (UNAVAILABLE) instead of pinning threads
-        self.server.stop(1).wait()
+        _stopped(self.server.stop(1), "CSI server")
         if self.cleanup_on_stop:
             self.volumes.teardown_all()
         self.control.stop()
@@ -398,5 +408,9 @@ class Driver:
         print(self.ready_line(), flush=True)
         while not self.stop_requested.wait(0.2):
             pass
+        # A stop that hangs must say where: the fixture gives up after 30 s
+        # and shows this stderr.
+        faulthandler.dump_traceback_later(10, repeat=True, file=sys.stderr)
         self.stop()
+        faulthandler.cancel_dump_traceback_later()
         return 0

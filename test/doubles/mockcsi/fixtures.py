@@ -156,7 +156,8 @@ class MockCSI:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise
+            raise RuntimeError("mock CSI driver did not stop within %s s on signal %d; its stderr ends:\n%s"
+                               % (timeout, sig, self.stderr()[-6000:])) from None
 
     def kill(self):
         return self.stop(signal.SIGKILL)

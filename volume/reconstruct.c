@@ -198,6 +198,19 @@ static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver,
 
 /* ---- publishes ------------------------------------------------------------------- */
 
+/* Which volume a running pod had at spec_name's path: see restored_publishes. */
+static void note_restored(VolumeManager *m, const char *pod_uid, const char *spec_name, const char *unique_name) {
+        _cleanup_free_ char *key = NULL;
+        char *value = NULL, *old = NULL;
+
+        if (asprintf(&key, "%s/%s", pod_uid, spec_name) < 0 || !(value = strdup(unique_name)) ||
+            hashmap_put(m->restored_publishes, key, value, (void **) &old) < 0) {
+                free(value);
+                return;
+        }
+        free(old);
+}
+
 static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid, const char *spec_name) {
         _cleanup_free_ char *dir = NULL, *target = NULL, *unique = NULL;
         _cleanup_(records_done) Records rec = {};
@@ -245,6 +258,8 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
                 return;
         pub = hashmap_get(av->publishes, pod_uid);
         pub->stale = found == FOUND_STALE;
+        if (!pub->stale)
+                note_restored(m, pod_uid, spec_name, unique);
         pub->not_a_mount = found == FOUND_DONE && !rec.intent.mount;
         c->published += found == FOUND_DONE;
         c->uncertain += found == FOUND_UNCERTAIN;
@@ -294,6 +309,8 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
         if (r < 0)
                 return;
         ((ActualPublish *) hashmap_get(av->publishes, pod_uid))->stale = found == FOUND_STALE;
+        if (found != FOUND_STALE)
+                note_restored(m, pod_uid, av->spec_name, av->unique_name);
         c->published += found == FOUND_DONE;
         c->uncertain += found == FOUND_UNCERTAIN;
         c->stale += found == FOUND_STALE;

@@ -193,3 +193,31 @@ def test_a_mapping_lost_behind_our_back_is_mapped_again(volume_env):
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnstageVolume")
     assert_nothing_left(env)
+
+
+def test_pv_recreated_with_another_handle_while_down_keeps_the_mapped_device(volume_env):
+    """The running pod keeps the device it had before the restart: the new
+    PV's volume would take its paths (all named after the PV)."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    block_pv(env, "pv-blk", "vol-blk", "blk")
+    env.start()
+    pod = env.pod("web", [claim_volume("disk", "blk")], devices=["disk"])
+    path = wait_mapped(env, pod, "pv-blk")
+    device = env.driver.state()["volumes"]["vol-blk"]["device"]
+    env.agent.proc.kill()
+    env.agent.proc.wait()
+    env.api.remove("persistentvolumes", None, "pv-blk")
+    env.pv("pv-blk", "vol-other", claim="blk", volume_mode="Block")
+    env.start()
+    env.wait_event("VolumeSourceChanged", "vol-other", timeout=15)
+    probe = env.pod("probe", [{"name": "x", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}}])
+    env.wait_mounted(env.target(probe, "x"))
+    assert os.stat(path).st_rdev == os.stat(device).st_rdev
+    assert not env.calls("NodeUnpublishVolume") and not env.calls("NodeUnstageVolume")
+    assert [c["request"]["volume_id"] for c in env.calls("NodeStageVolume")] == ["vol-blk"]
+    env.api.remove("pods", "default", "web")
+    env.api.remove("pods", "default", "probe")
+    env.wait_calls("NodeUnstageVolume")
+    assert [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")] == ["vol-blk"]
+    assert_nothing_left(env)

@@ -200,6 +200,45 @@ def test_pv_recreated_with_another_handle_keeps_the_running_volume(volume_env):
     assert [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")] == ["vol-shared"]
 
 
+def test_pv_recreated_with_another_handle_while_down_keeps_the_running_volume(volume_env):
+    """The same across a restart: the pin is not in memory any more, but the
+    pod's publish found on disk is what the pod resolved.  Unpublishing it
+    to publish the new PV's volume at the same path would swap the data under
+    a running container."""
+    env = volume_env
+    shared_pv(env, attach_required=True)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    target = env.target(pod, "pv-shared")
+    wait_until(lambda: UNIQUE + "vol-shared" in in_use(env), timeout=30, what="volumesInUse")
+    attach(env, "pv-shared", "vol-shared")
+    env.wait_mounted(target)
+    with open(os.path.join(target, "written-before"), "w") as f:
+        f.write("kept")
+    kill_agent(env)
+    env.api.remove("persistentvolumes", None, "pv-shared")
+    env.pv("pv-shared", "vol-other", claim="shared")
+    env.start()
+    env.wait_event("VolumeSourceChanged", "vol-other", timeout=15)
+    # A later pod proves the restarted kvolumed has planned past this one.
+    probe = env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(probe, "x"))
+    assert os.path.ismount(target)
+    with open(os.path.join(target, "written-before")) as f:
+        assert f.read() == "kept"
+    assert target not in unpublished_targets(env)
+    assert [c["request"]["volume_id"] for c in env.calls("NodePublishVolume")
+            if c["request"]["target_path"] == target] == ["vol-shared"]
+    assert not [c for c in env.calls("NodeStageVolume") if c["request"]["volume_id"] == "vol-other"]
+    # The attach/detach controller must not detach what the pod still uses.
+    assert UNIQUE + "vol-shared" in in_use(env) and UNIQUE + "vol-other" not in in_use(env)
+    # The pod keeps its volume until it goes; then all of it goes.
+    env.api.remove("pods", "default", "web")
+    env.api.remove("pods", "default", "probe")
+    assert_all_gone(env)
+    assert [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")] == ["vol-shared"]
+
+
 def test_two_pvs_with_one_handle_publish_at_their_own_paths(volume_env):
     """Defect 6: each pod's target is named after its own PV."""
     env = volume_env

@@ -80,6 +80,13 @@ CsiStaticDrivers *csi_static_drivers_free(CsiStaticDrivers *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(CsiStaticDrivers *, csi_static_drivers_free);
 void csi_static_drivers_retry_deferred(CsiStaticDrivers *s);
 
+/* inotify.c: the directory watches of registration.c and static.c read
+ * their events the same way: every event queued on the non-blocking fd, one
+ * call each. */
+struct inotify_event;
+typedef void (*csi_inotify_event_t)(const struct inotify_event *ev, void *userdata);
+void csi_inotify_drain(int fd, csi_inotify_event_t fn, void *userdata);
+
 /* describe.c */
 bool csi_field_is_secret(const ProtobufCMessageDescriptor *d, const ProtobufCFieldDescriptor *f);
 /* "{volume_id:"v", secrets:<2 redacted>, ...}"; NULL on ENOMEM. */

@@ -530,53 +530,39 @@ static unsigned depth_of(CsiRegistration *reg, const char *path) {
         return n;
 }
 
-static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+static void on_event(const struct inotify_event *ev, void *userdata) {
         CsiRegistration *reg = userdata;
-        union {
-                struct inotify_event ev;
-                char raw[16 * (sizeof(struct inotify_event) + NAME_MAX + 1)];
-        } buf;
+        Watch *w = watch_by_wd(reg, ev->wd);
+        _cleanup_free_ char *path = NULL;
 
-        for (;;) {
-                ssize_t n = read(fd, &buf, sizeof buf);
-                if (n < 0) {
-                        if (errno != EAGAIN && errno != EINTR)
-                                log_warning_errno(errno, "Failed to read inotify events: %m");
-                        break;
-                }
-                for (char *p = buf.raw; p < buf.raw + n;) {
-                        struct inotify_event *ev = (struct inotify_event *) (void *) p;
-                        Watch *w = watch_by_wd(reg, ev->wd);
-                        p += sizeof *ev + ev->len;
-
-                        if (ev->mask & IN_Q_OVERFLOW) {
-                                /* Events were lost: look at everything again. */
-                                log_warning("inotify queue overflow on %s; rescanning.", reg->dir);
-                                (void) scan_dir(reg, reg->dir, 0);
-                                continue;
-                        }
-                        if (!w)
-                                continue;
-                        if (ev->mask & IN_IGNORED) {
-                                watch_drop(reg, ev->wd);
-                                continue;
-                        }
-                        if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
-                                plugins_remove_under(reg, w->path);
-                                continue;
-                        }
-                        if (ev->len == 0 || ev->name[0] == '.')
-                                continue;
-
-                        _cleanup_free_ char *path = NULL;
-                        if (asprintf(&path, "%s/%s", w->path, ev->name) < 0)
-                                continue;
-                        if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
-                                plugins_remove_under(reg, path);
-                        else if (ev->mask & (IN_CREATE | IN_MOVED_TO))
-                                consider(reg, w->path, ev->name, depth_of(reg, w->path));
-                }
+        if (ev->mask & IN_Q_OVERFLOW) {
+                /* Events were lost: look at everything again. */
+                log_warning("inotify queue overflow on %s; rescanning.", reg->dir);
+                (void) scan_dir(reg, reg->dir, 0);
+                return;
         }
+        if (!w)
+                return;
+        if (ev->mask & IN_IGNORED) {
+                watch_drop(reg, ev->wd);
+                return;
+        }
+        if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
+                plugins_remove_under(reg, w->path);
+                return;
+        }
+        if (ev->len == 0 || ev->name[0] == '.')
+                return;
+        if (asprintf(&path, "%s/%s", w->path, ev->name) < 0)
+                return;
+        if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+                plugins_remove_under(reg, path);
+        else if (ev->mask & (IN_CREATE | IN_MOVED_TO))
+                consider(reg, w->path, ev->name, depth_of(reg, w->path));
+}
+
+static int on_inotify(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        csi_inotify_drain(fd, on_event, userdata);
         return 0;
 }
 

@@ -13,7 +13,6 @@
  * volume call is made meanwhile.  Watching the calls of csi/client.c for
  * failures instead would notice a restart only when a volume operation
  * happened to fail, and a dead socket only after a call's timeout. */
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/inotify.h>
@@ -186,50 +185,37 @@ static void probe_socket_gone(StaticProbe *p) {
         probe_cancel(p);
 }
 
-static int on_inotify(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+static void on_event(const struct inotify_event *ev, void *userdata) {
         CsiStaticDrivers *s = userdata;
-        union {
-                struct inotify_event ev;
-                char raw[16 * (sizeof(struct inotify_event) + NAME_MAX + 1)];
-        } buf;
 
-        for (;;) {
-                ssize_t n = read(fd, &buf, sizeof buf);
-                if (n < 0) {
-                        if (errno != EAGAIN && errno != EINTR)
-                                log_warning_errno(errno, "Failed to read inotify events: %m");
-                        break;
+        for (StaticProbe *p = s->probes; p; p = p->next) {
+                if (ev->mask & IN_Q_OVERFLOW) {
+                        /* Events were lost: ask every driver again. */
+                        p->backoff_usec = 0;
+                        probe_begin(p);
+                        continue;
                 }
-                for (char *q = buf.raw; q < buf.raw + n;) {
-                        struct inotify_event *ev = (struct inotify_event *) (void *) q;
-                        q += sizeof *ev + ev->len;
-
-                        for (StaticProbe *p = s->probes; p; p = p->next) {
-                                if (ev->mask & IN_Q_OVERFLOW) {
-                                        /* Events were lost: ask every driver again. */
-                                        p->backoff_usec = 0;
-                                        probe_begin(p);
-                                        continue;
-                                }
-                                if (p->wd != ev->wd)
-                                        continue;
-                                if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
-                                        /* The directory went: poll until it is back. */
-                                        if (ev->mask & IN_IGNORED)
-                                                p->wd = -1;
-                                        if (!p->retry && !p->call)
-                                                probe_failed(p, "directory %s removed", p->dir);
-                                        continue;
-                                }
-                                if (ev->len == 0 || !streq(ev->name, p->basename))
-                                        continue;
-                                if (ev->mask & (IN_CREATE | IN_MOVED_TO))
-                                        probe_socket_appeared(p);
-                                else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
-                                        probe_socket_gone(p);
-                        }
+                if (p->wd != ev->wd)
+                        continue;
+                if (ev->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) {
+                        /* The directory went: poll until it is back. */
+                        if (ev->mask & IN_IGNORED)
+                                p->wd = -1;
+                        if (!p->retry && !p->call)
+                                probe_failed(p, "directory %s removed", p->dir);
+                        continue;
                 }
+                if (ev->len == 0 || !streq(ev->name, p->basename))
+                        continue;
+                if (ev->mask & (IN_CREATE | IN_MOVED_TO))
+                        probe_socket_appeared(p);
+                else if (ev->mask & (IN_DELETE | IN_MOVED_FROM))
+                        probe_socket_gone(p);
         }
+}
+
+static int on_inotify(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        csi_inotify_drain(fd, on_event, userdata);
         return 0;
 }
 

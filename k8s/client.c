@@ -10,6 +10,7 @@
 #include "k8s/json.h"
 #include "k8s/ratelimit.h"
 #include "systemd/curl-loop.h"
+#include "systemd/hashmap.h"
 #include "systemd/log.h"
 
 /* Buffered bodies larger than this are refused: a list of 5,000 pods is
@@ -64,6 +65,12 @@ struct K8sClient {
         K8sRequest *queue_head, *queue_tail; /* waiting for the rate limit, FIFO */
         K8sRequest *running;
         unsigned n_queued, n_running;
+        /* Retry-After: the API server answered a path 429 or 503 with the
+         * header.  Until that time passes, a request for the path is not
+         * sent, whoever makes it: it is answered 429 here with the time
+         * left, as the server would answer it.  The expansion check reading
+         * a claim must not ignore the Retry-After its lookup was given. */
+        Hashmap *held_paths; /* path → uint64_t *: not before (CLOCK_MONOTONIC) */
 };
 
 static uint64_t now_usec(void) {
@@ -289,6 +296,59 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
 
 static int request_start(K8sRequest *r);
 
+/* --- Retry-After, per path ---------------------------------------------------- */
+
+/* When the path may be asked for again; 0 when now.  Forgets a time past. */
+static uint64_t path_held_until(K8sClient *c, const char *path, uint64_t now) {
+        uint64_t *until = hashmap_get(c->held_paths, path);
+
+        if (!until)
+                return 0;
+        if (*until > now)
+                return *until;
+        free(hashmap_remove(c->held_paths, path));
+        return 0;
+}
+
+static void path_hold(K8sClient *c, const char *path, uint64_t until) {
+        uint64_t *old = hashmap_get(c->held_paths, path), *value;
+        uint64_t now = now_usec();
+        const char *key;
+
+        if (old) {
+                *old = MAX(*old, until);
+                return;
+        }
+        /* Times past go before the set grows: it holds what a storm of 429s
+         * named within one Retry-After, no more. */
+        for (size_t i = 0; hashmap_size(c->held_paths) >= 64 && hashmap_iterate(c->held_paths, &i, &key, NULL);)
+                (void) path_held_until(c, key, now);
+        value = malloc(sizeof *value);
+        if (!value)
+                return;
+        *value = until;
+        if (hashmap_put(c->held_paths, path, value, NULL) < 0)
+                free(value);
+}
+
+/* The answer to a request whose path is held, given from the loop: what the
+ * server would say, without asking it. */
+static void request_answer_held(K8sRequest *r, uint64_t left_usec) {
+        K8sClient *c = r->client;
+        _cleanup_free_ char *m = NULL;
+        K8sResponse resp;
+
+        r->state = REQUEST_FINISHING;
+        if (asprintf(&m, "%s %s on API server %s not sent: the server asked for it not to be made for %.1f s "
+                     "more (429 Too Many Requests, Retry-After)", r->method, r->path, c->auth->server,
+                     (double) left_usec / USEC_PER_SEC) < 0)
+                m = NULL;
+        resp = (K8sResponse) { .status = 429, .body = "", .retry_after_usec = left_usec, .message = m };
+        log_debug("%s", strempty(m));
+        r->done(c, &resp, r->userdata);
+        request_free(r);
+}
+
 static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         K8sRequest *r = userdata;
         K8sClient *c = r->client;
@@ -301,6 +361,8 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         (void) curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
 
         request_unlink(r);
+        if (code == CURLE_OK && (status == 429 || status == 503) && retry_after > 0)
+                path_hold(c, r->path, now_usec() + (uint64_t) retry_after * USEC_PER_SEC);
 
         /* Refused credentials may have been rotated under us (also in place,
          * with the file's old metadata): read the files again and retry once
@@ -508,9 +570,15 @@ static int on_bucket_timer(sd_event_source *s, uint64_t usec, void *userdata);
 static void queue_pump(K8sClient *c) {
         while (c->queue_head) {
                 K8sRequest *r = c->queue_head;
-                uint64_t wait, now = now_usec();
+                uint64_t wait, held, now = now_usec();
                 int k;
 
+                held = path_held_until(c, r->path, now);
+                if (held > 0) {
+                        request_unlink(r);
+                        request_answer_held(r, held - now);
+                        continue;
+                }
                 wait = k8s_token_bucket_wait_usec(&c->bucket, now);
                 if (wait > 0) {
                         uint64_t when;
@@ -582,7 +650,11 @@ int k8s_client_request(K8sClient *c, const char *method, const char *path, const
         if (c->n_queued == 1) {
                 /* Start now when a token is there; never call back from here. */
                 uint64_t now = now_usec();
-                if (k8s_token_bucket_wait_usec(&c->bucket, now) == 0) {
+                if (path_held_until(c, path, now) > 0) {
+                        /* Answered by the pump, from the loop. */
+                        if (sd_event_source_set_time(c->bucket_timer, 1) >= 0)
+                                (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_ONESHOT);
+                } else if (k8s_token_bucket_wait_usec(&c->bucket, now) == 0) {
                         (void) k8s_token_bucket_take(&c->bucket, now);
                         request_unlink(r);
                         k = request_start(r);
@@ -688,11 +760,16 @@ int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8
                 return r;
         (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_OFF);
         (void) sd_event_source_set_description(c->bucket_timer, "k8s-rate-limit");
+        c->held_paths = hashmap_new();
+        if (!c->held_paths)
+                return -ENOMEM;
         *ret = TAKE_PTR(c);
         return 0;
 }
 
 K8sClient *k8s_client_free(K8sClient *c) {
+        void *value;
+
         if (!c)
                 return NULL;
         while (c->queue_head)
@@ -700,6 +777,9 @@ K8sClient *k8s_client_free(K8sClient *c) {
         while (c->running)
                 k8s_request_cancel(c->running);
         sd_event_source_disable_unref(c->bucket_timer);
+        for (size_t i = 0; c->held_paths && hashmap_iterate(c->held_paths, &i, NULL, &value);)
+                free(value);
+        hashmap_free(c->held_paths);
         curl_loop_free(c->loop);
         k8s_credential_file_done(&c->token_file);
         k8s_credential_file_done(&c->cert_file);

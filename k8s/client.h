@@ -54,7 +54,9 @@ sd_event *k8s_client_event(K8sClient *c);
 const char *k8s_client_server(K8sClient *c);
 
 /* A request to "path" (starting with '/', query included), queued behind the
- * rate limit.  body may be NULL.  *ret (optional) lets the caller cancel it. */
+ * rate limit.  While a Retry-After the API server gave for the path (with a
+ * 429 or 503) has not passed, the request is not sent: it is answered 429
+ * with the time left in retry_after_usec.  body may be NULL.  *ret (optional) lets the caller cancel it. */
 int k8s_client_request(K8sClient *c, const char *method, const char *path, const char *content_type,
                        const char *body, k8s_response_t done, void *userdata, K8sRequest **ret);
 

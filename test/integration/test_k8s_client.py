@@ -260,6 +260,38 @@ def test_k8s_too_many_requests_honours_retry_after(fake_api, harness):
     assert reqs[1]["time"] - reqs[0]["time"] >= 2.9
 
 
+def test_k8s_retry_after_holds_every_request_for_the_path(fake_api, harness):
+    """A Retry-After is the server's word about the path, not about one
+    request: a GET another part of kvolumed makes meanwhile (the expansion
+    check reading a claim its lookup was just refused) is not sent but
+    answered 429 with the time left; other paths are not held."""
+    fake_api.create(node())
+    for name in ("claim", "other"):
+        fake_api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                         "metadata": {"name": name, "namespace": "default"},
+                         "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-1",
+                                  "resources": {"requests": {"storage": "1Gi"}}}})
+    path = "/api/v1/namespaces/default/persistentvolumeclaims/claim"
+    fake_api.fail_next(1, status=429, retry_after=5, path_prefix=path)
+    h = harness(informers="node")
+    h.send("get pvc default claim")
+    assert h.wait_for(lambda e: e["type"] == "get")["status"] == 429
+    answered = time.monotonic()
+    h.send("get pvc default claim")
+    held = h.wait_for(lambda e: e["type"] == "get", timeout=5)
+    assert held["status"] == 429 and "not sent" in held["message"] and "Retry-After" in held["message"]
+    h.send("get pvc default other")
+    assert h.wait_for(lambda e: e["type"] == "get", timeout=5)["key"] == "default/other"
+    assert time.monotonic() - answered < 4.5, "too slow to tell: the hold may have passed"
+    assert len([r for r in fake_api.requests() if r["path"] == path]) == 1
+    # Once the time has passed, the path is asked for again.
+    time.sleep(max(0.0, answered + 5.2 - time.monotonic()))
+    h.send("get pvc default claim")
+    again = h.wait_for(lambda e: e["type"] == "get", timeout=5)
+    assert again["status"] == 200 and again["key"] == "default/claim"
+    assert [r["status"] for r in fake_api.requests() if r["path"] == path] == [429, 200]
+
+
 def test_k8s_watch_error_storm_is_bounded(fake_api, harness):
     fake_api.create(node())
     h = harness(informers="pods")

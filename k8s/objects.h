@@ -90,10 +90,14 @@ typedef struct K8sPod {
         size_t n_containers;
         K8sContainer *init_containers;
         size_t n_init_containers;
+        K8sContainer *ephemeral_containers; /* kubectl debug's; they may mount the pod's volumes */
+        size_t n_ephemeral_containers;
         K8sContainerStatus *container_statuses;
         size_t n_container_statuses;
         K8sContainerStatus *init_container_statuses;
         size_t n_init_container_statuses;
+        K8sContainerStatus *ephemeral_container_statuses;
+        size_t n_ephemeral_container_statuses;
 } K8sPod;
 
 typedef struct K8sPersistentVolumeClaim {

@@ -8,19 +8,36 @@
 #include "volume/desired.h"
 #include "volume/paths.h"
 
+/* Whether the status shows a container of any kind running: an app, init
+ * or ephemeral (kubectl debug) container may all hold the pod's volumes. */
+static bool pod_container_running(const K8sPod *pod) {
+        const struct {
+                const K8sContainerStatus *s;
+                size_t n;
+        } lists[] = {
+                { pod->container_statuses, pod->n_container_statuses },
+                { pod->init_container_statuses, pod->n_init_container_statuses },
+                { pod->ephemeral_container_statuses, pod->n_ephemeral_container_statuses },
+        };
+
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++)
+                        if (lists[l].s[i].running)
+                                return true;
+        return false;
+}
+
 bool pod_volumes_wanted(const K8sPod *pod) {
+        /* A phase of Succeeded or Failed speaks of the containers the restart
+         * policy governs, not of an ephemeral container still running; nor
+         * does a deletion stop one.  kubelet keeps the volumes until its
+         * runtime says no container is left (ShouldPodRuntimeBeRemoved); the
+         * API's statuses are what kvolumed has of that. */
+        if (pod_container_running(pod))
+                return true;
         if (pod->phase && (streq(pod->phase, "Succeeded") || streq(pod->phase, "Failed")))
                 return false;
-        if (!pod->meta.deletion_timestamp)
-                return true;
-        /* Being deleted: wanted while any container may still use the volumes. */
-        for (size_t i = 0; i < pod->n_container_statuses; i++)
-                if (pod->container_statuses[i].running)
-                        return true;
-        for (size_t i = 0; i < pod->n_init_container_statuses; i++)
-                if (pod->init_container_statuses[i].running)
-                        return true;
-        return false;
+        return !pod->meta.deletion_timestamp;
 }
 
 VolumeSpec *volume_spec_free(VolumeSpec *s) {
@@ -195,7 +212,12 @@ static unsigned volume_usage(const K8sPod *pod, const char *name) {
         const struct {
                 const K8sContainer *c;
                 size_t n;
-        } lists[] = { { pod->containers, pod->n_containers }, { pod->init_containers, pod->n_init_containers } };
+        } lists[] = {
+                { pod->containers, pod->n_containers },
+                { pod->init_containers, pod->n_init_containers },
+                /* kubelet's GetPodVolumeNames visits every container kind. */
+                { pod->ephemeral_containers, pod->n_ephemeral_containers },
+        };
 
         for (size_t l = 0; l < ELEMENTSOF(lists); l++)
                 for (size_t i = 0; i < lists[l].n; i++) {

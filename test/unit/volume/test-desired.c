@@ -453,6 +453,70 @@ static void test_pod_volumes_wanted(void **state) {
         k8s_pod_free(pod);
 }
 
+/* kubectl debug: the app container is gone, the ephemeral container still
+ * runs.  Every kind of container counts for keeping a pod's volumes, also
+ * in a phase that says the pod is finished. */
+#define POD_STATUSES(deleted, phase, statuses)                                                                     \
+        "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\",\"resourceVersion\":\"5\"" deleted "}," \
+        "\"spec\":{\"containers\":[{\"name\":\"c\"}],\"initContainers\":[{\"name\":\"i\"}],"                      \
+        "\"ephemeralContainers\":[{\"name\":\"debugger\",\"targetContainerName\":\"c\"}]},"                           \
+        "\"status\":{\"phase\":\"" phase "\"," statuses "}}"
+#define DELETED ",\"deletionTimestamp\":\"2026-11-22T01:00:00Z\""
+#define RUNNING(n) "{\"name\":\"" n "\",\"state\":{\"running\":{\"startedAt\":\"2026-11-22T00:00:00Z\"}}}"
+#define TERMINATED(n) "{\"name\":\"" n "\",\"state\":{\"terminated\":{\"exitCode\":0}}}"
+
+static void test_pod_volumes_wanted_every_container_kind(void **state) {
+        static const struct {
+                const char *json;
+                bool wanted;
+        } cases[] = {
+                { POD_STATUSES(DELETED, "Running", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" RUNNING("debugger") "]"), true },
+                { POD_STATUSES(DELETED, "Running", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" TERMINATED("debugger") "]"), false },
+                { POD_STATUSES(DELETED, "Pending", "\"initContainerStatuses\":[" RUNNING("i") "]"), true },
+                /* Finished, but the status still shows one running: keep until none runs. */
+                { POD_STATUSES("", "Succeeded", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" RUNNING("debugger") "]"), true },
+                { POD_STATUSES("", "Failed", "\"containerStatuses\":[" RUNNING("c") "]"), true },
+                { POD_STATUSES(DELETED, "Failed", "\"containerStatuses\":[" RUNNING("c") "]"), true },
+                { POD_STATUSES("", "Succeeded", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"initContainerStatuses\":[" TERMINATED("i") "],"
+                               "\"ephemeralContainerStatuses\":[" TERMINATED("debugger") "]"), false },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                K8sPod *pod = decode(&k8s_kind_pod, cases[i].json);
+                if (pod_volumes_wanted(pod) != cases[i].wanted)
+                        fail_msg("case %zu: wanted should be %s", i, cases[i].wanted ? "true" : "false");
+                k8s_pod_free(pod);
+        }
+}
+
+/* A volume only an ephemeral container mounts is wanted like any other:
+ * kubelet's GetPodVolumeNames visits every container kind. */
+static void test_ephemeral_container_mounts_count(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        DesiredPod *p = NULL;
+        K8sPod *pod = decode(&k8s_kind_pod,
+                             "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\","
+                             "\"resourceVersion\":\"5\"},\"spec\":{\"nodeName\":\"node-a\","
+                             "\"volumes\":[{\"name\":\"scratch\",\"csi\":{\"driver\":\"inline.example.com\"}},"
+                             "{\"name\":\"other\",\"csi\":{\"driver\":\"inline.example.com\"}}],"
+                             "\"containers\":[{\"name\":\"c\"}],"
+                             "\"ephemeralContainers\":[{\"name\":\"debugger\",\"volumeMounts\":"
+                             "[{\"name\":\"scratch\",\"mountPath\":\"/s\"}]}]},"
+                             "\"status\":{\"phase\":\"Running\"}}");
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_int_equal(p->n_volumes, 1);
+        assert_non_null(desired_pod_find_volume(p, "scratch"));
+        assert_non_null(desired_pod_find_volume(p, "scratch")->spec);
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_inline_volume),
@@ -462,6 +526,8 @@ int main(void) {
                 cmocka_unit_test(test_refused_lookup_waits_with_server_message),
                 cmocka_unit_test(test_malicious_names_refused),
                 cmocka_unit_test(test_pod_volumes_wanted),
+                cmocka_unit_test(test_pod_volumes_wanted_every_container_kind),
+                cmocka_unit_test(test_ephemeral_container_mounts_count),
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
         };

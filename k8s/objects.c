@@ -575,6 +575,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         TRY(k8s_json_get_strv(&p, spec, "accessModes", &v->access_modes));
         TRY(get_map_entry(&p, spec, "capacity", "storage", &v->capacity));
         TRY(k8s_json_get_object(&p, spec, "claimRef", JSON_OPTIONAL, &o));
+        v->has_claim_ref = o != NULL;
         if (o) {
                 size_t s2 = k8s_json_path_push(&p, "claimRef");
                 TRY(k8s_json_get_string(&p, o, "namespace", JSON_OPTIONAL, &v->claim_namespace));

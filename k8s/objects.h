@@ -131,6 +131,7 @@ typedef struct K8sPersistentVolume {
         char *volume_mode;   /* defaults to "Filesystem" */
         char **mount_options;
         char **access_modes;
+        bool has_claim_ref;    /* spec.claimRef is set (the uid may not be yet) */
         char *claim_namespace; /* spec.claimRef */
         char *claim_name;
         char *claim_uid;

@@ -275,6 +275,47 @@ static int set_refused(const ClusterView *view, const K8sKind *kind, const char 
         return set_text(&dv->waiting, "%s \"%s\" is forbidden", kind->plural, name);
 }
 
+/* kubelet's getPVCExtractPV: only a claim the PV controller has bound
+ * names its volume.  A Pending claim's spec.volumeName is what its user
+ * asked for, and any user may name any PV there, another tenant's too.
+ * Binding may be in progress: a wait, with kubelet's words.  1 when the
+ * volume waits, 0 when the claim is bound. */
+static int claim_bound(const K8sPod *pod, const char *claim, const K8sPersistentVolumeClaim *pvc,
+                       DesiredVolume *dv) {
+        int r;
+
+        if (!streq_ptr(pvc->phase, "Bound"))
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound", pod->meta.namespace,
+                             claim);
+        else if (isempty(pvc->volume_name))
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC has empty pvc.Spec.VolumeName",
+                             pod->meta.namespace, claim);
+        else
+                return 0;
+        return r < 0 ? r : 1;
+}
+
+/* kubelet's getPVSpec: the PV is the claim's only if its claimRef carries
+ * the claim's uid.  A claimRef without one is a reservation the binding has
+ * not finished (or another namespace's claim); a uid of another is a claim
+ * of the same name deleted since.  1 when the volume waits. */
+static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPersistentVolumeClaim *pvc,
+                             const K8sPersistentVolume *pv, DesiredVolume *dv) {
+        int r;
+
+        if (!pv->has_claim_ref)
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: found PV object %s but it has a nil "
+                             "pv.Spec.ClaimRef indicating it is not yet bound to the claim", pod->meta.namespace,
+                             claim, pv->meta.name);
+        else if (isempty(pvc->meta.uid) || !streq_ptr(pv->claim_uid, pvc->meta.uid))
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: found PV object %s but its "
+                             "pv.Spec.ClaimRef.UID %s does not point to claim.UID %s", pod->meta.namespace, claim,
+                             pv->meta.name, strempty(pv->claim_uid), strempty(pvc->meta.uid));
+        else
+                return 0;
+        return r < 0 ? r : 1;
+}
+
 static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
                             DesiredVolume *dv) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
@@ -308,8 +349,9 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                 return set_text(&dv->failed, "persistentvolumeclaim %s/%s was not created for pod %s/%s (pod is "
                                 "not owner)", strempty(pod->meta.namespace), claim, strempty(pod->meta.namespace),
                                 pod->meta.name);
-        if (isempty(pvc->volume_name))
-                return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" is not bound", claim);
+        r = claim_bound(pod, claim, pvc, dv);
+        if (r != 0)
+                return r < 0 ? r : 0;
         r = view->get_pv(view->userdata, pvc->volume_name, &pv);
         if (r == -EAGAIN) {
                 dv->looking_up = true;
@@ -322,9 +364,9 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                                 claim);
         if (!pv->csi)
                 return 1; /* not a CSI volume: not ours */
-        if (pv->claim_uid && pvc->meta.uid && !streq(pv->claim_uid, pvc->meta.uid))
-                return set_text(&dv->waiting, "persistentvolume \"%s\" is bound to another claim",
-                                pvc->volume_name);
+        r = pv_bound_to_claim(pod, claim, pvc, pv, dv);
+        if (r != 0)
+                return r < 0 ? r : 0;
         pv_block = streq_ptr(pv->volume_mode, "Block");
         if (pv_block != block)
                 return set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,

@@ -37,6 +37,8 @@ In-process:
         api.node_kubeconfig("n1", auth="cert", cert_path=p, key_path=p)
         api.node_token("n1"), api.node_client_cert("n1"[, cert, key])
         api.set_graph_lag(2.0), api.node_graph("n1")
+        api.bind_claim("ns", "claim", "pv", state="Bound")   # or "Pending",
+                    # "PVReserved", "PVBound": the PV controller's steps
 
 Command line (PYTHONPATH=<repo>/test):
 

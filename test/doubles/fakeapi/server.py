@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from . import certs, resources
+from . import binding, certs, resources
 from .apihandler import ApiHandler
 from .auth import NODE_USER_PREFIX, NODES_GROUP, Authenticator
 from .control import ControlHandler
@@ -197,6 +197,12 @@ current-context: fakeapi
         """Removes the object for good (DELETED event), finalizers or not."""
         res = resources.lookup(resource)
         return self.store.remove(res, self._namespace(res, namespace), name)
+
+    def bind_claim(self, namespace, claim, pv, state="Bound"):
+        """Binds claim and PV as the PV controller does, up to `state`
+        ("Pending", "PVReserved", "PVBound" or "Bound", see binding.py);
+        returns (claim, pv)."""
+        return binding.bind(self, namespace, claim, pv, state)
 
     def load(self, path):
         """Creates every object of a JSON or (multi-document) YAML file;

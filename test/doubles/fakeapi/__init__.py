@@ -80,6 +80,8 @@ Control port (plain HTTP on 127.0.0.1, JSON bodies, no auth):
     POST   /faults/delay  {"seconds": D, "pathPrefix": ..., "method": ...}  (0 clears)
     POST   /faults/refuse {"seconds": T, "mode": "refuse"|"reset"}
     POST   /faults/graphlag {"seconds": N}  node authorizer graph lag (0 clears)
+    POST   /faults/ignorefieldselector {"pathPrefix": "/api/v1/pods"}
+                                             lists and watches there ignore fieldSelector
     POST   /faults/clear                     (the graph lag too)
     GET    /tokens/identities                {"tokens": {token: {"user", "groups"}}}
     POST   /tokens/identities {"token", "user", "groups": [...]}

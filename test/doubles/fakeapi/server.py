@@ -365,6 +365,11 @@ current-context: fakeapi-node
         """Matching requests wait `seconds` first; 0 removes every delay."""
         self.faults.set_delay(seconds, path_prefix, method)
 
+    def ignore_field_selector(self, path_prefix=None):
+        """From now on (until clear_faults), lists and watches under
+        path_prefix (all when None) answer as if they had no fieldSelector."""
+        self.faults.ignore_field_selector(path_prefix)
+
     def clear_faults(self):
         self.faults.clear()
         self._api.reset_until = 0.0

@@ -416,7 +416,8 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
                                     &pod->n_container_statuses));
                 TRY(statuses_decode(&p, status, "initContainerStatuses", &pod->init_container_statuses,
                                     &pod->n_init_container_statuses));
-                TRY(statuses_decode(&p, status, "ephemeralContainerStatuses", &pod->ephemeral_container_statuses,
+                TRY(statuses_decode(&p, status, "ephemeralContainerStatuses",
+                                    &pod->ephemeral_container_statuses,
                                     &pod->n_ephemeral_container_statuses));
                 k8s_json_path_pop(&p, saved);
         }

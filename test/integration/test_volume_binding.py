@@ -4,10 +4,11 @@ the claim is Bound and the PV's claimRef.uid is the claim's uid: anyone may
 write spec.volumeName of their claim, naming another tenant's PV.  Until then
 the pod waits, with kubelet's words, as binding may be in progress."""
 import os
+import time
 
 import pytest
 
-from integration.agent_fixtures import DRIVER, VolumeEnv, wait_until
+from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, wait_until
 
 
 def claim_volume(name, claim):
@@ -57,7 +58,15 @@ def test_claim_waits_through_every_binding_step(volume_env):
 
     # The PV is bound to the claim's uid, the claim not yet: still a wait.
     env.api.bind_claim("default", "data", "pv-data", "PVBound")
+    since = time.time()
     assert env.api.get("persistentvolumeclaims", "default", "data")["status"]["phase"] == "Pending"
+    # The claim is not final, so kvolumed reads it again (with backoff):
+    # once it has had this state's answer and a moment to act on it, nothing
+    # may have been set up.
+    wait_until(lambda: answered_requests(env.api, lambda r: r["method"] == "GET" and r["time"] > since
+                                         and r["path"].endswith("/persistentvolumeclaims/data")),
+               what="kvolumed reading the claim again")
+    time.sleep(0.5)
     never_set_up(env, "vol-data")
 
     env.api.bind_claim("default", "data", "pv-data", "Bound")

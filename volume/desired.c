@@ -285,8 +285,8 @@ static int claim_bound(const K8sPod *pod, const char *claim, const K8sPersistent
         int r;
 
         if (!streq_ptr(pvc->phase, "Bound"))
-                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound", pod->meta.namespace,
-                             claim);
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound",
+                             pod->meta.namespace, claim);
         else if (isempty(pvc->volume_name))
                 r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC has empty pvc.Spec.VolumeName",
                              pod->meta.namespace, claim);
@@ -304,13 +304,16 @@ static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPers
         int r;
 
         if (!pv->has_claim_ref)
-                r = set_text(&dv->waiting, "error processing PVC %s/%s: found PV object %s but it has a nil "
-                             "pv.Spec.ClaimRef indicating it is not yet bound to the claim", pod->meta.namespace,
-                             claim, pv->meta.name);
+                r = set_text(&dv->waiting,
+                             "error processing PVC %s/%s: found PV object %s but it has a nil "
+                             "pv.Spec.ClaimRef indicating it is not yet bound to the claim",
+                             pod->meta.namespace, claim, pv->meta.name);
         else if (isempty(pvc->meta.uid) || !streq_ptr(pv->claim_uid, pvc->meta.uid))
-                r = set_text(&dv->waiting, "error processing PVC %s/%s: found PV object %s but its "
-                             "pv.Spec.ClaimRef.UID %s does not point to claim.UID %s", pod->meta.namespace, claim,
-                             pv->meta.name, strempty(pv->claim_uid), strempty(pvc->meta.uid));
+                r = set_text(&dv->waiting,
+                             "error processing PVC %s/%s: found PV object %s but its "
+                             "pv.Spec.ClaimRef.UID %s does not point to claim.UID %s",
+                             pod->meta.namespace, claim, pv->meta.name, strempty(pv->claim_uid),
+                             strempty(pvc->meta.uid));
         else
                 return 0;
         return r < 0 ? r : 1;

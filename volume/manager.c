@@ -226,10 +226,12 @@ static bool pod_on_this_node(VolumeManager *m, const K8sPod *pod) {
         if (streq_ptr(pod->node_name, m->node_name))
                 return true;
         log_fields(m->warned_other_node ? LOG_DEBUG : LOG_WARNING, &f,
-                   "Ignoring pod %s: its spec.nodeName \"%s\" is not this node (%s), although pods were asked for "
-                   "with fieldSelector=spec.nodeName=%s%s", f.pod, strempty(pod->node_name), m->node_name,
-                   m->node_name, m->warned_other_node ? "" : "; the API answers more than it was asked, and "
-                   "such pods are ignored from now on without another warning");
+                   "Ignoring pod %s: its spec.nodeName \"%s\" is not this node (%s), although pods were "
+                   "asked for with fieldSelector=spec.nodeName=%s%s",
+                   f.pod, strempty(pod->node_name), m->node_name, m->node_name,
+                   m->warned_other_node ? ""
+                                        : "; the API answers more than it was asked: pods of other nodes "
+                                          "are ignored from now on without another warning");
         m->warned_other_node = true;
         return false;
 }

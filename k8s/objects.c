@@ -219,8 +219,10 @@ K8sPod *k8s_pod_free(K8sPod *p) {
         free(p->volumes);
         containers_free(p->containers, p->n_containers);
         containers_free(p->init_containers, p->n_init_containers);
+        containers_free(p->ephemeral_containers, p->n_ephemeral_containers);
         statuses_free(p->container_statuses, p->n_container_statuses);
         statuses_free(p->init_container_statuses, p->n_init_container_statuses);
+        statuses_free(p->ephemeral_container_statuses, p->n_ephemeral_container_statuses);
         free(p);
         return NULL;
 }
@@ -402,6 +404,8 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         }
         TRY(containers_decode(&p, spec, "containers", &pod->containers, &pod->n_containers));
         TRY(containers_decode(&p, spec, "initContainers", &pod->init_containers, &pod->n_init_containers));
+        TRY(containers_decode(&p, spec, "ephemeralContainers", &pod->ephemeral_containers,
+                              &pod->n_ephemeral_containers));
         k8s_json_path_pop(&p, saved);
 
         TRY(k8s_json_get_object(&p, j, "status", JSON_OPTIONAL, &status));
@@ -412,6 +416,9 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
                                     &pod->n_container_statuses));
                 TRY(statuses_decode(&p, status, "initContainerStatuses", &pod->init_container_statuses,
                                     &pod->n_init_container_statuses));
+                TRY(statuses_decode(&p, status, "ephemeralContainerStatuses",
+                                    &pod->ephemeral_container_statuses,
+                                    &pod->n_ephemeral_container_statuses));
                 k8s_json_path_pop(&p, saved);
         }
         *ret = TAKE_PTR(pod);
@@ -569,6 +576,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         TRY(k8s_json_get_strv(&p, spec, "accessModes", &v->access_modes));
         TRY(get_map_entry(&p, spec, "capacity", "storage", &v->capacity));
         TRY(k8s_json_get_object(&p, spec, "claimRef", JSON_OPTIONAL, &o));
+        v->has_claim_ref = o != NULL;
         if (o) {
                 size_t s2 = k8s_json_path_push(&p, "claimRef");
                 TRY(k8s_json_get_string(&p, o, "namespace", JSON_OPTIONAL, &v->claim_namespace));

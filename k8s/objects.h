@@ -90,10 +90,14 @@ typedef struct K8sPod {
         size_t n_containers;
         K8sContainer *init_containers;
         size_t n_init_containers;
+        K8sContainer *ephemeral_containers; /* kubectl debug's; they may mount the pod's volumes */
+        size_t n_ephemeral_containers;
         K8sContainerStatus *container_statuses;
         size_t n_container_statuses;
         K8sContainerStatus *init_container_statuses;
         size_t n_init_container_statuses;
+        K8sContainerStatus *ephemeral_container_statuses;
+        size_t n_ephemeral_container_statuses;
 } K8sPod;
 
 typedef struct K8sPersistentVolumeClaim {
@@ -127,6 +131,7 @@ typedef struct K8sPersistentVolume {
         char *volume_mode;   /* defaults to "Filesystem" */
         char **mount_options;
         char **access_modes;
+        bool has_claim_ref;    /* spec.claimRef is set (the uid may not be yet) */
         char *claim_namespace; /* spec.claimRef */
         char *claim_name;
         char *claim_uid;

@@ -8,19 +8,36 @@
 #include "volume/desired.h"
 #include "volume/paths.h"
 
+/* Whether the status shows a container of any kind running: an app, init
+ * or ephemeral (kubectl debug) container may all hold the pod's volumes. */
+static bool pod_container_running(const K8sPod *pod) {
+        const struct {
+                const K8sContainerStatus *s;
+                size_t n;
+        } lists[] = {
+                { pod->container_statuses, pod->n_container_statuses },
+                { pod->init_container_statuses, pod->n_init_container_statuses },
+                { pod->ephemeral_container_statuses, pod->n_ephemeral_container_statuses },
+        };
+
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++)
+                        if (lists[l].s[i].running)
+                                return true;
+        return false;
+}
+
 bool pod_volumes_wanted(const K8sPod *pod) {
+        /* A phase of Succeeded or Failed speaks of the containers the restart
+         * policy governs, not of an ephemeral container still running; nor
+         * does a deletion stop one.  kubelet keeps the volumes until its
+         * runtime says no container is left (ShouldPodRuntimeBeRemoved); the
+         * API's statuses are what kvolumed has of that. */
+        if (pod_container_running(pod))
+                return true;
         if (pod->phase && (streq(pod->phase, "Succeeded") || streq(pod->phase, "Failed")))
                 return false;
-        if (!pod->meta.deletion_timestamp)
-                return true;
-        /* Being deleted: wanted while any container may still use the volumes. */
-        for (size_t i = 0; i < pod->n_container_statuses; i++)
-                if (pod->container_statuses[i].running)
-                        return true;
-        for (size_t i = 0; i < pod->n_init_container_statuses; i++)
-                if (pod->init_container_statuses[i].running)
-                        return true;
-        return false;
+        return !pod->meta.deletion_timestamp;
 }
 
 VolumeSpec *volume_spec_free(VolumeSpec *s) {
@@ -195,7 +212,12 @@ static unsigned volume_usage(const K8sPod *pod, const char *name) {
         const struct {
                 const K8sContainer *c;
                 size_t n;
-        } lists[] = { { pod->containers, pod->n_containers }, { pod->init_containers, pod->n_init_containers } };
+        } lists[] = {
+                { pod->containers, pod->n_containers },
+                { pod->init_containers, pod->n_init_containers },
+                /* kubelet's GetPodVolumeNames visits every container kind. */
+                { pod->ephemeral_containers, pod->n_ephemeral_containers },
+        };
 
         for (size_t l = 0; l < ELEMENTSOF(lists); l++)
                 for (size_t i = 0; i < lists[l].n; i++) {
@@ -253,6 +275,50 @@ static int set_refused(const ClusterView *view, const K8sKind *kind, const char 
         return set_text(&dv->waiting, "%s \"%s\" is forbidden", kind->plural, name);
 }
 
+/* kubelet's getPVCExtractPV: only a claim the PV controller has bound
+ * names its volume.  A Pending claim's spec.volumeName is what its user
+ * asked for, and any user may name any PV there, another tenant's too.
+ * Binding may be in progress: a wait, with kubelet's words.  1 when the
+ * volume waits, 0 when the claim is bound. */
+static int claim_bound(const K8sPod *pod, const char *claim, const K8sPersistentVolumeClaim *pvc,
+                       DesiredVolume *dv) {
+        int r;
+
+        if (!streq_ptr(pvc->phase, "Bound"))
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound",
+                             pod->meta.namespace, claim);
+        else if (isempty(pvc->volume_name))
+                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC has empty pvc.Spec.VolumeName",
+                             pod->meta.namespace, claim);
+        else
+                return 0;
+        return r < 0 ? r : 1;
+}
+
+/* kubelet's getPVSpec: the PV is the claim's only if its claimRef carries
+ * the claim's uid.  A claimRef without one is a reservation the binding has
+ * not finished (or another namespace's claim); a uid of another is a claim
+ * of the same name deleted since.  1 when the volume waits. */
+static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPersistentVolumeClaim *pvc,
+                             const K8sPersistentVolume *pv, DesiredVolume *dv) {
+        int r;
+
+        if (!pv->has_claim_ref)
+                r = set_text(&dv->waiting,
+                             "error processing PVC %s/%s: found PV object %s but it has a nil "
+                             "pv.Spec.ClaimRef indicating it is not yet bound to the claim",
+                             pod->meta.namespace, claim, pv->meta.name);
+        else if (isempty(pvc->meta.uid) || !streq_ptr(pv->claim_uid, pvc->meta.uid))
+                r = set_text(&dv->waiting,
+                             "error processing PVC %s/%s: found PV object %s but its "
+                             "pv.Spec.ClaimRef.UID %s does not point to claim.UID %s",
+                             pod->meta.namespace, claim, pv->meta.name, strempty(pv->claim_uid),
+                             strempty(pvc->meta.uid));
+        else
+                return 0;
+        return r < 0 ? r : 1;
+}
+
 static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
                             DesiredVolume *dv) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
@@ -286,8 +352,9 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                 return set_text(&dv->failed, "persistentvolumeclaim %s/%s was not created for pod %s/%s (pod is "
                                 "not owner)", strempty(pod->meta.namespace), claim, strempty(pod->meta.namespace),
                                 pod->meta.name);
-        if (isempty(pvc->volume_name))
-                return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" is not bound", claim);
+        r = claim_bound(pod, claim, pvc, dv);
+        if (r != 0)
+                return r < 0 ? r : 0;
         r = view->get_pv(view->userdata, pvc->volume_name, &pv);
         if (r == -EAGAIN) {
                 dv->looking_up = true;
@@ -300,9 +367,9 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                                 claim);
         if (!pv->csi)
                 return 1; /* not a CSI volume: not ours */
-        if (pv->claim_uid && pvc->meta.uid && !streq(pv->claim_uid, pvc->meta.uid))
-                return set_text(&dv->waiting, "persistentvolume \"%s\" is bound to another claim",
-                                pvc->volume_name);
+        r = pv_bound_to_claim(pod, claim, pvc, pv, dv);
+        if (r != 0)
+                return r < 0 ? r : 0;
         pv_block = streq_ptr(pv->volume_mode, "Block");
         if (pv_block != block)
                 return set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,

@@ -75,9 +75,10 @@ typedef struct ClusterView {
         const char *(*lookup_error)(void *userdata, const K8sKind *kind, const char *namespace, const char *name);
 } ClusterView;
 
-/* Whether the pod's volumes are wanted: not Succeeded or Failed, and not
- * deleted with every container stopped (kubelet keeps volumes of a
- * terminating pod until its containers are gone). */
+/* Whether the pod's volumes are wanted: while its status shows any
+ * container running (app, init or ephemeral), whatever its phase or
+ * deletion; otherwise unless it is Succeeded, Failed or deleted (kubelet
+ * keeps the volumes of a terminating pod until its containers are gone). */
 bool pod_volumes_wanted(const K8sPod *pod);
 
 /* Builds the desired volumes of a pod; -EINVAL (with *ret_field) when a name

@@ -170,6 +170,7 @@ struct VolumeManager {
         uint64_t republish_interval_usec; /* requiresRepublish drivers */
         bool selinux_enabled;   /* the host has SELinux (volume/selinux.h), read at start */
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
+        bool warned_other_node; /* a pod of another node came from the API: said once */
         RootDir *root;
 
         K8sInformer *pods, *csidrivers, *node;

@@ -212,9 +212,35 @@ static PodEntry *pod_entry_free(PodEntry *e) {
         return NULL;
 }
 
+/* The pods come from a list and watch with fieldSelector=spec.nodeName=<node>,
+ * but an answer may ignore the selector (a proxy that drops it, a server bug,
+ * the in-cluster mode with an identity that may list every pod): then every
+ * pod of the cluster would be set up here.  A pod whose spec.nodeName is not
+ * this node, or not set yet, is none of this node's business.  One warning
+ * says the API is not answering what was asked; the rest go to debug, as a
+ * cluster has many pods. */
+static bool pod_on_this_node(VolumeManager *m, const K8sPod *pod) {
+        char buf[256];
+        LogFields f = { .pod_uid = pod->meta.uid, .pod = k8s_meta_describe(&pod->meta, buf, sizeof buf) };
+
+        if (streq_ptr(pod->node_name, m->node_name))
+                return true;
+        log_fields(m->warned_other_node ? LOG_DEBUG : LOG_WARNING, &f,
+                   "Ignoring pod %s: its spec.nodeName \"%s\" is not this node (%s), although pods were "
+                   "asked for with fieldSelector=spec.nodeName=%s%s",
+                   f.pod, strempty(pod->node_name), m->node_name, m->node_name,
+                   m->warned_other_node ? ""
+                                        : "; the API answers more than it was asked: pods of other nodes "
+                                          "are ignored from now on without another warning");
+        m->warned_other_node = true;
+        return false;
+}
+
 static void pod_changed(VolumeManager *m, const K8sPod *pod) {
         PodEntry *e = hashmap_get(m->pod_entries, pod->meta.uid);
 
+        if (!pod_on_this_node(m, pod))
+                return;
         if (!e) {
                 e = calloc(1, sizeof *e);
                 if (!e || !(e->uid = strdup(pod->meta.uid)) || !(e->reported = hashmap_new()) ||
@@ -247,6 +273,8 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         VolumeManager *m = userdata;
         const K8sPod *pod = old;
 
+        if (!streq_ptr(pod->node_name, m->node_name))
+                return; /* never tracked: see pod_on_this_node() */
         PodEntry *e = hashmap_remove(m->pod_entries, pod->meta.uid);
 
         /* Its volumes are no longer desired; the actual state keeps what is

@@ -49,8 +49,8 @@ static uint64_t now_usec(ObjectWatches *w) {
         return now;
 }
 
-/* Whether the answer is what a volume waits for (a bound claim, a PV that
- * exists, an attached VolumeAttachment): no need to look again while pods
+/* Whether the answer is what a volume waits for (a bound claim, a PV bound
+ * to a claim, an attached VolumeAttachment): no need to look again while pods
  * use it. */
 static bool entry_final(const ObjectEntry *e) {
         if (!e->answered || !e->obj || e->forbidden_reported)
@@ -61,7 +61,12 @@ static bool entry_final(const ObjectEntry *e) {
         }
         if (e->kind == &k8s_kind_volume_attachment)
                 return ((const K8sVolumeAttachment *) e->obj)->attached;
-        return true; /* a PV (or anything else) that exists */
+        /* A PV without a claimRef uid is not bound yet: the PV controller
+         * writes the uid before it binds the claim, and the claim's pod
+         * waits for it. */
+        if (e->kind == &k8s_kind_pv)
+                return !isempty(((const K8sPersistentVolume *) e->obj)->claim_uid);
+        return true; /* anything else that exists */
 }
 
 /* Every typed object starts with its K8sMeta. */

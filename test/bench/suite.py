@@ -163,6 +163,7 @@ class Suite:
                          "spec": {"accessModes": ["ReadWriteMany"], "volumeName": SHARED_PV,
                                   "resources": {"requests": {"storage": "64Mi"}}},
                          "status": {"phase": "Bound"}})
+        self.api.bind_claim("default", SHARED_CLAIM, SHARED_PV)  # the PV's claimRef gets the claim's uid
         self.tail = CallLogTail(os.path.join(driver_state, "calls.jsonl"))
         self.control = ControlClient(os.path.join(driver_state, "control.sock"))
         notify_path = os.path.join(self.sockdir, "notify.sock")

@@ -267,24 +267,40 @@ class VolumeEnv:
         if volume_mode:
             spec["volumeMode"] = volume_mode
         if claim:
+            # Reserved for the claim (claimRef without uid), or bound to it
+            # (with its uid) when the claim already names this PV, as the
+            # PV controller leaves them.
             spec["claimRef"] = {"namespace": "default", "name": claim}
+            existing = self._claim(claim)
+            if existing and existing["spec"].get("volumeName") == name:
+                spec["claimRef"]["uid"] = existing["metadata"]["uid"]
         return self.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
-                                "spec": spec})
+                                "spec": spec, "status": {"phase": "Bound" if claim else "Available"}})
+
+    def _claim(self, name, namespace="default"):
+        items, _ = self.api.list("persistentvolumeclaims", namespace)
+        return next((c for c in items if c["metadata"]["name"] == name), None)
 
     def pvc(self, name, volume_name=None, namespace="default"):
+        """A claim, bound to `volume_name` as the PV controller binds (the
+        PV's claimRef gets the claim's uid) when that is given."""
         obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                "metadata": {"name": name, "namespace": namespace},
                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
                "status": {"phase": "Pending"}}
-        if volume_name:
-            obj["spec"]["volumeName"] = volume_name
-            obj["status"]["phase"] = "Bound"
-        return self.api.create(obj)
+        created = self.api.create(obj)
+        return self.bind(name, volume_name, namespace) if volume_name else created
 
-    def bind(self, claim, volume_name, namespace="default"):
+    def bind(self, claim, volume_name, namespace="default", state="Bound"):
+        """Binds as the PV controller does, up to `state` (see the fake's
+        binding.py); a PV that does not exist yet gets the claim's uid when
+        it is made with env.pv(claim=...)."""
+        pvs, _ = self.api.list("persistentvolumes")
+        if any(v["metadata"]["name"] == volume_name for v in pvs):
+            return self.api.bind_claim(namespace, claim, volume_name, state)[0]
         obj = self.api.get("persistentvolumeclaims", namespace, claim)
         obj["spec"]["volumeName"] = volume_name
-        obj["status"] = {"phase": "Bound"}
+        obj["status"] = {"phase": "Bound" if state == "Bound" else "Pending"}
         obj["metadata"].pop("resourceVersion", None)
         return self.api.update(obj)
 

@@ -293,3 +293,29 @@ def test_csinode_put_and_events_create_patch(fake_api):
     assert r.json["count"] == 2
     r = c.get(epath, fieldSelector="involvedObject.name=p,reason=FailedMount")
     assert [e["metadata"]["name"] for e in r.json["items"]] == ["p.17a"]
+
+
+def test_bind_claim_holds_every_binding_state(fake_api):
+    """The PV controller's steps: claim names the PV; PV reserved (claimRef
+    without uid); PV bound to the claim's uid; claim Bound."""
+    fake_api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": "data", "namespace": "ns1"},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                     "status": {"phase": "Pending"}})
+    fake_api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "csi": {"driver": "d.example.com", "volumeHandle": "h"}},
+                     "status": {"phase": "Available"}})
+    uid = fake_api.get("persistentvolumeclaims", "ns1", "data")["metadata"]["uid"]
+    seen = {}
+    for state in ("Pending", "PVReserved", "PVBound", "Bound"):
+        c, v = fake_api.bind_claim("ns1", "data", "pv-1", state)
+        assert c == fake_api.get("persistentvolumeclaims", "ns1", "data")
+        assert v == fake_api.get("persistentvolumes", None, "pv-1")
+        ref = v["spec"].get("claimRef")
+        seen[state] = (c["spec"]["volumeName"], c["status"]["phase"], ref and (ref["namespace"], ref["name"]),
+                       ref and ref.get("uid"), v["status"]["phase"])
+    assert seen == {"Pending": ("pv-1", "Pending", None, None, "Available"),
+                    "PVReserved": ("pv-1", "Pending", ("ns1", "data"), None, "Available"),
+                    "PVBound": ("pv-1", "Pending", ("ns1", "data"), uid, "Bound"),
+                    "Bound": ("pv-1", "Bound", ("ns1", "data"), uid, "Bound")}

@@ -38,6 +38,7 @@ def test_generic_ephemeral_claim_controlled_by_the_pod_is_mounted(volume_env):
                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}},
                              "volumeName": "pv-eph"},
                     "status": {"phase": "Bound"}})
+    env.bind("web-scratch", "pv-eph")  # the PV's claimRef gets the claim's uid
     env.wait_mounted(env.target(pod, "pv-eph"))
     env.api.remove("pods", "default", "web")
     env.wait_gone(env.target(pod, "pv-eph"))

@@ -96,7 +96,7 @@ def test_claim_bound_late_is_mounted_by_backoff_gets(volume_env):
     pod = env.pod("web", [claim_volume("data", "late")])
     env.wait_event("FailedMount", 'persistentvolumeclaim "late" not found')
     env.pvc("late")
-    env.wait_event("FailedMount", 'persistentvolumeclaim "late" is not bound')
+    env.wait_event("FailedMount", "error processing PVC default/late: PVC is not bound")
     env.pv("pv-late", "vol-late", claim="late")
     bound = time.time()
     env.bind("late", "pv-late")

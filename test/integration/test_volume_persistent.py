@@ -162,7 +162,7 @@ def test_pvc_bound_late(volume_env):
     pod = env.pod("web", [claim_volume("data", "late")])
     env.wait_event("FailedMount", 'persistentvolumeclaim "late" not found')
     env.pvc("late")
-    env.wait_event("FailedMount", 'persistentvolumeclaim "late" is not bound')
+    env.wait_event("FailedMount", "error processing PVC default/late: PVC is not bound")
     env.pv("pv-late", "vol-late", claim="late")
     started = time.monotonic()
     env.bind("late", "pv-late")

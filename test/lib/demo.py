@@ -112,6 +112,7 @@ def main():
                     "metadata": {"name": "data", "namespace": "default"},
                     "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-data",
                              "resources": {"requests": {"storage": "64Mi"}}}, "status": {"phase": "Bound"}})
+        api.bind_claim("default", "data", "pv-data")  # the PV's claimRef gets the claim's uid
         pods = []
         for name, volume in (("scratch-pod", {"name": "scratch", "csi": {"driver": DRIVER}}),
                              ("db", {"name": "data", "persistentVolumeClaim": {"claimName": "data"}})):

@@ -275,17 +275,21 @@ class Churn:
 
     def _pv_pvc(self, name, handle, mode="ReadWriteOnce"):
         api = self.s.api
+        # The claim first: the PV is bound to its uid, as the PV controller
+        # binds (kvolumed, as kubelet, mounts no PV whose claimRef.uid is not
+        # the claim's).
+        claim = api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "metadata": {"name": "pvc-" + name, "namespace": "default"},
+                            "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "64Mi"}},
+                                     "volumeName": "pv-" + name},
+                            "status": {"phase": "Bound", "accessModes": [mode], "capacity": {"storage": "64Mi"}}})
         api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-" + name},
                     "spec": {"capacity": {"storage": "64Mi"}, "accessModes": [mode],
                              "persistentVolumeReclaimPolicy": "Delete",
-                             "claimRef": {"namespace": "default", "name": "pvc-" + name},
+                             "claimRef": {"namespace": "default", "name": "pvc-" + name,
+                                          "uid": claim["metadata"]["uid"]},
                              "csi": {"driver": DRIVER, "volumeHandle": handle}},
                     "status": {"phase": "Bound"}})
-        api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": "pvc-" + name, "namespace": "default"},
-                    "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "64Mi"}},
-                             "volumeName": "pv-" + name},
-                    "status": {"phase": "Bound", "accessModes": [mode], "capacity": {"storage": "64Mi"}}})
 
     def add_pod(self):
         seq = self.seq

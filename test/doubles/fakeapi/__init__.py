@@ -37,6 +37,8 @@ In-process:
         api.node_kubeconfig("n1", auth="cert", cert_path=p, key_path=p)
         api.node_token("n1"), api.node_client_cert("n1"[, cert, key])
         api.set_graph_lag(2.0), api.node_graph("n1")
+        api.bind_claim("ns", "claim", "pv", state="Bound")   # or "Pending",
+                    # "PVReserved", "PVBound": the PV controller's steps
 
 Command line (PYTHONPATH=<repo>/test):
 
@@ -78,6 +80,8 @@ Control port (plain HTTP on 127.0.0.1, JSON bodies, no auth):
     POST   /faults/delay  {"seconds": D, "pathPrefix": ..., "method": ...}  (0 clears)
     POST   /faults/refuse {"seconds": T, "mode": "refuse"|"reset"}
     POST   /faults/graphlag {"seconds": N}  node authorizer graph lag (0 clears)
+    POST   /faults/ignorefieldselector {"pathPrefix": "/api/v1/pods"}
+                                             lists and watches there ignore fieldSelector
     POST   /faults/clear                     (the graph lag too)
     GET    /tokens/identities                {"tokens": {token: {"user", "groups"}}}
     POST   /tokens/identities {"token", "user", "groups": [...]}

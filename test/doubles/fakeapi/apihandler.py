@@ -201,6 +201,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         if verb == "GET":
             fields = FieldSelector.parse(query.get("fieldSelector"), res)
             labels = LabelSelector.parse(query.get("labelSelector"))
+            if self.app.faults.ignores_field_selector(urlsplit(self.path).path):
+                fields = FieldSelector()
             if _flag(query, "watch"):
                 return self._watch(res, namespace, fields, labels, query)
             return self._list(res, namespace, fields, labels, query)

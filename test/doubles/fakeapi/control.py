@@ -122,6 +122,9 @@ class ControlHandler(BaseHTTPRequestHandler):
         if route == ("POST", "faults") and rest == ["refuse"]:
             app.refuse_connections(body["seconds"], body.get("mode", "refuse"))
             return 200, {}
+        if route == ("POST", "faults") and rest == ["ignorefieldselector"]:
+            app.ignore_field_selector(body.get("pathPrefix"))
+            return 200, {}
         if route == ("POST", "faults") and rest == ["clear"]:
             app.clear_faults()
             return 200, {}

@@ -1,5 +1,6 @@
 """Faults a test injects into the API port: failed requests, slow responses,
-the node authorizer's graph lagging behind new objects."""
+the node authorizer's graph lagging behind new objects, lists and watches
+that ignore their field selector."""
 import threading
 import time
 
@@ -24,6 +25,7 @@ class Faults:
         # The node authorizer's graph does not see pods bound, PVs claimed
         # and VolumeAttachments placed less than this many seconds ago.
         self.graph_lag = 0.0
+        self._unselective = []   # rules of lists and watches that ignore fieldSelector
 
     def fail_next(self, count, status=500, retry_after=None, path_prefix=None,
                   method=None):
@@ -47,9 +49,21 @@ class Faults:
         not at all), see nodeauth."""
         self.graph_lag = max(0.0, float(seconds))
 
+    def ignore_field_selector(self, path_prefix=None):
+        """Lists and watches that match answer as if they had no
+        fieldSelector: a proxy that drops it, a server bug, or an identity
+        for which a wider answer is allowed.  The selector is still parsed
+        (a malformed one is refused), then not applied."""
+        with self._lock:
+            self._unselective.append(_Rule(path_prefix, "GET"))
+
+    def ignores_field_selector(self, path):
+        with self._lock:
+            return any(rule.matches("GET", path) for rule in self._unselective)
+
     def clear(self):
         with self._lock:
-            self._failures, self._delays = [], []
+            self._failures, self._delays, self._unselective = [], [], []
             self.graph_lag = 0.0
 
     def apply(self, method, path):

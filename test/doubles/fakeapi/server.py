@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from . import certs, resources
+from . import binding, certs, resources
 from .apihandler import ApiHandler
 from .auth import NODE_USER_PREFIX, NODES_GROUP, Authenticator
 from .control import ControlHandler
@@ -198,6 +198,12 @@ current-context: fakeapi
         res = resources.lookup(resource)
         return self.store.remove(res, self._namespace(res, namespace), name)
 
+    def bind_claim(self, namespace, claim, pv, state="Bound"):
+        """Binds claim and PV as the PV controller does, up to `state`
+        ("Pending", "PVReserved", "PVBound" or "Bound", see binding.py);
+        returns (claim, pv)."""
+        return binding.bind(self, namespace, claim, pv, state)
+
     def load(self, path):
         """Creates every object of a JSON or (multi-document) YAML file;
         `kind: List` documents are unpacked."""
@@ -358,6 +364,11 @@ current-context: fakeapi-node
     def set_delay(self, seconds, path_prefix=None, method=None):
         """Matching requests wait `seconds` first; 0 removes every delay."""
         self.faults.set_delay(seconds, path_prefix, method)
+
+    def ignore_field_selector(self, path_prefix=None):
+        """From now on (until clear_faults), lists and watches under
+        path_prefix (all when None) answer as if they had no fieldSelector."""
+        self.faults.ignore_field_selector(path_prefix)
 
     def clear_faults(self):
         self.faults.clear()

@@ -80,9 +80,12 @@ static K8sPod *pod_with(const char *volumes, const char *mounts, const char *dev
 #define PVC(name, volume) \
         "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"" name "\",\"resourceVersion\":\"1\"}," \
         "\"spec\":{\"volumeName\":\"" volume "\"},\"status\":{\"phase\":\"Bound\"}}"
-#define PV_CSI(name, extra) \
+/* The claimRef the PV controller writes when it binds the PV to claim "c1". */
+#define REF_C1 "\"claimRef\":{\"namespace\":\"ns1\",\"name\":\"claim\",\"uid\":\"c1\"},"
+#define PV_CSI(name, extra) PV_CSI_REF(name, REF_C1, extra)
+#define PV_CSI_REF(name, ref, extra) \
         "{\"metadata\":{\"uid\":\"p1\",\"name\":\"" name "\",\"resourceVersion\":\"1\"}," \
-        "\"spec\":{\"csi\":{\"driver\":\"hostpath.csi.k8s.io\",\"volumeHandle\":\"vol-1\",\"fsType\":\"ext4\"," \
+        "\"spec\":{" ref "\"csi\":{\"driver\":\"hostpath.csi.k8s.io\",\"volumeHandle\":\"vol-1\",\"fsType\":\"ext4\"," \
         "\"volumeAttributes\":{\"k\":\"v\"},\"nodeStageSecretRef\":{\"name\":\"st\",\"namespace\":\"sec\"}," \
         "\"nodePublishSecretRef\":{\"name\":\"pu\",\"namespace\":\"sec\"}}," \
         "\"accessModes\":[\"ReadWriteMany\"],\"mountOptions\":[\"noatime\",\"ro\"]" extra "}}"
@@ -146,7 +149,7 @@ static void test_pvc_waits_then_resolves(void **state) {
         f.pvcs[0] = decode(&k8s_kind_pvc, "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"claim\","
                                           "\"resourceVersion\":\"1\"},\"spec\":{},\"status\":{\"phase\":\"Pending\"}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        assert_string_equal(p->volumes[0].waiting, "persistentvolumeclaim \"claim\" is not bound");
+        assert_string_equal(p->volumes[0].waiting, "error processing PVC ns1/claim: PVC is not bound");
         desired_pod_free(p);
         k8s_pvc_free(f.pvcs[0]);
 
@@ -247,10 +250,11 @@ static void test_mode_mismatch_and_other_claim(void **state) {
         desired_pod_free(p);
         k8s_pv_free(f.pvs[0]);
 
-        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI("pv-1", ",\"volumeMode\":\"Block\",\"claimRef\":{\"namespace\":\"ns1\","
-                                                       "\"name\":\"claim\",\"uid\":\"someone-else\"}"));
+        f.pvs[0] = decode(&k8s_kind_pv, PV_CSI_REF("pv-1", "\"claimRef\":{\"namespace\":\"ns1\",\"name\":\"claim\","
+                                                           "\"uid\":\"someone-else\"},", ",\"volumeMode\":\"Block\""));
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        assert_string_equal(p->volumes[0].waiting, "persistentvolume \"pv-1\" is bound to another claim");
+        assert_string_equal(p->volumes[0].waiting, "error processing PVC ns1/claim: found PV object pv-1 but its "
+                            "pv.Spec.ClaimRef.UID someone-else does not point to claim.UID c1");
         desired_pod_free(p);
         k8s_pod_free(pod);
         fake_free(&f);
@@ -381,7 +385,7 @@ static void test_selinux_context_and_rwop(void **state) {
         const char *label = "system_u:object_r:container_file_t:s0:c1,c2";
 
         f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
-        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{\"csi\":{\"driver\":"
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{" REF_C1 "\"csi\":{\"driver\":"
                                         "\"d.example.com\",\"volumeHandle\":\"h\"},\"accessModes\":"
                                         "[\"ReadWriteOncePod\"]}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
@@ -419,7 +423,7 @@ static void test_selinux_context_and_rwop(void **state) {
         /* More than one mode: not RWOP (kubelet cannot tell which one the pod means). */
         f = (Fake){};
         f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
-        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{\"csi\":{\"driver\":"
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},\"spec\":{" REF_C1 "\"csi\":{\"driver\":"
                                         "\"d.example.com\",\"volumeHandle\":\"h\"},\"accessModes\":"
                                         "[\"ReadWriteOnce\",\"ReadWriteOncePod\"]}}");
         pod = pod_with_security("{}");
@@ -429,6 +433,68 @@ static void test_selinux_context_and_rwop(void **state) {
         desired_pod_free(p);
         k8s_pod_free(pod);
         fake_free(&f);
+}
+
+/* kubelet's getPVCExtractPV and getPVSpec: only a Bound claim, and only the
+ * PV whose claimRef.uid is that claim's, whatever spec.volumeName says (any
+ * user may write it to name another tenant's PV).  Each is a wait with
+ * kubelet's words: binding may be in progress. */
+static void test_claim_binding_checked(void **state) {
+        static const struct {
+                const char *pvc, *pv, *waiting;
+        } cases[] = {
+                /* Pre-bound by its user, not bound yet: never the PV it names. */
+                { "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"claim\"},"
+                  "\"spec\":{\"volumeName\":\"pv-1\"},\"status\":{\"phase\":\"Pending\"}}",
+                  PV_CSI_REF("pv-1", "\"claimRef\":{\"namespace\":\"other\",\"name\":\"theirs\"},", ""),
+                  "error processing PVC ns1/claim: PVC is not bound" },
+                { "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"claim\"},"
+                  "\"spec\":{\"volumeName\":\"pv-1\"}}",
+                  PV_CSI("pv-1", ""), "error processing PVC ns1/claim: PVC is not bound" },
+                { "{\"metadata\":{\"uid\":\"c1\",\"namespace\":\"ns1\",\"name\":\"claim\"},"
+                  "\"spec\":{},\"status\":{\"phase\":\"Bound\"}}",
+                  PV_CSI("pv-1", ""), "error processing PVC ns1/claim: PVC has empty pvc.Spec.VolumeName" },
+                /* Reserved for another namespace's claim, its uid not written yet. */
+                { PVC("claim", "pv-1"),
+                  PV_CSI_REF("pv-1", "\"claimRef\":{\"namespace\":\"other\",\"name\":\"theirs\"},", ""),
+                  "error processing PVC ns1/claim: found PV object pv-1 but its pv.Spec.ClaimRef.UID  does not "
+                  "point to claim.UID c1" },
+                /* Bound to another claim of the same name (the first one was deleted). */
+                { PVC("claim", "pv-1"),
+                  PV_CSI_REF("pv-1", "\"claimRef\":{\"namespace\":\"ns1\",\"name\":\"claim\",\"uid\":\"c0\"},", ""),
+                  "error processing PVC ns1/claim: found PV object pv-1 but its pv.Spec.ClaimRef.UID c0 does not "
+                  "point to claim.UID c1" },
+                /* Available, bound to no claim at all. */
+                { PVC("claim", "pv-1"), PV_CSI_REF("pv-1", "", ""),
+                  "error processing PVC ns1/claim: found PV object pv-1 but it has a nil pv.Spec.ClaimRef "
+                  "indicating it is not yet bound to the claim" },
+                { PVC("claim", "pv-1"), PV_CSI("pv-1", ""), NULL },
+        };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
+                               "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                Fake f = {};
+                ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+                DesiredPod *p = NULL;
+
+                f.pvcs[0] = decode(&k8s_kind_pvc, cases[i].pvc);
+                f.pvs[0] = decode(&k8s_kind_pv, cases[i].pv);
+                assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+                assert_int_equal(p->n_volumes, 1);
+                assert_null(p->volumes[0].failed);
+                if (cases[i].waiting) {
+                        if (p->volumes[0].spec)
+                                fail_msg("case %zu: staged the PV of a claim that is not bound to it", i);
+                        assert_string_equal(p->volumes[0].waiting, cases[i].waiting);
+                } else {
+                        assert_non_null(p->volumes[0].spec);
+                        assert_string_equal(p->volumes[0].spec->spec_name, "pv-1");
+                }
+                desired_pod_free(p);
+                fake_free(&f);
+        }
+        k8s_pod_free(pod);
 }
 
 static void test_pod_volumes_wanted(void **state) {
@@ -453,6 +519,70 @@ static void test_pod_volumes_wanted(void **state) {
         k8s_pod_free(pod);
 }
 
+/* kubectl debug: the app container is gone, the ephemeral container still
+ * runs.  Every kind of container counts for keeping a pod's volumes, also
+ * in a phase that says the pod is finished. */
+#define POD_STATUSES(deleted, phase, statuses)                                                                     \
+        "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\",\"resourceVersion\":\"5\"" deleted "}," \
+        "\"spec\":{\"containers\":[{\"name\":\"c\"}],\"initContainers\":[{\"name\":\"i\"}],"                      \
+        "\"ephemeralContainers\":[{\"name\":\"debugger\",\"targetContainerName\":\"c\"}]},"                           \
+        "\"status\":{\"phase\":\"" phase "\"," statuses "}}"
+#define DELETED ",\"deletionTimestamp\":\"2026-11-22T01:00:00Z\""
+#define RUNNING(n) "{\"name\":\"" n "\",\"state\":{\"running\":{\"startedAt\":\"2026-11-22T00:00:00Z\"}}}"
+#define TERMINATED(n) "{\"name\":\"" n "\",\"state\":{\"terminated\":{\"exitCode\":0}}}"
+
+static void test_pod_volumes_wanted_every_container_kind(void **state) {
+        static const struct {
+                const char *json;
+                bool wanted;
+        } cases[] = {
+                { POD_STATUSES(DELETED, "Running", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" RUNNING("debugger") "]"), true },
+                { POD_STATUSES(DELETED, "Running", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" TERMINATED("debugger") "]"), false },
+                { POD_STATUSES(DELETED, "Pending", "\"initContainerStatuses\":[" RUNNING("i") "]"), true },
+                /* Finished, but the status still shows one running: keep until none runs. */
+                { POD_STATUSES("", "Succeeded", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"ephemeralContainerStatuses\":[" RUNNING("debugger") "]"), true },
+                { POD_STATUSES("", "Failed", "\"containerStatuses\":[" RUNNING("c") "]"), true },
+                { POD_STATUSES(DELETED, "Failed", "\"containerStatuses\":[" RUNNING("c") "]"), true },
+                { POD_STATUSES("", "Succeeded", "\"containerStatuses\":[" TERMINATED("c") "],"
+                               "\"initContainerStatuses\":[" TERMINATED("i") "],"
+                               "\"ephemeralContainerStatuses\":[" TERMINATED("debugger") "]"), false },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                K8sPod *pod = decode(&k8s_kind_pod, cases[i].json);
+                if (pod_volumes_wanted(pod) != cases[i].wanted)
+                        fail_msg("case %zu: wanted should be %s", i, cases[i].wanted ? "true" : "false");
+                k8s_pod_free(pod);
+        }
+}
+
+/* A volume only an ephemeral container mounts is wanted like any other:
+ * kubelet's GetPodVolumeNames visits every container kind. */
+static void test_ephemeral_container_mounts_count(void **state) {
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        DesiredPod *p = NULL;
+        K8sPod *pod = decode(&k8s_kind_pod,
+                             "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\","
+                             "\"resourceVersion\":\"5\"},\"spec\":{\"nodeName\":\"node-a\","
+                             "\"volumes\":[{\"name\":\"scratch\",\"csi\":{\"driver\":\"inline.example.com\"}},"
+                             "{\"name\":\"other\",\"csi\":{\"driver\":\"inline.example.com\"}}],"
+                             "\"containers\":[{\"name\":\"c\"}],"
+                             "\"ephemeralContainers\":[{\"name\":\"debugger\",\"volumeMounts\":"
+                             "[{\"name\":\"scratch\",\"mountPath\":\"/s\"}]}]},"
+                             "\"status\":{\"phase\":\"Running\"}}");
+
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_int_equal(p->n_volumes, 1);
+        assert_non_null(desired_pod_find_volume(p, "scratch"));
+        assert_non_null(desired_pod_find_volume(p, "scratch")->spec);
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_inline_volume),
@@ -461,7 +591,10 @@ int main(void) {
                 cmocka_unit_test(test_mode_mismatch_and_other_claim),
                 cmocka_unit_test(test_refused_lookup_waits_with_server_message),
                 cmocka_unit_test(test_malicious_names_refused),
+                cmocka_unit_test(test_claim_binding_checked),
                 cmocka_unit_test(test_pod_volumes_wanted),
+                cmocka_unit_test(test_pod_volumes_wanted_every_container_kind),
+                cmocka_unit_test(test_ephemeral_container_mounts_count),
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
         };

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 
 #include "systemd/macro.h"
+#include "volume/paths.h"
 
-#define INTENT_FILE "kvolumed.json"
 #define BOOT_ID_MAX 37 /* a UUID and NUL */
 
 typedef enum OpKind {

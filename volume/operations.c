@@ -96,10 +96,13 @@ static bool op_staging(const Operation *op) {
 }
 
 /* The dir holding the volume's vol_data.json: the staging volume dir or the
- * pod's volume dir; for a raw block volume its data dir, for both. */
+ * pod's volume dir; for a raw block volume a data dir: its staging's under
+ * the name of the PV it was staged for, a publish's under the name of that
+ * pod's PV (two PVs may name one volume, and kubelet names every block path
+ * after the PV). */
 static int volume_dir_of(const Operation *op, char **ret) {
         if (op->av->block)
-                return path_block_data_dir(op->av->spec_name, ret);
+                return path_block_data_dir(op_staging(op) ? op->av->spec_name : op->spec_name, ret);
         if (op_staging(op))
                 return path_staging_volume_dir(op->av->driver, op->av->handle, ret);
         return path_pod_volume_dir(op->pod.uid, op->spec_name, ret);
@@ -113,11 +116,7 @@ static int record_path_of(const Operation *op, char **ret) {
 
         if (r < 0)
                 return r;
-        if (op->av->block && !op_staging(op))
-                r = asprintf(ret, "%s/" BLOCK_INTENT_PREFIX "%s.json", dir, op->pod.uid);
-        else
-                r = asprintf(ret, "%s/" INTENT_FILE, dir);
-        return r < 0 ? -ENOMEM : 0;
+        return path_intent_record(dir, op->av->block && !op_staging(op) ? op->pod.uid : NULL, ret);
 }
 
 static int write_vol_data(Operation *op, const char *dir) {
@@ -174,7 +173,8 @@ static int remove_volume_dirs(Operation *op) {
         int r;
 
         if (op->av->block)
-                return block_dirs_remove(op->m->root, &f, op->av->spec_name, op_staging(op) ? NULL : op->pod.uid);
+                return block_dirs_remove(op->m->root, &f, op_staging(op) ? op->av->spec_name : op->spec_name,
+                                         op_staging(op) ? NULL : op->pod.uid);
         r = volume_dir_of(op, &dir);
         if (r < 0)
                 return r;
@@ -232,13 +232,13 @@ int operation_prepare(Operation *op) {
                 r = make_dirs(op, dir);
                 if (r < 0)
                         return r;
-                /* A block volume's data file is the volume's, written at stage. */
-                if (!(op->av->block && op->kind == OP_PUBLISH)) {
-                        r = write_vol_data(op, dir);
-                        if (r < 0)
-                                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
-                                                 op->m->root->path, dir);
-                }
+                /* A block publish writes its PV's data file too: kubelet has one
+                 * per PV (NewBlockVolumeMapper), and reconstruction finds the
+                 * publishes of a PV that did not stage the volume through it. */
+                r = write_vol_data(op, dir);
+                if (r < 0)
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
+                                         op->m->root->path, dir);
         }
         if (r >= 0) {
                 Intent i = { .operation = op->kind, .pod = op->pod.key };
@@ -281,8 +281,11 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir_in,
                                         m->root->path, target);
         if (r < 0 && r != -ENOTDIR)
                 return log_fields_errno(LOG_ERR, r, f, "Failed to remove %s/%s: %m", m->root->path, target);
-        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&intent, "%s/" INTENT_FILE, dir) < 0)
+        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
+        r = path_intent_record(dir, NULL, &intent);
+        if (r < 0)
+                return r;
         /* The intent last: until it goes, reconstruction knows the volume is ours. */
         r = root_dir_unlink(m->root, vol_data);
         if (r >= 0)
@@ -570,7 +573,7 @@ static void step_call(Operation *op) {
                 if (!unstage_guard_passes(op, target))
                         return;
                 /* kubelet's UnmapDevice: not while another pod's bind file is there. */
-                r = op->av->block ? block_map_refs(op->m->root, op->av->spec_name, NULL) : 0;
+                r = op->av->block ? block_volume_map_refs(op->m->root, op->av->driver, op->av->handle) : 0;
                 if (r != 0) {
                         op_fail(op, r < 0 ? r : -EBUSY, false, "the device %s is still referenced from other Pods",
                                 op->av->spec_name);

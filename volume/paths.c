@@ -138,6 +138,14 @@ int path_staging_target(const char *driver, const char *handle, char **ret) {
         return make_path(ret, "plugins/" CSI_PLUGIN_NAME "/%s/%s/globalmount", driver, hex);
 }
 
+int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret) {
+        if (isempty(volume_dir) || volume_dir[0] == '/' || (pod_uid && validate_uid(pod_uid) < 0))
+                return -EINVAL;
+        if (pod_uid)
+                return make_path(ret, "%s/" BLOCK_INTENT_PREFIX "%s.json", volume_dir, pod_uid);
+        return make_path(ret, "%s/" INTENT_FILE, volume_dir);
+}
+
 #define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"
 
 int path_block_map_dir(const char *spec_name, char **ret) {

@@ -14,6 +14,10 @@
 #define CSI_PLUGIN_NAME "kubernetes.io/csi"
 #define CSI_PLUGIN_NAME_ESCAPED "kubernetes.io~csi"
 #define VOL_DATA_FILE "vol_data.json"
+/* kvolumed's intent record of a volume dir (volume/intent.h), and of one
+ * pod's publish of a raw block volume (its PV's data dir is shared). */
+#define INTENT_FILE "kvolumed.json"
+#define BLOCK_INTENT_PREFIX "kvolumed-"
 
 /* "csi-" + 64 hex digits + NUL */
 #define CSI_HASH_NAME_MAX 69
@@ -39,6 +43,12 @@ int path_parse_publish_target(const char *relpath, char **ret_uid, char **ret_sp
 int path_staging_volume_dir(const char *driver, const char *handle, char **ret);
 /* .../<sha>/globalmount — NodeStage target. */
 int path_staging_target(const char *driver, const char *handle, char **ret);
+
+/* Where the intent record of the volume dir "volume_dir" (relative, as
+ * built above) is kept; pod_uid: the record of that pod's publish of a raw
+ * block volume, whose records share its PV's data dir.  Every writer and
+ * reader of a record builds its path here, and nowhere else. */
+int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
 
 /* Raw block (§1.3). */
 int path_block_map_dir(const char *spec_name, char **ret);     /* plugins/kubernetes.io/csi/volumeDevices/<spec>/dev */

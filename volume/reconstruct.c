@@ -51,8 +51,11 @@ static int read_records(VolumeManager *m, const char *dir, Records *ret) {
         Records rec = {};
         int r;
 
-        if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&in_path, "%s/" INTENT_FILE, dir) < 0)
+        if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
+        r = path_intent_record(dir, NULL, &in_path);
+        if (r < 0)
+                return r;
         r = root_dir_read_file(m->root, vd_path, RECORD_MAX, &text, NULL);
         if (r >= 0) {
                 r = vol_data_parse(text, &rec.vol_data);
@@ -270,15 +273,16 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
 
 /* ---- raw block volumes ------------------------------------------------------------- */
 
-/* One pod's publish of a block volume: its record in the volume's data dir
- * (ours) or its bind file in the global map dir (kubelet's and ours).  Set
- * up only if the device the driver published is the one recorded and the
- * pod's mapping is in place. */
-static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume *av, const char *data,
-                                      const char *pod_uid) {
+/* One pod's publish of a block volume through PV spec_name (not always the
+ * PV the volume was staged for: two PVs may share a handle): its record
+ * beside that PV's data dir (ours) or its bind file in that PV's global map
+ * dir (kubelet's and ours).  Set up only if the device the driver published
+ * is the one recorded and the pod's mapping is in place. */
+static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume *av, const char *spec_name,
+                                      const char *data, const char *pod_uid) {
         _cleanup_free_ char *record = NULL, *text = NULL, *target = NULL;
         _cleanup_(records_done) Records rec = {};
-        LogFields f = { .pod_uid = pod_uid, .volume = av->spec_name, .driver = av->driver,
+        LogFields f = { .pod_uid = pod_uid, .volume = spec_name, .driver = av->driver,
                         .volume_handle = av->handle };
         bool mounted;
         Found found;
@@ -286,8 +290,7 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
         int r;
 
         if (validate_uid(pod_uid) < 0 || hashmap_get(av->publishes, pod_uid) ||
-            path_block_publish(av->spec_name, pod_uid, &target) < 0 ||
-            asprintf(&record, "%s/" BLOCK_INTENT_PREFIX "%s.json", data, pod_uid) < 0)
+            path_block_publish(spec_name, pod_uid, &target) < 0 || path_intent_record(data, pod_uid, &record) < 0)
                 return;
         if (root_dir_read_file(m->root, record, RECORD_MAX, &text, NULL) >= 0)
                 rec.has_intent = intent_parse(text, &rec.intent) >= 0;
@@ -298,19 +301,18 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
                 /* The same device as recorded, still mapped into the pod: else map again. */
                 if (!rec.intent.device || block_devno_parse(rec.intent.device, &recorded) < 0 ||
                     block_identify(m->root, target, &now) < 0 || now.devno != recorded ||
-                    !block_mapped(m->root, av->spec_name, pod_uid))
+                    !block_mapped(m->root, spec_name, pod_uid))
                         found = FOUND_UNCERTAIN;
                 block_identity_done(&now);
         }
         PodInfo info = { .uid = (char *) pod_uid,
                          .key = rec.has_intent && rec.intent.pod ? rec.intent.pod : (char *) pod_uid };
-        r = actual_publish_set(av, &info, av->spec_name, target, found == FOUND_DONE ? PUBLISH_DONE
-                                                                                    : PUBLISH_UNCERTAIN);
+        r = actual_publish_set(av, &info, spec_name, target, found == FOUND_DONE ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
         if (r < 0)
                 return;
         ((ActualPublish *) hashmap_get(av->publishes, pod_uid))->stale = found == FOUND_STALE;
         if (found != FOUND_STALE)
-                note_restored(m, pod_uid, av->spec_name, av->unique_name);
+                note_restored(m, pod_uid, spec_name, av->unique_name);
         c->published += found == FOUND_DONE;
         c->uncertain += found == FOUND_UNCERTAIN;
         c->stale += found == FOUND_STALE;
@@ -319,7 +321,7 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
 }
 
 static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, const char *spec_name) {
-        _cleanup_free_ char *data = NULL, *staging = NULL, *map_dir = NULL, *unique = NULL;
+        _cleanup_free_ char *data = NULL, *staging = NULL, *map_dir = NULL, *unique = NULL, *records = NULL;
         _cleanup_(records_done) Records rec = {};
         ActualVolume *av;
         struct dirent *de;
@@ -344,14 +346,23 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
         if (!av)
                 return;
         av->block = true;
-        found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
-        av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
-        av->stage_stale = found == FOUND_STALE;
-        c->staged += found == FOUND_DONE;
-        c->uncertain += found == FOUND_UNCERTAIN;
-        c->stale += found == FOUND_STALE;
-        /* The pods: our records in the data dir, and the bind files in the global map dir. */
-        const char *dirs[] = { data, map_dir };
+        /* The staging is named after the PV it was made for; the data dir of
+         * another PV of the same handle holds only its own publishes. */
+        if (rec.has_intent || root_dir_exists(m->root, staging) > 0) {
+                if (!streq(av->spec_name, spec_name))
+                        (void) free_and_strdup(&av->spec_name, spec_name);
+                found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
+                av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
+                av->stage_stale = found == FOUND_STALE;
+                c->staged += found == FOUND_DONE;
+                c->uncertain += found == FOUND_UNCERTAIN;
+                c->stale += found == FOUND_STALE;
+        }
+        /* The pods: our records beside the data dir, and the bind files in the global map dir. */
+        if (path_intent_record(data, NULL, &records) < 0)
+                return;
+        *strrchr(records, '/') = '\0';
+        const char *dirs[] = { records, map_dir };
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 if (root_dir_open_dir(m->root, dirs[i], &fd) < 0)
                         continue;
@@ -364,7 +375,7 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                         size_t n = strlen(de->d_name);
                         if (i == 1) {
                                 if (de->d_name[0] != '.')
-                                        reconstruct_block_publish(m, c, av, data, de->d_name);
+                                        reconstruct_block_publish(m, c, av, spec_name, data, de->d_name);
                                 continue;
                         }
                         if (strncmp(de->d_name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) != 0 || n < 6 ||
@@ -373,7 +384,7 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                         _cleanup_free_ char *uid = strndup(de->d_name + strlen(BLOCK_INTENT_PREFIX),
                                                            n - 5 - strlen(BLOCK_INTENT_PREFIX));
                         if (uid)
-                                reconstruct_block_publish(m, c, av, data, uid);
+                                reconstruct_block_publish(m, c, av, spec_name, data, uid);
                 }
                 closedir(d);
         }
@@ -479,9 +490,9 @@ int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualP
                 /* Nothing is mounted after a reboot: the link and files go. */
                 r = block_unmap(m->root, pub->spec_name, pub->pod_uid, &f);
                 if (r >= 0)
-                        r = block_dirs_remove(m->root, &f, av->spec_name, pub->pod_uid);
+                        r = block_dirs_remove(m->root, &f, pub->spec_name, pub->pod_uid);
                 if (r >= 0)
-                        r = path_block_publish(av->spec_name, pub->pod_uid, &dir);
+                        r = path_block_publish(pub->spec_name, pub->pod_uid, &dir);
         } else {
                 r = path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir);
                 if (r >= 0)

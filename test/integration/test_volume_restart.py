@@ -458,12 +458,16 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
 # whenever it is on the node, and nothing left once the pods are gone.
 
 SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"],
-               "block": ["NodeStageVolume", "NodePublishVolume"]}
+               "block": ["NodeStageVolume", "NodePublishVolume"],
+               "block-shared": ["NodeStageVolume", "NodePublishVolume"]}
 TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"],
-                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
+                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"],
+                  "block-shared": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
 
+# "block-shared": two block PVs with one volume handle, each used by its own
+# pod: one staging (under the first PV's name), a publish under each PV's.
 MATRIX = []
-for flow in ("persistent", "inline", "block"):
+for flow in ("persistent", "inline", "block", "block-shared"):
     for method in SETUP_CALLS[flow]:
         for when in ("before", "after"):
             for delete_while_down in (False, True):
@@ -484,61 +488,74 @@ def matrix_id(case):
 def test_crash_matrix(volume_env, case):
     flow, method, when, delete_while_down = case
     env = volume_env
-    persistent = flow in ("persistent", "block")
-    block = flow == "block"
+    persistent = flow in ("persistent", "block", "block-shared")
+    block = flow in ("block", "block-shared")
     env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    # (pod name, claim, spec name): one pod per PV.
+    users = [("web", "c", "pv-c")] + ([("web2", "d", "pv-d")] if flow == "block-shared" else [])
     if persistent:
-        env.pv("pv-c", "vol-c", claim="c", volume_mode="Block" if block else None)
-        env.pvc("c", "pv-c")
+        for _, claim, pv in users:
+            env.pv(pv, "vol-c", claim=claim, volume_mode="Block" if block else None)
+            env.pvc(claim, pv)
         attach(env, "pv-c", "vol-c")  # the controller was quick: attached before the pod
-    volume = claim_volume("data", "c") if persistent else inline_volume("scratch")
-    spec_name = "pv-c" if persistent else "scratch"
     unique = UNIQUE + "vol-c"
 
     def on_node():
         """The volume may be on the node: volumesInUse must list it then."""
         return bool(glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*")) or bool(mounts_under(env.root))
 
-    def set_up(pod):
+    def set_up(pod, spec_name):
         if not block:
             return os.path.ismount(env.target(pod, spec_name))
         device = f"{env.root}/pods/{pod['metadata']['uid']}/volumeDevices/kubernetes.io~csi/{spec_name}"
         return os.path.exists(device) and stat.S_ISBLK(os.stat(device).st_mode)
 
+    def all_set_up():
+        return all(set_up(pod, spec_name) for pod, spec_name in pods)
+
     def check_in_use():
         if persistent and on_node() and env.agent.proc.poll() is None:
             assert unique in in_use(env), "an attachable volume on the node is missing from volumesInUse"
 
+    def remove_pods():
+        for pod, _ in pods:
+            env.api.remove("pods", "default", pod["metadata"]["name"])
+
     if method != "immediately":
         env.driver.control.hang(method, count=1, when=when)
     env.start()
-    pod = env.pod("web", [volume], devices=["data"] if block else None)
-    target = (f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/{spec_name}/{pod['metadata']['uid']}"
-              if block else env.target(pod, spec_name))
+    pods = []
+    for name, claim, spec_name in users:
+        volume = claim_volume("data", claim) if persistent else inline_volume("scratch")
+        spec_name = spec_name if persistent else "scratch"
+        pods.append((env.pod(name, [volume], devices=["data"] if block else None), spec_name))
+    targets = [(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/{spec_name}/{pod['metadata']['uid']}"
+                if block else env.target(pod, spec_name)) for pod, spec_name in pods]
     if method in TEARDOWN_CALLS[flow]:
-        wait_until(lambda: set_up(pod), timeout=15, what="set up")
-        env.wait_calls("NodePublishVolume")
+        wait_until(all_set_up, timeout=15, what="set up")
+        env.wait_calls("NodePublishVolume", count=len(pods), code="OK")
         check_in_use()
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     if method != "immediately":
         env.driver.control.wait_hung(method, timeout=15)
     kill_agent(env)
     if method != "immediately":
         env.driver.control.release(method)
     if delete_while_down and method not in TEARDOWN_CALLS[flow]:
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     alive = not delete_while_down
     env.start()
 
     if alive:
         deadline = time.monotonic() + 20
-        while not set_up(pod):
+        while not all_set_up():
             assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
             check_in_use()
             time.sleep(0.05)
-        assert target not in unpublished_targets(env), "torn down while its pod exists"
+        for target in targets:
+            assert target not in unpublished_targets(env), "torn down while its pod exists"
         check_in_use()
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     else:
         # Until the volume is gone, volumesInUse must keep listing it.
         deadline = time.monotonic() + 20
@@ -561,3 +578,5 @@ def test_crash_matrix(volume_env, case):
                 published.discard(c["request"]["target_path"])
             elif c["method"] == "NodeUnstageVolume":
                 assert not published, f"NodeUnstage while published at {published}"
+        # Every publish was unpublished where it was made.
+        assert not published, f"never unpublished: {published}"

@@ -139,6 +139,7 @@ struct Operation {
         bool republish;         /* a publish of a volume already published: its failure changes nothing */
         bool beside_others;     /* its CSI call went out while another of the volume's was in flight */
         bool refused_beside_others; /* ... and the driver answered ABORTED: it does one call per volume */
+        bool previous_boot;     /* a teardown of what a previous boot set up: nothing of it is mounted */
 };
 
 /* A pod as the manager tracks it. */
@@ -281,10 +282,6 @@ void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
  * their vol_data.json and intent records, and the mount table: run once at
  * start-up, before any pass. */
 int reconstruct_actual_state(VolumeManager *m);
-/* Removes the directories and records of a volume found from a previous
- * boot (nothing of it is mounted): no CSI call is made for them. */
-int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub);
-int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av);
 
 /* drivers.c: driver registration (registered and static drivers) recorded
  * on the Node and CSINode, and restored when the Node loses it. */

@@ -498,6 +498,15 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
                 op_continue(op);
                 return;
         }
+        /* Told to end what a previous boot set up, a driver that knows
+         * nothing of it is done with it: nothing is mounted since the reboot. */
+        if (status->code == CSI_CODE_NOT_FOUND && op->previous_boot) {
+                LogFields f = op_fields(op);
+                log_fields(LOG_INFO, &f, "%s of %s from a previous boot: the driver knows nothing of it (%s); done",
+                           op_kind_to_string(op->kind), op->av->unique_name, status->message);
+                op_continue(op);
+                return;
+        }
         /* KEP-4876: the driver may have run out of attachments; its limit is read again. */
         if (status->code == CSI_CODE_RESOURCE_EXHAUSTED && (op->kind == OP_STAGE || op->kind == OP_PUBLISH))
                 drivers_refresh_attach_limit(op->m, op->av->driver);
@@ -974,6 +983,7 @@ static void record_outcome(Operation *op, bool success) {
                         av->stage = STAGE_NONE;
                 else
                         av->stage = STAGE_UNCERTAIN;
+                av->stage_stale = false;
                 break;
         default:
                 break;
@@ -1084,10 +1094,13 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         op->m = m;
         op->kind = kind;
         op->av = av;
-        if (kind == OP_PUBLISH && pod && pod->uid) {
+        if ((kind == OP_PUBLISH || kind == OP_UNPUBLISH) && pod && pod->uid) {
                 ActualPublish *pub = hashmap_get(av->publishes, pod->uid);
-                op->republish = pub && pub->state == PUBLISH_DONE;
+                op->republish = kind == OP_PUBLISH && pub && pub->state == PUBLISH_DONE;
+                op->previous_boot = kind == OP_UNPUBLISH && pub && pub->stale;
         }
+        if (kind == OP_UNSTAGE)
+                op->previous_boot = av->stage == STAGE_NONE && av->stage_stale;
         if (spec && !(op->spec = volume_spec_copy(spec)))
                 r = -ENOMEM;
         if (r >= 0 && pod)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import DRIVER, answered_requests, wait_until
+from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, wait_until
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
 
@@ -363,8 +363,15 @@ def block_mapped(env, pod, spec_name):
     return os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode)
 
 
-def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
-    env = volume_env
+def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """After a reboot nothing is mounted, but the driver may keep state that
+    only NodeUnpublishVolume / NodeUnstageVolume end (iSCSI sessions set up
+    again at boot, NVMe-oF connections, its block publish file): the driver
+    runs in the mode that keeps such state (boot_sessions).  The wanted
+    volumes are set up again; for the others kvolumed calls the driver as
+    kubelet does, before it removes their directories, and a NOT_FOUND (the
+    driver knows nothing of one) counts as done."""
+    env = VolumeEnv(fake_api, mock_csi_factory(name=DRIVER, tmpfs=True, boot_sessions=True), start_agent, tmp_path)
     shared_pv(env)
     env.pv("pv-2", "vol-2", claim="c2")
     env.pvc("c2", "pv-2")
@@ -402,22 +409,37 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
         with open(path, "w") as f:
             json.dump(record, f)
     env.driver.start()
+    gone_uid = gone["metadata"]["uid"]
+    gone_publishes = sorted([env.target(gone, "pv-2"), env.target(gone, "scratch"),
+                             f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/pv-bg/{gone_uid}"])
+    gone_stagings = sorted([env.staging("vol-2"), f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-bg"])
+    sessions = env.driver.state()["sessions"]
+    assert sorted(k.split(" ", 1)[1] for k in sessions if gone_uid in k) == gone_publishes
+    # The driver has forgotten one of them: it answers NOT_FOUND.
+    env.driver.control.forget_session("publish " + env.target(gone, "scratch"))
     before = len(env.calls())
     env.api.remove("pods", "default", "gone")
     env.start()
     env.wait_mounted(env.target(keep, "pv-shared"))
     env.wait_mounted(env.target(keep, "scratch"))
     wait_until(lambda: block_mapped(env, keep, "pv-bk"), timeout=30, what="pv-bk mapped again")
-    env.wait_gone(f"{env.root}/pods/{gone['metadata']['uid']}")
+    env.wait_gone(f"{env.root}/pods/{gone_uid}")
     env.wait_gone(os.path.dirname(env.staging("vol-2")))
     env.wait_gone(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-bg")
     after = [c for c in env.calls()[before:]]
-    assert not [c for c in after if c["method"] in ("NodeUnstageVolume", "NodeUnpublishVolume")], \
-        "tore down what was never set up in this boot"
+    assert sorted(c["request"]["target_path"] for c in after if c["method"] == "NodeUnpublishVolume") == \
+        gone_publishes, "each publish of the previous boot no pod wants is unpublished, once"
+    assert sorted(c["request"]["staging_target_path"] for c in after if c["method"] == "NodeUnstageVolume") == \
+        gone_stagings, "each staging of the previous boot no pod wants is unstaged, once"
+    assert [c["code"] for c in after if c["method"] == "NodeUnpublishVolume"
+            and c["request"]["target_path"] == env.target(gone, "scratch")] == ["NOT_FOUND"]
+    assert not [k for k in env.driver.state()["sessions"] if gone_uid in k or "vol-2" in k or "vol-bg" in k], \
+        "the driver's state of the previous boot leaks"
     assert sorted(c["request"]["volume_id"] for c in after if c["method"] == "NodeStageVolume") == \
         ["vol-bk", "vol-shared"]
     env.api.remove("pods", "default", "keep")
     assert_all_gone(env)
+    assert not env.driver.state()["sessions"]
 
 
 # --- the guard ------------------------------------------------------------------------

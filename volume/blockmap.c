@@ -464,7 +464,7 @@ int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, 
                 r = path_intent_record(data, pod_uid, &file);
                 if (r < 0)
                         return r;
-                r = root_dir_unlink(root, file);
+                r = intent_record_remove(root, file);
                 if (r < 0)
                         return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, file);
                 *strrchr(target, '/') = '\0';
@@ -494,7 +494,7 @@ int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, 
                            : path_intent_record(data, NULL, &file);
                 if (r < 0)
                         return r;
-                r = root_dir_unlink(root, file);
+                r = i == 0 ? root_dir_unlink(root, file) : intent_record_remove(root, file);
                 if (r < 0)
                         return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, file);
         }

@@ -279,8 +279,9 @@ void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
 
 /* reconstruct.c */
 /* Rebuilds the actual state from the volume directories under root-dir,
- * their vol_data.json and intent records, and the mount table: run once at
- * start-up, before any pass. */
+ * their vol_data.json and intent records (moving an older kvolumed's out of
+ * the volume dirs, removing those of volume dirs that are gone), and the
+ * mount table: run once at start-up, before any pass. */
 int reconstruct_actual_state(VolumeManager *m);
 
 /* drivers.c: driver registration (registered and static drivers) recorded
@@ -350,11 +351,12 @@ const char *operation_selinux_context(VolumeManager *m, const VolumeSpec *spec);
 /* Runs it; it ends through manager_operation_done(), possibly at once. */
 void operation_start(Operation *op);
 /* Removes what an operation's prepare made for a volume dir (the target if
- * it is no mount point, vol_data.json, the intent record, the dir and its
- * empty parents); "target" and "dir" are relative to root-dir. */
+ * it is no mount point, vol_data.json, the intent record and its empty
+ * dirs, the dir and its empty parents); "target" and "dir" are relative to
+ * root-dir. */
 int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, const char *target, bool staging);
-/* Writes an intent record (path relative to root-dir) stamped with this
- * boot's ID; durable=false: the pass syncs once. */
+/* Writes an intent record (path from path_intent_record(), its dirs made
+ * as needed) stamped with this boot's ID; durable=false: the pass syncs once. */
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);

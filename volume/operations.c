@@ -164,6 +164,9 @@ int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable) {
         r = intent_format(i, &text);
         if (r < 0)
                 return r;
+        r = intent_record_dirs(m->root, path);
+        if (r < 0)
+                return r;
         return root_dir_write_file(m->root, path, text, strlen(text), 0640, durable);
 }
 
@@ -240,6 +243,9 @@ int operation_prepare(Operation *op) {
                         log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
                                          op->m->root->path, dir);
         }
+        /* A teardown whose volume dir is gone has nothing left to record in. */
+        if (r >= 0 && !setup && root_dir_exists(op->m->root, dir) == 0)
+                return 0;
         if (r >= 0) {
                 Intent i = { .operation = op->kind, .pod = op->pod.key };
                 r = intent_write(op->m, record, &i, false);
@@ -247,9 +253,7 @@ int operation_prepare(Operation *op) {
                  * another pod wanting a different one waits (reconciler.c). */
                 if (r >= 0 && setup && !op->av->block)
                         r = free_and_strdup(&op->av->selinux_context, op->selinux_context);
-                if (r == -ENOENT && !setup)
-                        r = 0; /* nothing left on disk to record the teardown in */
-                else if (r < 0)
+                if (r < 0)
                         log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", op->m->root->path, record);
         }
         if (r < 0) {
@@ -289,7 +293,7 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir_in,
         /* The intent last: until it goes, reconstruction knows the volume is ours. */
         r = root_dir_unlink(m->root, vol_data);
         if (r >= 0)
-                r = root_dir_unlink(m->root, intent);
+                r = intent_record_remove(m->root, intent);
         if (r >= 0)
                 r = root_dir_rmdir(m->root, dir);
         if (r < 0)

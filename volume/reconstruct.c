@@ -5,7 +5,10 @@
  *   plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/  staged volumes
  *   pods/<uid>/volumes/kubernetes.io~csi/<name>/          publishes
  * each directory's vol_data.json (ours or a kubelet's, same format) and our
- * intent record (volume/intent.h), and the mount table.  A volume is taken
+ * intent record (volume/intent.h, kept under RECORDS_DIR; one an older
+ * kvolumed left in the volume dir is moved there first), and the mount
+ * table.  Records whose volume dir is gone (kubelet tore the volume down
+ * while the node was its) are removed.  A volume is taken
  * as set up only when the record says its last call succeeded in this boot
  * and the mount it made is there; from a previous boot, nothing of it is
  * mounted (the records only say what to set up again or clean away); any
@@ -31,7 +34,7 @@ typedef enum Found {
 } Found;
 
 typedef struct Counts {
-        unsigned staged, published, uncertain, stale, leftovers, skipped;
+        unsigned staged, published, uncertain, stale, leftovers, skipped, moved, pruned;
 } Counts;
 
 /* The files of one volume dir; either may be missing. */
@@ -46,13 +49,35 @@ static void records_done(Records *rec) {
         intent_done(&rec->intent);
 }
 
-static int read_records(VolumeManager *m, const char *dir, Records *ret) {
+/* A record an older kvolumed kept in the volume dir itself, where it fails
+ * kubelet's teardown: moved to where records are kept now (over one there:
+ * an older kvolumed that ran last wrote the newer). */
+static void move_legacy_record(VolumeManager *m, Counts *c, const char *dir, const char *pod_uid) {
+        _cleanup_free_ char *legacy = NULL, *record = NULL;
+        int r;
+
+        if (path_legacy_intent_record(dir, pod_uid, &legacy) < 0 || root_dir_exists(m->root, legacy) <= 0 ||
+            path_intent_record(dir, pod_uid, &record) < 0)
+                return;
+        r = intent_record_dirs(m->root, record);
+        if (r >= 0)
+                r = root_dir_rename(m->root, legacy, record);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot move %s/%s to %s/%s: %m", m->root->path, legacy, m->root->path, record);
+                return;
+        }
+        log_info("Moved %s/%s, an older kvolumed's record, to %s/%s", m->root->path, legacy, m->root->path, record);
+        c->moved++;
+}
+
+static int read_records(VolumeManager *m, Counts *c, const char *dir, Records *ret) {
         _cleanup_free_ char *vd_path = NULL, *in_path = NULL, *text = NULL;
         Records rec = {};
         int r;
 
         if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
+        move_legacy_record(m, c, dir, NULL);
         r = path_intent_record(dir, NULL, &in_path);
         if (r < 0)
                 return r;
@@ -134,7 +159,7 @@ static void remove_leftover(VolumeManager *m, Counts *c, const char *dir, const 
  * without vol_data.json (a leftover, removed unless something is mounted). */
 static bool load_volume_dir(VolumeManager *m, Counts *c, const char *dir, const char *target, bool staging,
                             Records *rec) {
-        int r = read_records(m, dir, rec);
+        int r = read_records(m, c, dir, rec);
 
         if (r < 0) {
                 log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
@@ -333,7 +358,7 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
             path_block_data_dir(spec_name, &data) < 0 || path_block_staging(spec_name, &staging) < 0 ||
             path_block_map_dir(spec_name, &map_dir) < 0)
                 return;
-        r = read_records(m, data, &rec);
+        r = read_records(m, c, data, &rec);
         if (r < 0 || !rec.has_vol_data || !rec.vol_data.driver_name || !rec.vol_data.volume_handle ||
             validate_csi_driver_name(rec.vol_data.driver_name) < 0 ||
             csi_unique_volume_name(rec.vol_data.driver_name, rec.vol_data.volume_handle, &unique) < 0) {
@@ -358,11 +383,13 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                 c->uncertain += found == FOUND_UNCERTAIN;
                 c->stale += found == FOUND_STALE;
         }
-        /* The pods: our records beside the data dir, and the bind files in the global map dir. */
+        /* The pods: our records of the data dir (an older kvolumed's in the
+         * data dir itself are moved first), and the bind files in the global
+         * map dir. */
         if (path_intent_record(data, NULL, &records) < 0)
                 return;
         *strrchr(records, '/') = '\0';
-        const char *dirs[] = { records, map_dir };
+        const char *dirs[] = { data, records, map_dir };
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 if (root_dir_open_dir(m->root, dirs[i], &fd) < 0)
                         continue;
@@ -373,7 +400,7 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                 }
                 while ((de = readdir(d))) {
                         size_t n = strlen(de->d_name);
-                        if (i == 1) {
+                        if (i == 2) {
                                 if (de->d_name[0] != '.')
                                         reconstruct_block_publish(m, c, av, spec_name, data, de->d_name);
                                 continue;
@@ -383,7 +410,11 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                                 continue;
                         _cleanup_free_ char *uid = strndup(de->d_name + strlen(BLOCK_INTENT_PREFIX),
                                                            n - 5 - strlen(BLOCK_INTENT_PREFIX));
-                        if (uid)
+                        if (!uid)
+                                continue;
+                        if (i == 0)
+                                move_legacy_record(m, c, data, uid);
+                        else
                                 reconstruct_block_publish(m, c, av, spec_name, data, uid);
                 }
                 closedir(d);
@@ -459,6 +490,45 @@ static void scan_pod(VolumeManager *m, Counts *c, const char *parent, const char
         (void) for_each_entry(m, rel, scan_pod_volume, c);
 }
 
+/* The records under RECORDS_DIR whose volume dir is gone: kubelet tore the
+ * volume down while the node was its (or a crash came between a volume
+ * dir's removal and its record's).  Nothing else describes them. */
+#define RECORDS_DEPTH_MAX 12
+
+static void prune_records(VolumeManager *m, Counts *c, const char *rel, unsigned depth) {
+        struct dirent *de;
+        DIR *d;
+        int fd;
+
+        if (depth > RECORDS_DEPTH_MAX || root_dir_open_dir(m->root, rel, &fd) < 0)
+                return;
+        d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return;
+        }
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *path = NULL, *volume_dir = NULL;
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") || asprintf(&path, "%s/%s", rel, de->d_name) < 0)
+                        continue;
+                if (de->d_type == DT_DIR || path_parse_intent_record(path, &volume_dir) < 0) {
+                        if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
+                                prune_records(m, c, path, depth + 1);
+                        continue;
+                }
+                if (root_dir_exists(m->root, volume_dir) != 0)
+                        continue;
+                if (intent_record_remove(m->root, path) >= 0) {
+                        log_info("Removed %s/%s: %s/%s is gone", m->root->path, path, m->root->path, volume_dir);
+                        c->pruned++;
+                }
+        }
+        closedir(d);
+        /* Emptied (or left empty by a crash): gone too, but not the tree's top. */
+        if (depth > 0)
+                (void) root_dir_rmdir(m->root, rel);
+}
+
 int reconstruct_actual_state(VolumeManager *m) {
         Counts c = {};
         int r;
@@ -470,10 +540,16 @@ int reconstruct_actual_state(VolumeManager *m) {
         (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, &c);
         (void) for_each_entry(m, "pods", scan_pod, &c);
         (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME "/volumeDevices", scan_block_volume, &c);
-        if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0)
+        prune_records(m, &c, RECORDS_DIR, 0);
+        (void) root_dir_rmdir(m->root, RECORDS_DIR); /* only if empty */
+        /* What was moved or removed here stays so, before any pass builds on it. */
+        if (c.moved > 0 || c.pruned > 0)
+                (void) root_dir_sync(m->root);
+        if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0 || c.moved > 0 || c.pruned > 0)
                 log_info("Reconstructed %u volumes from %s: %u staged, %u published, %u uncertain, %u from a previous "
-                         "boot; %u leftovers removed, %u skipped",
+                         "boot; %u leftovers removed, %u skipped; %u records moved from volume dirs, %u of volumes "
+                         "gone removed",
                          (unsigned) hashmap_size(m->volumes), m->root->path, c.staged, c.published, c.uncertain, c.stale,
-                         c.leftovers, c.skipped);
+                         c.leftovers, c.skipped, c.moved, c.pruned);
         return 0;
 }

@@ -94,7 +94,9 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
     with open(f"{env.root}/{BLOCK}/pv-blk/data/vol_data.json") as f:
         assert json.load(f) == {"attachmentID": json.load(open(f.name))["attachmentID"], "driverName": DRIVER,
                                 "nodeName": "test-node", "specVolID": "pv-blk", "volumeHandle": "vol-blk"}
-    with open(f"{env.root}/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
+    # kvolumed's record of the publish: in its own tree, never in kubelet's dirs.
+    assert os.listdir(f"{env.root}/{BLOCK}/pv-blk/data") == ["vol_data.json"]
+    with open(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
         record = json.load(f)
     assert record["done"] and record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
                                                              os.minor(os.stat(device).st_rdev))

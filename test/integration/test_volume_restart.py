@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -440,6 +441,142 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(fake_api, mock_
     env.api.remove("pods", "default", "keep")
     assert_all_gone(env)
     assert not env.driver.state()["sessions"]
+
+
+# --- handing the node back to kubelet -----------------------------------------------
+
+
+def kubelet_layout(env):
+    """A filesystem PV, an inline volume and a block PV, set up by kvolumed for
+    one pod; returns (pod, fs volume dirs, staging volume dir, block PV dirs)."""
+    shared_pv(env)
+    env.pv("pv-blk", "vol-blk", claim="blk", volume_mode="Block")
+    env.pvc("blk", "pv-blk")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared"), inline_volume("scratch"), claim_volume("disk", "blk")],
+                  devices=["disk"])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    env.wait_mounted(env.target(pod, "scratch"))
+    wait_until(lambda: block_mapped(env, pod, "pv-blk"), timeout=30, what="pv-blk mapped")
+    env.wait_calls("NodePublishVolume", 3, code="OK")
+    fs_dirs = [os.path.dirname(env.target(pod, name)) for name in ("pv-shared", "scratch")]
+    return pod, fs_dirs, os.path.dirname(env.staging("vol-shared")), \
+        f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-blk"
+
+
+def assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk):
+    """What kubelet writes in each volume dir (kubelet-facts §1.1-§1.3), and nothing else."""
+    uid = pod["metadata"]["uid"]
+    for d in fs_dirs:
+        assert sorted(os.listdir(d)) == ["mount", "vol_data.json"], d
+    assert sorted(os.listdir(staging_dir)) == ["globalmount", "vol_data.json"]
+    assert sorted(os.listdir(blk)) == ["data", "dev"]
+    assert os.listdir(f"{blk}/data") == ["vol_data.json"]
+    assert os.listdir(f"{blk}/dev") == [uid]
+    assert os.listdir(f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi") == ["pv-blk"]
+
+
+def kubelet_remove_mount_dir(path):
+    """kubelet's removeMountDir (csi_mounter.go, kubelet-facts §1.2)."""
+    assert not os.path.ismount(path)
+    if os.path.lexists(path):
+        os.rmdir(path)
+    try:
+        os.remove(os.path.join(os.path.dirname(path), "vol_data.json"))
+    except FileNotFoundError:
+        pass
+    os.rmdir(os.path.dirname(path))
+
+
+def test_a_stopped_kvolumed_leaves_volume_dirs_kubelet_can_tear_down(volume_env):
+    """Handed a root-dir kvolumed laid out, kubelet adopts the volumes and,
+    when the pod goes, removes them its own way: kvolumed's records must not
+    be in its way (a file left in a volume dir fails kubelet's removal for
+    ever).  kvolumed started again afterwards drops the records of volumes
+    kubelet tore down, and calls nothing."""
+    env = volume_env
+    pod, fs_dirs, staging_dir, blk = kubelet_layout(env)
+    uid = pod["metadata"]["uid"]
+    env.agent.stop()  # SIGTERM: records as a stop leaves them
+    assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    env.api.remove("pods", "default", "web")  # kubelet's node now: the pod goes
+
+    # kubelet's teardown: UnmapBlockVolume + NodeUnpublish + cleanup (§1.3, §5.2) ...
+    csi = env.driver.csi
+    bind = f"{blk}/dev/{uid}"
+    for name in os.listdir("/sys/block"):
+        try:
+            backing = open(f"/sys/block/{name}/loop/backing_file").read().strip()
+        except OSError:
+            continue
+        if backing == bind:
+            subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+    os.remove(f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi/pv-blk")
+    subprocess.run(["umount", bind], check=True)
+    os.remove(bind)
+    publish = f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/pv-blk/{uid}"
+    csi.unpublish("vol-blk", publish)
+    csi.unstage("vol-blk", f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-blk")
+    shutil.rmtree(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices")
+    # ... TearDownAt + removeMountDir, UnmountDevice + removeMountDir (§1.2, §5.3) ...
+    csi_inline = hashlib.sha256((uid + "scratch").encode()).hexdigest()
+    csi.unpublish("csi-" + csi_inline, env.target(pod, "scratch"))
+    kubelet_remove_mount_dir(env.target(pod, "scratch"))
+    csi.unpublish("vol-shared", env.target(pod, "pv-shared"))
+    kubelet_remove_mount_dir(env.target(pod, "pv-shared"))
+    csi.unstage("vol-shared", env.staging("vol-shared"))
+    kubelet_remove_mount_dir(env.staging("vol-shared"))
+    # ... and the orphaned pod dir (§8): directories only, one file system.
+    for top, dirs, files in os.walk(f"{env.root}/pods/{uid}", topdown=False):
+        assert not files, f"a file kubelet's orphan cleanup cannot remove: {top}/{files}"
+        os.rmdir(top)
+    assert not mounts_under(env.root)
+
+    before = len(env.calls())
+    env.start()
+    probe = env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(probe, "x"))
+    env.api.remove("pods", "default", "probe")
+    assert_all_gone(env)
+    assert [c["method"] for c in env.calls()[before:] if c["method"].startswith("Node") and "Volume" in c["method"]
+            and c["method"] != "NodeGetVolumeStats"] == ["NodePublishVolume", "NodeUnpublishVolume"]
+    assert not glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True), "records of volumes kubelet tore down"
+
+
+def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume_env):
+    """An older kvolumed kept its records in the volume dirs: they are read
+    (the volumes are known set up: no call repeated) and moved out."""
+    env = volume_env
+    pod, fs_dirs, staging_dir, blk = kubelet_layout(env)
+    uid = pod["metadata"]["uid"]
+    kill_agent(env)
+    # The old layout: kvolumed.json beside vol_data.json, and a block
+    # publish's kvolumed-<uid>.json in its PV's data dir.
+    records = glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True)
+    assert records
+    old = []
+    for path in records:
+        rel = os.path.relpath(path, env.root)
+        if rel.startswith("kvolumed/"):
+            rel = rel[len("kvolumed/"):]
+        if os.path.join(env.root, rel) != path:
+            os.rename(path, os.path.join(env.root, rel))
+        old.append(os.path.join(env.root, rel))
+    assert f"{blk}/data/kvolumed-{uid}.json" in old and os.path.join(fs_dirs[0], "kvolumed.json") in old
+    for top, dirs, files in os.walk(f"{env.root}/kvolumed", topdown=False):
+        os.rmdir(top)
+    before = len(env.calls())
+    env.start()
+    probe = env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(probe, "x"))
+    wait_until(lambda: not [p for p in old if os.path.exists(p)], timeout=15, what="old records moved")
+    assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    assert [c["request"]["target_path"] for c in env.calls()[before:] if c["method"] in
+            ("NodeStageVolume", "NodePublishVolume")] == [env.target(probe, "x")], "set up again: records not read"
+    env.api.remove("pods", "default", "web")
+    env.api.remove("pods", "default", "probe")
+    assert_all_gone(env)
+    assert not glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True)
 
 
 # --- the guard ------------------------------------------------------------------------

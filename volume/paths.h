@@ -56,7 +56,7 @@ int path_staging_target(const char *driver, const char *handle, char **ret);
  * block volume (.../kvolumed-<podUID>.json), whose records share its PV's
  * data dir.  Every writer and reader of a record builds its path here. */
 int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
-/* Where kvolumed before 0.x kept it: in the volume dir itself.  Read (and
+/* Where an older kvolumed kept it: in the volume dir itself.  Read (and
  * moved) at start-up only. */
 int path_legacy_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
 /* The volume dir a record at relpath (under RECORDS_DIR) describes: the

@@ -14,6 +14,9 @@
 #include "volume/blockmap.h"
 #include "volume/intent.h"
 #include "volume/paths.h"
+#include "volume/voldata.h"
+
+#define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"
 
 #define LOOP_ATTACH_ATTEMPTS 8
 
@@ -323,6 +326,43 @@ bool block_mapped(RootDir *root, const char *spec_name, const char *pod_uid) {
         return bind_in_place(root, bind) && loop_find(abs_bind, found) > 0;
 }
 
+int block_volume_map_refs(RootDir *root, const char *driver, const char *handle) {
+        struct dirent *de;
+        int fd, r, n = 0;
+        DIR *d;
+
+        r = root_dir_open_dir(root, BLOCK_DIR, &fd);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return -errno;
+        }
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *data = NULL, *file = NULL, *text = NULL;
+                VolData vd = {};
+                if (de->d_name[0] == '.' || path_block_data_dir(de->d_name, &data) < 0 ||
+                    asprintf(&file, "%s/" VOL_DATA_FILE, data) < 0 ||
+                    root_dir_read_file(root, file, 64 * 1024, &text, NULL) < 0 || vol_data_parse(text, &vd) < 0)
+                        continue;
+                if (streq_ptr(vd.driver_name, driver) && streq_ptr(vd.volume_handle, handle)) {
+                        r = block_map_refs(root, de->d_name, NULL);
+                        if (r < 0) {
+                                vol_data_done(&vd);
+                                closedir(d);
+                                return r;
+                        }
+                        n += r;
+                }
+                vol_data_done(&vd);
+        }
+        closedir(d);
+        return n;
+}
+
 int block_map_refs(RootDir *root, const char *spec_name, const char *except_pod_uid) {
         _cleanup_free_ char *map_dir = NULL;
         struct dirent *de;
@@ -349,6 +389,61 @@ int block_map_refs(RootDir *root, const char *spec_name, const char *except_pod_
         return n;
 }
 
+/* Whether the data dir of spec_name still serves something: the volume's
+ * staging (named after the PV that staged it), or another pod's publish. */
+static bool block_data_in_use(RootDir *root, const char *spec_name, const char *data) {
+        _cleanup_free_ char *staging = NULL, *record = NULL, *records_dir = NULL;
+        struct dirent *de;
+        bool in_use = false;
+        int fd;
+        DIR *d;
+
+        if (path_block_staging(spec_name, &staging) < 0 || root_dir_exists(root, staging) != 0 ||
+            path_intent_record(data, NULL, &record) < 0 || root_dir_exists(root, record) != 0)
+                return true;
+        records_dir = strdup(record);
+        if (!records_dir)
+                return true;
+        *strrchr(records_dir, '/') = '\0';
+        if (root_dir_open_dir(root, records_dir, &fd) < 0)
+                return false;
+        d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return true;
+        }
+        while (!in_use && (de = readdir(d)))
+                in_use = strncmp(de->d_name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0;
+        closedir(d);
+        return in_use;
+}
+
+/* The dirs of a PV that shares its volume with the PV that staged it, once
+ * its last publish went: its data dir, global map dir, publish dir. */
+static int block_spec_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, const char *data) {
+        _cleanup_free_ char *file = NULL, *spec_dir = NULL, *dev = NULL, *publish_dir = NULL;
+        int r;
+
+        if (asprintf(&file, "%s/" VOL_DATA_FILE, data) < 0 || !(spec_dir = strdup(data)))
+                return -ENOMEM;
+        *strrchr(spec_dir, '/') = '\0';
+        if (asprintf(&dev, "%s/dev", spec_dir) < 0)
+                return -ENOMEM;
+        r = root_dir_unlink(root, file);
+        if (r >= 0)
+                r = root_dir_rmdir(root, data);
+        if (r < 0)
+                return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, data);
+        (void) root_dir_rmdir(root, dev);
+        (void) root_dir_rmdir(root, spec_dir);
+        if (path_block_publish(spec_name, "00000000-0000-0000-0000-000000000000", &publish_dir) >= 0) {
+                *strrchr(publish_dir, '/') = '\0';
+                (void) root_dir_rmdir(root, publish_dir);
+        }
+        log_fields(LOG_DEBUG, f, "Removed %s/%s, the dirs of PV %s", root->path, spec_dir, spec_name);
+        return 0;
+}
+
 int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, const char *pod_uid) {
         _cleanup_free_ char *data = NULL, *publish_dir = NULL, *file = NULL, *target = NULL;
         int r;
@@ -366,14 +461,19 @@ int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, 
                 if (root_dir_is_mount_point(root, target) > 0)
                         return log_fields_errno(LOG_ERR, EBUSY, f, "%s/%s is still a mount point; not removing it",
                                                 root->path, target);
-                if (asprintf(&file, "%s/" BLOCK_INTENT_PREFIX "%s.json", data, pod_uid) < 0)
-                        return -ENOMEM;
-                r = root_dir_unlink(root, file);
+                r = path_intent_record(data, pod_uid, &file);
+                if (r < 0)
+                        return r;
+                r = intent_record_remove(root, file);
                 if (r < 0)
                         return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, file);
                 *strrchr(target, '/') = '\0';
                 (void) root_dir_rmdir(root, target);
                 log_fields(LOG_DEBUG, f, "Removed the records of the publish of %s for pod %s", spec_name, pod_uid);
+                /* Two PVs may name one volume: the dirs of one that did not
+                 * stage it go with its last publish. */
+                if (!block_data_in_use(root, spec_name, data))
+                        return block_spec_dirs_remove(root, f, spec_name, data);
                 return 0;
         }
         /* The staged volume: the staging dir, the data dir with vol_data.json
@@ -387,12 +487,14 @@ int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, 
         r = root_dir_rmdir(root, target);
         if (r < 0 && r != -ENOTDIR)
                 return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, target);
-        const char *files[] = { VOL_DATA_FILE, INTENT_FILE };
-        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+        for (size_t i = 0; i < 2; i++) {
                 free(file);
-                if (asprintf(&file, "%s/%s", data, files[i]) < 0)
-                        return -ENOMEM;
-                r = root_dir_unlink(root, file);
+                file = NULL;
+                r = i == 0 ? (asprintf(&file, "%s/" VOL_DATA_FILE, data) < 0 ? -ENOMEM : 0)
+                           : path_intent_record(data, NULL, &file);
+                if (r < 0)
+                        return r;
+                r = i == 0 ? root_dir_unlink(root, file) : intent_record_remove(root, file);
                 if (r < 0)
                         return log_fields_errno(LOG_ERR, r, f, "Cannot remove %s/%s: %m", root->path, file);
         }

@@ -44,16 +44,14 @@ int block_map(RootDir *root, const char *publish_path, const char *spec_name, co
  * already gone is fine. */
 int block_unmap(RootDir *root, const char *spec_name, const char *pod_uid, const LogFields *f);
 
-/* The intent record of a pod's publish of a block volume lives in the
- * volume's data dir (there is no per-pod volume dir for block volumes):
- * .../volumeDevices/<spec>/data/kvolumed-<podUID>.json */
-#define BLOCK_INTENT_PREFIX "kvolumed-"
-
 /* Removes what kvolumed made for a block volume, never a mount point nor a
- * file the driver made: for a pod's publish (pod_uid set) its record and the
- * publish target's parent if empty; for the staged volume (pod_uid NULL) the
- * staging dir, the data dir and its files, the global map dir, the volume's
- * dir and its publish dir. */
+ * file the driver made: for a pod's publish (pod_uid set; spec_name: that
+ * publish's PV) its record and the publish target's parent if empty, and
+ * the PV's dirs too when they serve nothing else (two PVs may name one
+ * volume, staged under the name of the first); for the staged volume
+ * (pod_uid NULL; spec_name: the PV it was staged for) the staging dir, the
+ * data dir and its files, the global map dir, the volume's dir and its
+ * publish dir. */
 int block_dirs_remove(RootDir *root, const LogFields *f, const char *spec_name, const char *pod_uid);
 
 /* Whether the pod's bind mount and device lock are in place. */
@@ -61,3 +59,6 @@ bool block_mapped(RootDir *root, const char *spec_name, const char *pod_uid);
 /* Other pods' bind files in the volume's global map path (kubelet's
  * GetDeviceBindMountRefs): how many, not counting except_pod_uid. */
 int block_map_refs(RootDir *root, const char *spec_name, const char *except_pod_uid);
+/* The same over every PV whose data dir names this driver and handle: the
+ * publishes of a volume that two PVs share hold its one staging. */
+int block_volume_map_refs(RootDir *root, const char *driver, const char *handle);

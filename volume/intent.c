@@ -122,6 +122,38 @@ void intent_done(Intent *i) {
         i->pod = i->device = i->device_serial = i->device_link = NULL;
 }
 
+int intent_record_dirs(RootDir *root, const char *relpath) {
+        _cleanup_free_ char *dir = strdup(relpath);
+        char *slash;
+
+        if (!dir)
+                return -ENOMEM;
+        slash = strrchr(dir, '/');
+        if (!slash)
+                return -EINVAL;
+        *slash = '\0';
+        return root_dir_mkdir_p(root, dir, 0750, NULL);
+}
+
+int intent_record_remove(RootDir *root, const char *relpath) {
+        _cleanup_free_ char *dir = strdup(relpath);
+        int r;
+
+        if (!dir)
+                return -ENOMEM;
+        r = root_dir_unlink(root, relpath);
+        if (r < 0)
+                return r;
+        /* The mirror of the volume dir's path, up to RECORDS_DIR itself. */
+        for (char *slash; (slash = strrchr(dir, '/'));) {
+                *slash = '\0';
+                if (root_dir_rmdir(root, dir) < 0)
+                        return 0;
+        }
+        (void) root_dir_rmdir(root, dir);
+        return 0;
+}
+
 int boot_id_read(char ret[static BOOT_ID_MAX]) {
         char buf[64];
         ssize_t n;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* The intent record: a small file kvolumed keeps next to vol_data.json in
- * each volume directory it manages (the staging volume dir and the per-pod
- * volume dir), saying which mount-changing operation was last begun there,
+/* The intent record: a small file kvolumed keeps for each volume directory
+ * it manages (the staging volume dir and the per-pod volume dir), in its own
+ * tree under root-dir (path_intent_record(), volume/paths.h), never in the
+ * volume dir itself, where it would fail kubelet's teardown; saying which
+ * mount-changing operation was last begun there,
  * whether it finished, and in which boot.  It is written and made durable
  * before every CSI call that can create or remove a mount, and rewritten
  * (lazily) when the call succeeds, so that reconstruction after a crash or
@@ -13,8 +15,9 @@
 #include <stdbool.h>
 
 #include "systemd/macro.h"
+#include "volume/paths.h"
+#include "volume/rootdir.h"
 
-#define INTENT_FILE "kvolumed.json"
 #define BOOT_ID_MAX 37 /* a UUID and NUL */
 
 typedef enum OpKind {
@@ -46,6 +49,11 @@ int intent_format(const Intent *i, char **ret);
 /* -EBADMSG for anything that is not a record of ours. */
 int intent_parse(const char *text, Intent *ret);
 void intent_done(Intent *i);
+
+/* Creates the dirs a record at relpath (from path_intent_record()) goes in. */
+int intent_record_dirs(RootDir *root, const char *relpath);
+/* Removes a record and the dirs of RECORDS_DIR it leaves empty. */
+int intent_record_remove(RootDir *root, const char *relpath);
 
 /* The kernel's boot ID (/proc/sys/kernel/random/boot_id): mounts and loop
  * devices do not survive a change of it. */

@@ -139,6 +139,7 @@ struct Operation {
         bool republish;         /* a publish of a volume already published: its failure changes nothing */
         bool beside_others;     /* its CSI call went out while another of the volume's was in flight */
         bool refused_beside_others; /* ... and the driver answered ABORTED: it does one call per volume */
+        bool previous_boot;     /* a teardown of what a previous boot set up: nothing of it is mounted */
 };
 
 /* A pod as the manager tracks it. */
@@ -279,13 +280,10 @@ void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
 
 /* reconstruct.c */
 /* Rebuilds the actual state from the volume directories under root-dir,
- * their vol_data.json and intent records, and the mount table: run once at
- * start-up, before any pass. */
+ * their vol_data.json and intent records (moving an older kvolumed's out of
+ * the volume dirs, removing those of volume dirs that are gone), and the
+ * mount table: run once at start-up, before any pass. */
 int reconstruct_actual_state(VolumeManager *m);
-/* Removes the directories and records of a volume found from a previous
- * boot (nothing of it is mounted): no CSI call is made for them. */
-int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub);
-int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av);
 
 /* drivers.c: driver registration (registered and static drivers) recorded
  * on the Node and CSINode, and restored when the Node loses it. */
@@ -354,11 +352,12 @@ const char *operation_selinux_context(VolumeManager *m, const VolumeSpec *spec);
 /* Runs it; it ends through manager_operation_done(), possibly at once. */
 void operation_start(Operation *op);
 /* Removes what an operation's prepare made for a volume dir (the target if
- * it is no mount point, vol_data.json, the intent record, the dir and its
- * empty parents); "target" and "dir" are relative to root-dir. */
+ * it is no mount point, vol_data.json, the intent record and its empty
+ * dirs, the dir and its empty parents); "target" and "dir" are relative to
+ * root-dir. */
 int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, const char *target, bool staging);
-/* Writes an intent record (path relative to root-dir) stamped with this
- * boot's ID; durable=false: the pass syncs once. */
+/* Writes an intent record (path from path_intent_record(), its dirs made
+ * as needed) stamped with this boot's ID; durable=false: the pass syncs once. */
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);

@@ -365,7 +365,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                         continue; /* lost at once, or never made: on_mounts_changed calls again */
                 pub->not_a_mount = true;
                 if (!actual_volume_pod_busy(av, pub->pod_uid) && path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir) >= 0 &&
-                    asprintf(&record, "%s/" INTENT_FILE, dir) >= 0)
+                    path_intent_record(dir, NULL, &record) >= 0)
                         (void) intent_write(m, record,
                                             &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
                                             false);
@@ -383,7 +383,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                         return;
                 av->staged_mount = false;
                 if (!av->op && path_staging_volume_dir(av->driver, av->handle, &dir) >= 0 &&
-                    asprintf(&record, "%s/" INTENT_FILE, dir) >= 0)
+                    path_intent_record(dir, NULL, &record) >= 0)
                         (void) intent_write(m, record, &(Intent){ .operation = OP_STAGE, .done = true }, false);
         }
 }

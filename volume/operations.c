@@ -96,10 +96,13 @@ static bool op_staging(const Operation *op) {
 }
 
 /* The dir holding the volume's vol_data.json: the staging volume dir or the
- * pod's volume dir; for a raw block volume its data dir, for both. */
+ * pod's volume dir; for a raw block volume a data dir: its staging's under
+ * the name of the PV it was staged for, a publish's under the name of that
+ * pod's PV (two PVs may name one volume, and kubelet names every block path
+ * after the PV). */
 static int volume_dir_of(const Operation *op, char **ret) {
         if (op->av->block)
-                return path_block_data_dir(op->av->spec_name, ret);
+                return path_block_data_dir(op_staging(op) ? op->av->spec_name : op->spec_name, ret);
         if (op_staging(op))
                 return path_staging_volume_dir(op->av->driver, op->av->handle, ret);
         return path_pod_volume_dir(op->pod.uid, op->spec_name, ret);
@@ -113,11 +116,7 @@ static int record_path_of(const Operation *op, char **ret) {
 
         if (r < 0)
                 return r;
-        if (op->av->block && !op_staging(op))
-                r = asprintf(ret, "%s/" BLOCK_INTENT_PREFIX "%s.json", dir, op->pod.uid);
-        else
-                r = asprintf(ret, "%s/" INTENT_FILE, dir);
-        return r < 0 ? -ENOMEM : 0;
+        return path_intent_record(dir, op->av->block && !op_staging(op) ? op->pod.uid : NULL, ret);
 }
 
 static int write_vol_data(Operation *op, const char *dir) {
@@ -165,6 +164,9 @@ int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable) {
         r = intent_format(i, &text);
         if (r < 0)
                 return r;
+        r = intent_record_dirs(m->root, path);
+        if (r < 0)
+                return r;
         return root_dir_write_file(m->root, path, text, strlen(text), 0640, durable);
 }
 
@@ -174,7 +176,8 @@ static int remove_volume_dirs(Operation *op) {
         int r;
 
         if (op->av->block)
-                return block_dirs_remove(op->m->root, &f, op->av->spec_name, op_staging(op) ? NULL : op->pod.uid);
+                return block_dirs_remove(op->m->root, &f, op_staging(op) ? op->av->spec_name : op->spec_name,
+                                         op_staging(op) ? NULL : op->pod.uid);
         r = volume_dir_of(op, &dir);
         if (r < 0)
                 return r;
@@ -232,14 +235,17 @@ int operation_prepare(Operation *op) {
                 r = make_dirs(op, dir);
                 if (r < 0)
                         return r;
-                /* A block volume's data file is the volume's, written at stage. */
-                if (!(op->av->block && op->kind == OP_PUBLISH)) {
-                        r = write_vol_data(op, dir);
-                        if (r < 0)
-                                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
-                                                 op->m->root->path, dir);
-                }
+                /* A block publish writes its PV's data file too: kubelet has one
+                 * per PV (NewBlockVolumeMapper), and reconstruction finds the
+                 * publishes of a PV that did not stage the volume through it. */
+                r = write_vol_data(op, dir);
+                if (r < 0)
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m",
+                                         op->m->root->path, dir);
         }
+        /* A teardown whose volume dir is gone has nothing left to record in. */
+        if (r >= 0 && !setup && root_dir_exists(op->m->root, dir) == 0)
+                return 0;
         if (r >= 0) {
                 Intent i = { .operation = op->kind, .pod = op->pod.key };
                 r = intent_write(op->m, record, &i, false);
@@ -247,9 +253,7 @@ int operation_prepare(Operation *op) {
                  * another pod wanting a different one waits (reconciler.c). */
                 if (r >= 0 && setup && !op->av->block)
                         r = free_and_strdup(&op->av->selinux_context, op->selinux_context);
-                if (r == -ENOENT && !setup)
-                        r = 0; /* nothing left on disk to record the teardown in */
-                else if (r < 0)
+                if (r < 0)
                         log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", op->m->root->path, record);
         }
         if (r < 0) {
@@ -281,12 +285,15 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir_in,
                                         m->root->path, target);
         if (r < 0 && r != -ENOTDIR)
                 return log_fields_errno(LOG_ERR, r, f, "Failed to remove %s/%s: %m", m->root->path, target);
-        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&intent, "%s/" INTENT_FILE, dir) < 0)
+        if (asprintf(&vol_data, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
+        r = path_intent_record(dir, NULL, &intent);
+        if (r < 0)
+                return r;
         /* The intent last: until it goes, reconstruction knows the volume is ours. */
         r = root_dir_unlink(m->root, vol_data);
         if (r >= 0)
-                r = root_dir_unlink(m->root, intent);
+                r = intent_record_remove(m->root, intent);
         if (r >= 0)
                 r = root_dir_rmdir(m->root, dir);
         if (r < 0)
@@ -495,6 +502,15 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
                 op_continue(op);
                 return;
         }
+        /* Told to end what a previous boot set up, a driver that knows
+         * nothing of it is done with it: nothing is mounted since the reboot. */
+        if (status->code == CSI_CODE_NOT_FOUND && op->previous_boot) {
+                LogFields f = op_fields(op);
+                log_fields(LOG_INFO, &f, "%s of %s from a previous boot: the driver knows nothing of it (%s); done",
+                           op_kind_to_string(op->kind), op->av->unique_name, status->message);
+                op_continue(op);
+                return;
+        }
         /* KEP-4876: the driver may have run out of attachments; its limit is read again. */
         if (status->code == CSI_CODE_RESOURCE_EXHAUSTED && (op->kind == OP_STAGE || op->kind == OP_PUBLISH))
                 drivers_refresh_attach_limit(op->m, op->av->driver);
@@ -570,7 +586,7 @@ static void step_call(Operation *op) {
                 if (!unstage_guard_passes(op, target))
                         return;
                 /* kubelet's UnmapDevice: not while another pod's bind file is there. */
-                r = op->av->block ? block_map_refs(op->m->root, op->av->spec_name, NULL) : 0;
+                r = op->av->block ? block_volume_map_refs(op->m->root, op->av->driver, op->av->handle) : 0;
                 if (r != 0) {
                         op_fail(op, r < 0 ? r : -EBUSY, false, "the device %s is still referenced from other Pods",
                                 op->av->spec_name);
@@ -971,6 +987,7 @@ static void record_outcome(Operation *op, bool success) {
                         av->stage = STAGE_NONE;
                 else
                         av->stage = STAGE_UNCERTAIN;
+                av->stage_stale = false;
                 break;
         default:
                 break;
@@ -1081,10 +1098,13 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         op->m = m;
         op->kind = kind;
         op->av = av;
-        if (kind == OP_PUBLISH && pod && pod->uid) {
+        if ((kind == OP_PUBLISH || kind == OP_UNPUBLISH) && pod && pod->uid) {
                 ActualPublish *pub = hashmap_get(av->publishes, pod->uid);
-                op->republish = pub && pub->state == PUBLISH_DONE;
+                op->republish = kind == OP_PUBLISH && pub && pub->state == PUBLISH_DONE;
+                op->previous_boot = kind == OP_UNPUBLISH && pub && pub->stale;
         }
+        if (kind == OP_UNSTAGE)
+                op->previous_boot = av->stage == STAGE_NONE && av->stage_stale;
         if (spec && !(op->spec = volume_spec_copy(spec)))
                 r = -ENOMEM;
         if (r >= 0 && pod)

@@ -138,6 +138,45 @@ int path_staging_target(const char *driver, const char *handle, char **ret) {
         return make_path(ret, "plugins/" CSI_PLUGIN_NAME "/%s/%s/globalmount", driver, hex);
 }
 
+static bool volume_dir_ok(const char *volume_dir) {
+        return !isempty(volume_dir) && volume_dir[0] != '/' && !streq(volume_dir, RECORDS_DIR) &&
+               strncmp(volume_dir, RECORDS_DIR "/", strlen(RECORDS_DIR "/")) != 0;
+}
+
+int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret) {
+        if (!volume_dir_ok(volume_dir) || (pod_uid && validate_uid(pod_uid) < 0))
+                return -EINVAL;
+        if (pod_uid)
+                return make_path(ret, RECORDS_DIR "/%s/" BLOCK_INTENT_PREFIX "%s.json", volume_dir, pod_uid);
+        return make_path(ret, RECORDS_DIR "/%s/" INTENT_FILE, volume_dir);
+}
+
+int path_legacy_intent_record(const char *volume_dir, const char *pod_uid, char **ret) {
+        if (!volume_dir_ok(volume_dir) || (pod_uid && validate_uid(pod_uid) < 0))
+                return -EINVAL;
+        if (pod_uid)
+                return make_path(ret, "%s/" BLOCK_INTENT_PREFIX "%s.json", volume_dir, pod_uid);
+        return make_path(ret, "%s/" INTENT_FILE, volume_dir);
+}
+
+int path_parse_intent_record(const char *relpath, char **ret_volume_dir) {
+        const char *name, *prefix = RECORDS_DIR "/";
+        size_t n;
+
+        if (strncmp(relpath, prefix, strlen(prefix)) != 0 || !(name = strrchr(relpath, '/')))
+                return -EINVAL;
+        name++;
+        n = strlen(name);
+        if (!streq(name, INTENT_FILE) &&
+            !(strncmp(name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0 && n > 5 &&
+              streq(name + n - 5, ".json")))
+                return -EINVAL;
+        if (name - 1 <= relpath + strlen(prefix))
+                return -EINVAL;
+        *ret_volume_dir = strndup(relpath + strlen(prefix), (size_t) (name - 1 - relpath - strlen(prefix)));
+        return *ret_volume_dir ? 0 : -ENOMEM;
+}
+
 #define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"
 
 int path_block_map_dir(const char *spec_name, char **ret) {

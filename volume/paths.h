@@ -14,6 +14,16 @@
 #define CSI_PLUGIN_NAME "kubernetes.io/csi"
 #define CSI_PLUGIN_NAME_ESCAPED "kubernetes.io~csi"
 #define VOL_DATA_FILE "vol_data.json"
+/* kvolumed's intent record of a volume dir (volume/intent.h), and of one
+ * pod's publish of a raw block volume (its PV's data dir is shared). */
+#define INTENT_FILE "kvolumed.json"
+#define BLOCK_INTENT_PREFIX "kvolumed-"
+/* kvolumed's own tree under root-dir, where its records are kept: never in
+ * a volume dir, whose removal by kubelet's teardown (removeMountDir, the
+ * orphaned pod cleanup) fails on any file it did not write, so that a node
+ * can be handed back to kubelet at any time.  The same file system as the
+ * volume dirs: the one syncfs of a pass makes records and dirs durable. */
+#define RECORDS_DIR "kvolumed"
 
 /* "csi-" + 64 hex digits + NUL */
 #define CSI_HASH_NAME_MAX 69
@@ -39,6 +49,19 @@ int path_parse_publish_target(const char *relpath, char **ret_uid, char **ret_sp
 int path_staging_volume_dir(const char *driver, const char *handle, char **ret);
 /* .../<sha>/globalmount — NodeStage target. */
 int path_staging_target(const char *driver, const char *handle, char **ret);
+
+/* Where the intent record of the volume dir "volume_dir" (relative, as
+ * built above) is kept: RECORDS_DIR/<volume_dir>/kvolumed.json, mirroring
+ * the volume dir's path; pod_uid: the record of that pod's publish of a raw
+ * block volume (.../kvolumed-<podUID>.json), whose records share its PV's
+ * data dir.  Every writer and reader of a record builds its path here. */
+int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
+/* Where an older kvolumed kept it: in the volume dir itself.  Read (and
+ * moved) at start-up only. */
+int path_legacy_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
+/* The volume dir a record at relpath (under RECORDS_DIR) describes: the
+ * inverse of path_intent_record(); -EINVAL for any other path. */
+int path_parse_intent_record(const char *relpath, char **ret_volume_dir);
 
 /* Raw block (§1.3). */
 int path_block_map_dir(const char *spec_name, char **ret);     /* plugins/kubernetes.io/csi/volumeDevices/<spec>/dev */

@@ -445,7 +445,10 @@ static void log_driver_wait(ActualVolume *av) {
 
 /* Teardown of what no pod wants: unpublish, then unstage once nothing is
  * published, then forget the volume.  What was found from a previous boot
- * is only removed from disk: nothing of it is mounted, nothing to call. */
+ * is torn down the same way: nothing of it is mounted, but the driver may
+ * keep state a reboot does not end (iSCSI sessions and NVMe-oF connections
+ * set up again at boot, its block publish file) until it is told, as
+ * kubelet tells it (reconstructed volumes are uncertain, kubelet-facts §8). */
 static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av) {
         /* Teardown needs the driver; its registration wakes us up. */
         bool driver_here = csi_client_has_driver(m->csi, av->driver);
@@ -467,11 +470,6 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 if (pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
                     actual_volume_pod_busy(av, pub->pod_uid))
                         continue;
-                if (pub->stale) {
-                        if (!verify_missed(ps, av, "removal of a stale publish", pub->pod_key))
-                                (void) reconstruct_remove_stale_publish(m, av, pub);
-                        continue;
-                }
                 if (!driver_here) {
                         waiting = true;
                         continue;
@@ -490,7 +488,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
          * unstaged though wanted, to be staged again with the right one. */
         if ((av->desired && !av->selinux_restage) || hashmap_size(av->publishes) > 0 || actual_volume_busy(av))
                 return;
-        if (av->lifecycle == VOLUME_PERSISTENT && av->stage != STAGE_NONE) {
+        if (av->lifecycle == VOLUME_PERSISTENT && (av->stage != STAGE_NONE || av->stage_stale)) {
                 if (!driver_here) {
                         log_driver_wait(av);
                         return;
@@ -502,8 +500,6 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 return;
         }
         if (verify_missed(ps, av, "forgetting", NULL))
-                return;
-        if (av->stage_stale && reconstruct_remove_stale_staging(m, av) < 0)
                 return;
         /* Gone from the node: the report below drops it from volumesInUse. */
         hashmap_remove(m->volumes, av->unique_name);

@@ -5,7 +5,10 @@
  *   plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/  staged volumes
  *   pods/<uid>/volumes/kubernetes.io~csi/<name>/          publishes
  * each directory's vol_data.json (ours or a kubelet's, same format) and our
- * intent record (volume/intent.h), and the mount table.  A volume is taken
+ * intent record (volume/intent.h, kept under RECORDS_DIR; one an older
+ * kvolumed left in the volume dir is moved there first), and the mount
+ * table.  Records whose volume dir is gone (kubelet tore the volume down
+ * while the node was its) are removed.  A volume is taken
  * as set up only when the record says its last call succeeded in this boot
  * and the mount it made is there; from a previous boot, nothing of it is
  * mounted (the records only say what to set up again or clean away); any
@@ -31,7 +34,7 @@ typedef enum Found {
 } Found;
 
 typedef struct Counts {
-        unsigned staged, published, uncertain, stale, leftovers, skipped;
+        unsigned staged, published, uncertain, stale, leftovers, skipped, moved, pruned;
 } Counts;
 
 /* The files of one volume dir; either may be missing. */
@@ -46,13 +49,38 @@ static void records_done(Records *rec) {
         intent_done(&rec->intent);
 }
 
-static int read_records(VolumeManager *m, const char *dir, Records *ret) {
+/* A record an older kvolumed kept in the volume dir itself, where it fails
+ * kubelet's teardown: moved to where records are kept now (over one there:
+ * an older kvolumed that ran last wrote the newer). */
+static void move_legacy_record(VolumeManager *m, Counts *c, const char *dir, const char *pod_uid) {
+        _cleanup_free_ char *legacy = NULL, *record = NULL;
+        int r;
+
+        if (path_legacy_intent_record(dir, pod_uid, &legacy) < 0 || root_dir_exists(m->root, legacy) <= 0 ||
+            path_intent_record(dir, pod_uid, &record) < 0)
+                return;
+        r = intent_record_dirs(m->root, record);
+        if (r >= 0)
+                r = root_dir_rename(m->root, legacy, record);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot move %s/%s to %s/%s: %m", m->root->path, legacy, m->root->path, record);
+                return;
+        }
+        log_info("Moved %s/%s, an older kvolumed's record, to %s/%s", m->root->path, legacy, m->root->path, record);
+        c->moved++;
+}
+
+static int read_records(VolumeManager *m, Counts *c, const char *dir, Records *ret) {
         _cleanup_free_ char *vd_path = NULL, *in_path = NULL, *text = NULL;
         Records rec = {};
         int r;
 
-        if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0 || asprintf(&in_path, "%s/" INTENT_FILE, dir) < 0)
+        if (asprintf(&vd_path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
+        move_legacy_record(m, c, dir, NULL);
+        r = path_intent_record(dir, NULL, &in_path);
+        if (r < 0)
+                return r;
         r = root_dir_read_file(m->root, vd_path, RECORD_MAX, &text, NULL);
         if (r >= 0) {
                 r = vol_data_parse(text, &rec.vol_data);
@@ -131,7 +159,7 @@ static void remove_leftover(VolumeManager *m, Counts *c, const char *dir, const 
  * without vol_data.json (a leftover, removed unless something is mounted). */
 static bool load_volume_dir(VolumeManager *m, Counts *c, const char *dir, const char *target, bool staging,
                             Records *rec) {
-        int r = read_records(m, dir, rec);
+        int r = read_records(m, c, dir, rec);
 
         if (r < 0) {
                 log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
@@ -270,15 +298,16 @@ static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid
 
 /* ---- raw block volumes ------------------------------------------------------------- */
 
-/* One pod's publish of a block volume: its record in the volume's data dir
- * (ours) or its bind file in the global map dir (kubelet's and ours).  Set
- * up only if the device the driver published is the one recorded and the
- * pod's mapping is in place. */
-static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume *av, const char *data,
-                                      const char *pod_uid) {
+/* One pod's publish of a block volume through PV spec_name (not always the
+ * PV the volume was staged for: two PVs may share a handle): its record
+ * beside that PV's data dir (ours) or its bind file in that PV's global map
+ * dir (kubelet's and ours).  Set up only if the device the driver published
+ * is the one recorded and the pod's mapping is in place. */
+static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume *av, const char *spec_name,
+                                      const char *data, const char *pod_uid) {
         _cleanup_free_ char *record = NULL, *text = NULL, *target = NULL;
         _cleanup_(records_done) Records rec = {};
-        LogFields f = { .pod_uid = pod_uid, .volume = av->spec_name, .driver = av->driver,
+        LogFields f = { .pod_uid = pod_uid, .volume = spec_name, .driver = av->driver,
                         .volume_handle = av->handle };
         bool mounted;
         Found found;
@@ -286,8 +315,7 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
         int r;
 
         if (validate_uid(pod_uid) < 0 || hashmap_get(av->publishes, pod_uid) ||
-            path_block_publish(av->spec_name, pod_uid, &target) < 0 ||
-            asprintf(&record, "%s/" BLOCK_INTENT_PREFIX "%s.json", data, pod_uid) < 0)
+            path_block_publish(spec_name, pod_uid, &target) < 0 || path_intent_record(data, pod_uid, &record) < 0)
                 return;
         if (root_dir_read_file(m->root, record, RECORD_MAX, &text, NULL) >= 0)
                 rec.has_intent = intent_parse(text, &rec.intent) >= 0;
@@ -298,19 +326,18 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
                 /* The same device as recorded, still mapped into the pod: else map again. */
                 if (!rec.intent.device || block_devno_parse(rec.intent.device, &recorded) < 0 ||
                     block_identify(m->root, target, &now) < 0 || now.devno != recorded ||
-                    !block_mapped(m->root, av->spec_name, pod_uid))
+                    !block_mapped(m->root, spec_name, pod_uid))
                         found = FOUND_UNCERTAIN;
                 block_identity_done(&now);
         }
         PodInfo info = { .uid = (char *) pod_uid,
                          .key = rec.has_intent && rec.intent.pod ? rec.intent.pod : (char *) pod_uid };
-        r = actual_publish_set(av, &info, av->spec_name, target, found == FOUND_DONE ? PUBLISH_DONE
-                                                                                    : PUBLISH_UNCERTAIN);
+        r = actual_publish_set(av, &info, spec_name, target, found == FOUND_DONE ? PUBLISH_DONE : PUBLISH_UNCERTAIN);
         if (r < 0)
                 return;
         ((ActualPublish *) hashmap_get(av->publishes, pod_uid))->stale = found == FOUND_STALE;
         if (found != FOUND_STALE)
-                note_restored(m, pod_uid, av->spec_name, av->unique_name);
+                note_restored(m, pod_uid, spec_name, av->unique_name);
         c->published += found == FOUND_DONE;
         c->uncertain += found == FOUND_UNCERTAIN;
         c->stale += found == FOUND_STALE;
@@ -319,7 +346,7 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
 }
 
 static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, const char *spec_name) {
-        _cleanup_free_ char *data = NULL, *staging = NULL, *map_dir = NULL, *unique = NULL;
+        _cleanup_free_ char *data = NULL, *staging = NULL, *map_dir = NULL, *unique = NULL, *records = NULL;
         _cleanup_(records_done) Records rec = {};
         ActualVolume *av;
         struct dirent *de;
@@ -331,7 +358,7 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
             path_block_data_dir(spec_name, &data) < 0 || path_block_staging(spec_name, &staging) < 0 ||
             path_block_map_dir(spec_name, &map_dir) < 0)
                 return;
-        r = read_records(m, data, &rec);
+        r = read_records(m, c, data, &rec);
         if (r < 0 || !rec.has_vol_data || !rec.vol_data.driver_name || !rec.vol_data.volume_handle ||
             validate_csi_driver_name(rec.vol_data.driver_name) < 0 ||
             csi_unique_volume_name(rec.vol_data.driver_name, rec.vol_data.volume_handle, &unique) < 0) {
@@ -344,14 +371,25 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
         if (!av)
                 return;
         av->block = true;
-        found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
-        av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
-        av->stage_stale = found == FOUND_STALE;
-        c->staged += found == FOUND_DONE;
-        c->uncertain += found == FOUND_UNCERTAIN;
-        c->stale += found == FOUND_STALE;
-        /* The pods: our records in the data dir, and the bind files in the global map dir. */
-        const char *dirs[] = { data, map_dir };
+        /* The staging is named after the PV it was made for; the data dir of
+         * another PV of the same handle holds only its own publishes. */
+        if (rec.has_intent || root_dir_exists(m->root, staging) > 0) {
+                if (!streq(av->spec_name, spec_name))
+                        (void) free_and_strdup(&av->spec_name, spec_name);
+                found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
+                av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
+                av->stage_stale = found == FOUND_STALE;
+                c->staged += found == FOUND_DONE;
+                c->uncertain += found == FOUND_UNCERTAIN;
+                c->stale += found == FOUND_STALE;
+        }
+        /* The pods: our records of the data dir (an older kvolumed's in the
+         * data dir itself are moved first), and the bind files in the global
+         * map dir. */
+        if (path_intent_record(data, NULL, &records) < 0)
+                return;
+        *strrchr(records, '/') = '\0';
+        const char *dirs[] = { data, records, map_dir };
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 if (root_dir_open_dir(m->root, dirs[i], &fd) < 0)
                         continue;
@@ -362,9 +400,9 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                 }
                 while ((de = readdir(d))) {
                         size_t n = strlen(de->d_name);
-                        if (i == 1) {
+                        if (i == 2) {
                                 if (de->d_name[0] != '.')
-                                        reconstruct_block_publish(m, c, av, data, de->d_name);
+                                        reconstruct_block_publish(m, c, av, spec_name, data, de->d_name);
                                 continue;
                         }
                         if (strncmp(de->d_name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) != 0 || n < 6 ||
@@ -372,8 +410,12 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                                 continue;
                         _cleanup_free_ char *uid = strndup(de->d_name + strlen(BLOCK_INTENT_PREFIX),
                                                            n - 5 - strlen(BLOCK_INTENT_PREFIX));
-                        if (uid)
-                                reconstruct_block_publish(m, c, av, data, uid);
+                        if (!uid)
+                                continue;
+                        if (i == 0)
+                                move_legacy_record(m, c, data, uid);
+                        else
+                                reconstruct_block_publish(m, c, av, spec_name, data, uid);
                 }
                 closedir(d);
         }
@@ -448,6 +490,45 @@ static void scan_pod(VolumeManager *m, Counts *c, const char *parent, const char
         (void) for_each_entry(m, rel, scan_pod_volume, c);
 }
 
+/* The records under RECORDS_DIR whose volume dir is gone: kubelet tore the
+ * volume down while the node was its (or a crash came between a volume
+ * dir's removal and its record's).  Nothing else describes them. */
+#define RECORDS_DEPTH_MAX 12
+
+static void prune_records(VolumeManager *m, Counts *c, const char *rel, unsigned depth) {
+        struct dirent *de;
+        DIR *d;
+        int fd;
+
+        if (depth > RECORDS_DEPTH_MAX || root_dir_open_dir(m->root, rel, &fd) < 0)
+                return;
+        d = fdopendir(fd);
+        if (!d) {
+                close(fd);
+                return;
+        }
+        while ((de = readdir(d))) {
+                _cleanup_free_ char *path = NULL, *volume_dir = NULL;
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") || asprintf(&path, "%s/%s", rel, de->d_name) < 0)
+                        continue;
+                if (de->d_type == DT_DIR || path_parse_intent_record(path, &volume_dir) < 0) {
+                        if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
+                                prune_records(m, c, path, depth + 1);
+                        continue;
+                }
+                if (root_dir_exists(m->root, volume_dir) != 0)
+                        continue;
+                if (intent_record_remove(m->root, path) >= 0) {
+                        log_info("Removed %s/%s: %s/%s is gone", m->root->path, path, m->root->path, volume_dir);
+                        c->pruned++;
+                }
+        }
+        closedir(d);
+        /* Emptied (or left empty by a crash): gone too, but not the tree's top. */
+        if (depth > 0)
+                (void) root_dir_rmdir(m->root, rel);
+}
+
 int reconstruct_actual_state(VolumeManager *m) {
         Counts c = {};
         int r;
@@ -459,62 +540,16 @@ int reconstruct_actual_state(VolumeManager *m) {
         (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, &c);
         (void) for_each_entry(m, "pods", scan_pod, &c);
         (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME "/volumeDevices", scan_block_volume, &c);
-        if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0)
+        prune_records(m, &c, RECORDS_DIR, 0);
+        (void) root_dir_rmdir(m->root, RECORDS_DIR); /* only if empty */
+        /* What was moved or removed here stays so, before any pass builds on it. */
+        if (c.moved > 0 || c.pruned > 0)
+                (void) root_dir_sync(m->root);
+        if (hashmap_size(m->volumes) > 0 || c.leftovers > 0 || c.skipped > 0 || c.moved > 0 || c.pruned > 0)
                 log_info("Reconstructed %u volumes from %s: %u staged, %u published, %u uncertain, %u from a previous "
-                         "boot; %u leftovers removed, %u skipped",
+                         "boot; %u leftovers removed, %u skipped; %u records moved from volume dirs, %u of volumes "
+                         "gone removed",
                          (unsigned) hashmap_size(m->volumes), m->root->path, c.staged, c.published, c.uncertain, c.stale,
-                         c.leftovers, c.skipped);
-        return 0;
-}
-
-/* ---- previous boots ------------------------------------------------------------- */
-
-int reconstruct_remove_stale_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub) {
-        _cleanup_free_ char *dir = NULL;
-        LogFields f = { .pod_uid = pub->pod_uid, .pod = pub->pod_key, .volume = pub->spec_name,
-                        .driver = av->driver, .volume_handle = av->handle };
-        int r;
-
-        if (av->block) {
-                /* Nothing is mounted after a reboot: the link and files go. */
-                r = block_unmap(m->root, pub->spec_name, pub->pod_uid, &f);
-                if (r >= 0)
-                        r = block_dirs_remove(m->root, &f, av->spec_name, pub->pod_uid);
-                if (r >= 0)
-                        r = path_block_publish(av->spec_name, pub->pod_uid, &dir);
-        } else {
-                r = path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir);
-                if (r >= 0)
-                        r = volume_dirs_remove(m, &f, dir, pub->target, false);
-        }
-        if (r < 0)
-                return r;
-        log_fields(LOG_INFO, &f, "Removed %s/%s, published before the last reboot for a pod that is gone",
-                   m->root->path, dir);
-        actual_publish_remove(av, pub->pod_uid);
-        return 0;
-}
-
-int reconstruct_remove_stale_staging(VolumeManager *m, ActualVolume *av) {
-        _cleanup_free_ char *dir = NULL, *target = NULL;
-        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-        int r;
-
-        if (av->block) {
-                r = block_dirs_remove(m->root, &f, av->spec_name, NULL);
-                if (r >= 0)
-                        r = path_block_data_dir(av->spec_name, &dir);
-        } else {
-                r = path_staging_volume_dir(av->driver, av->handle, &dir);
-                if (r >= 0)
-                        r = path_staging_target(av->driver, av->handle, &target);
-                if (r >= 0)
-                        r = volume_dirs_remove(m, &f, dir, target, true);
-        }
-        if (r < 0)
-                return r;
-        log_fields(LOG_INFO, &f, "Removed %s/%s, staged before the last reboot and no longer wanted",
-                   m->root->path, dir);
-        av->stage_stale = false;
+                         c.leftovers, c.skipped, c.moved, c.pruned);
         return 0;
 }

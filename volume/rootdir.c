@@ -301,6 +301,20 @@ int root_dir_unlink(RootDir *r, const char *relpath) {
         return remove_entry(r, relpath, 0);
 }
 
+int root_dir_rename(RootDir *r, const char *from, const char *to) {
+        _cleanup_close_ int from_dir = -1, to_dir = -1;
+        int rr;
+
+        rr = open_parent(r, from, &from_dir);
+        if (rr >= 0)
+                rr = open_parent(r, to, &to_dir);
+        if (rr < 0)
+                return rr;
+        if (renameat(from_dir, last_component(from), to_dir, last_component(to)) < 0)
+                return -errno;
+        return 0;
+}
+
 int root_dir_open_at(RootDir *r, const char *relpath, int flags, mode_t mode, int *ret_fd) {
         int fd;
 

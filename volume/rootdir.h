@@ -50,6 +50,9 @@ int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **
 int root_dir_rmdir(RootDir *r, const char *relpath);
 int root_dir_unlink(RootDir *r, const char *relpath);
 
+/* Renames one entry to another path below root-dir (over what is there). */
+int root_dir_rename(RootDir *r, const char *from, const char *to);
+
 /* 1 if relpath exists, 0 if not, -errno on other errors (ELOOP for a symlink). */
 int root_dir_exists(RootDir *r, const char *relpath);
 

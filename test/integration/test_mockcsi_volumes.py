@@ -246,3 +246,25 @@ def has_cap_sys_resource():
     with open("/proc/self/status") as f:
         eff = int([l for l in f if l.startswith("CapEff:")][0].split()[1], 16)
     return bool(eff & (1 << 24))
+
+
+def test_boot_sessions_outlive_a_clean_stop_until_unstage_and_unpublish(mock_csi_factory, tmp_path):
+    """boot_sessions: the state a real driver keeps across a reboot (iSCSI,
+    NVMe-oF) ends only with NodeUnpublish/NodeUnstage; of what it knows
+    nothing it answers NOT_FOUND."""
+    drv = mock_csi_factory(tmpfs=True, boot_sessions=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("s1", staging)
+    c.publish("s1", target, staging_path=staging)
+    drv.stop()  # clean: every mount undone, as after a reboot
+    assert not os.path.ismount(target) and not os.path.ismount(staging)
+    drv.start()
+    assert sorted(drv.state()["sessions"]) == sorted([f"stage {staging}", f"publish {target}"])
+    c.unpublish("s1", target)
+    c.unstage("s1", staging)
+    assert drv.state()["sessions"] == {}
+    for call in (lambda: c.unpublish("s1", target), lambda: c.unstage("s1", staging)):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND

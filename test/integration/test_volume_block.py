@@ -94,7 +94,9 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
     with open(f"{env.root}/{BLOCK}/pv-blk/data/vol_data.json") as f:
         assert json.load(f) == {"attachmentID": json.load(open(f.name))["attachmentID"], "driverName": DRIVER,
                                 "nodeName": "test-node", "specVolID": "pv-blk", "volumeHandle": "vol-blk"}
-    with open(f"{env.root}/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
+    # kvolumed's record of the publish: in its own tree, never in kubelet's dirs.
+    assert os.listdir(f"{env.root}/{BLOCK}/pv-blk/data") == ["vol_data.json"]
+    with open(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
         record = json.load(f)
     assert record["done"] and record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
                                                              os.minor(os.stat(device).st_rdev))
@@ -220,4 +222,81 @@ def test_pv_recreated_with_another_handle_while_down_keeps_the_mapped_device(vol
     env.api.remove("pods", "default", "probe")
     env.wait_calls("NodeUnstageVolume")
     assert [c["request"]["volume_id"] for c in env.calls("NodeUnstageVolume")] == ["vol-blk"]
+    assert_nothing_left(env)
+
+
+def shared_block_pvs(env):
+    """Two block PVs with one volume handle (a volume imported twice)."""
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv-a", "vol-same", "ca")
+    block_pv(env, "pv-b", "vol-same", "cb")
+
+
+def publish_path(env, pod, spec_name):
+    return f"{env.root}/{BLOCK}/publish/{spec_name}/{pod['metadata']['uid']}"
+
+
+def assert_unpublished_in_order(env, *targets):
+    """Each publish unpublished at its own path, and NodeUnstage after all
+    (a call the driver refused, ABORTED beside another, is tried again)."""
+    calls = [c for c in env.calls() if c["method"] in ("NodeUnpublishVolume", "NodeUnstageVolume")
+             and c["code"] == "OK"]
+    unpublished = [c["request"]["target_path"] for c in calls if c["method"] == "NodeUnpublishVolume"]
+    assert sorted(unpublished) == sorted(targets), unpublished
+    assert calls[-1]["method"] == "NodeUnstageVolume"
+    assert [c["method"] for c in calls].count("NodeUnstageVolume") == 1
+
+
+def test_two_block_pvs_with_one_handle_stay_apart_when_the_first_goes(volume_env):
+    """Each publish is named after its own PV; the one staging of the volume
+    survives the pods of the PV that staged it, and goes with the last."""
+    env = volume_env
+    shared_block_pvs(env)
+    env.start()
+    a = env.pod("a", [claim_volume("disk", "ca")], devices=["disk"])
+    pa = wait_mapped(env, a, "pv-a")
+    b = env.pod("b", [claim_volume("disk", "cb")], devices=["disk"])
+    pb = wait_mapped(env, b, "pv-b")
+    assert os.readlink(pb) == publish_path(env, b, "pv-b")
+    assert len(env.calls("NodeStageVolume")) == 1
+    env.api.remove("pods", "default", "a")
+    env.wait_calls("NodeUnpublishVolume")
+    wait_until(lambda: not os.path.lexists(pa), what="a's device path gone")
+    assert [c["request"]["target_path"] for c in env.calls("NodeUnpublishVolume")] == [publish_path(env, a, "pv-a")]
+    assert not env.calls("NodeUnstageVolume"), "unstaged while pod b maps the volume"
+    assert stat.S_ISBLK(os.stat(pb).st_mode)
+    # A restart now finds b's publish where it is, and the staging it uses.
+    env.agent.proc.kill()
+    env.agent.proc.wait()
+    env.start()
+    probe = env.pod("probe", [claim_volume("disk", "cb")], devices=["disk"])
+    wait_mapped(env, probe, "pv-b")
+    assert len(env.calls("NodeUnpublishVolume")) == 1 and not env.calls("NodeUnstageVolume")
+    assert stat.S_ISBLK(os.stat(pb).st_mode)
+    env.api.remove("pods", "default", "b")
+    env.api.remove("pods", "default", "probe")
+    env.wait_calls("NodeUnstageVolume")
+    assert_unpublished_in_order(env, publish_path(env, a, "pv-a"), publish_path(env, b, "pv-b"),
+                                publish_path(env, probe, "pv-b"))
+    assert_nothing_left(env)
+
+
+def test_two_block_pvs_with_one_handle_both_deleted_while_down(volume_env):
+    """kvolumed killed, both pods deleted meanwhile: after the restart each
+    publish is unpublished at its own PV's path, then the volume unstaged,
+    and nothing is left (publish mounts, device-map binds, loop locks)."""
+    env = volume_env
+    shared_block_pvs(env)
+    env.start()
+    a = env.pod("a", [claim_volume("disk", "ca")], devices=["disk"])
+    b = env.pod("b", [claim_volume("disk", "cb")], devices=["disk"])
+    wait_mapped(env, a, "pv-a")
+    wait_mapped(env, b, "pv-b")
+    env.agent.proc.kill()
+    env.agent.proc.wait()
+    env.api.remove("pods", "default", "a")
+    env.api.remove("pods", "default", "b")
+    env.start()
+    env.wait_calls("NodeUnstageVolume", timeout=30)
+    assert_unpublished_in_order(env, publish_path(env, a, "pv-a"), publish_path(env, b, "pv-b"))
     assert_nothing_left(env)

@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import DRIVER, answered_requests, wait_until
+from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, wait_until
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
 
@@ -363,8 +364,15 @@ def block_mapped(env, pod, spec_name):
     return os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode)
 
 
-def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
-    env = volume_env
+def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """After a reboot nothing is mounted, but the driver may keep state that
+    only NodeUnpublishVolume / NodeUnstageVolume end (iSCSI sessions set up
+    again at boot, NVMe-oF connections, its block publish file): the driver
+    runs in the mode that keeps such state (boot_sessions).  The wanted
+    volumes are set up again; for the others kvolumed calls the driver as
+    kubelet does, before it removes their directories, and a NOT_FOUND (the
+    driver knows nothing of one) counts as done."""
+    env = VolumeEnv(fake_api, mock_csi_factory(name=DRIVER, tmpfs=True, boot_sessions=True), start_agent, tmp_path)
     shared_pv(env)
     env.pv("pv-2", "vol-2", claim="c2")
     env.pvc("c2", "pv-2")
@@ -402,22 +410,173 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(volume_env):
         with open(path, "w") as f:
             json.dump(record, f)
     env.driver.start()
+    gone_uid = gone["metadata"]["uid"]
+    gone_publishes = sorted([env.target(gone, "pv-2"), env.target(gone, "scratch"),
+                             f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/pv-bg/{gone_uid}"])
+    gone_stagings = sorted([env.staging("vol-2"), f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-bg"])
+    sessions = env.driver.state()["sessions"]
+    assert sorted(k.split(" ", 1)[1] for k in sessions if gone_uid in k) == gone_publishes
+    # The driver has forgotten one of them: it answers NOT_FOUND.
+    env.driver.control.forget_session("publish " + env.target(gone, "scratch"))
     before = len(env.calls())
     env.api.remove("pods", "default", "gone")
     env.start()
     env.wait_mounted(env.target(keep, "pv-shared"))
     env.wait_mounted(env.target(keep, "scratch"))
     wait_until(lambda: block_mapped(env, keep, "pv-bk"), timeout=30, what="pv-bk mapped again")
-    env.wait_gone(f"{env.root}/pods/{gone['metadata']['uid']}")
+    env.wait_gone(f"{env.root}/pods/{gone_uid}")
     env.wait_gone(os.path.dirname(env.staging("vol-2")))
     env.wait_gone(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-bg")
     after = [c for c in env.calls()[before:]]
-    assert not [c for c in after if c["method"] in ("NodeUnstageVolume", "NodeUnpublishVolume")], \
-        "tore down what was never set up in this boot"
+    assert sorted(c["request"]["target_path"] for c in after if c["method"] == "NodeUnpublishVolume") == \
+        gone_publishes, "each publish of the previous boot no pod wants is unpublished, once"
+    assert sorted(c["request"]["staging_target_path"] for c in after if c["method"] == "NodeUnstageVolume") == \
+        gone_stagings, "each staging of the previous boot no pod wants is unstaged, once"
+    assert [c["code"] for c in after if c["method"] == "NodeUnpublishVolume"
+            and c["request"]["target_path"] == env.target(gone, "scratch")] == ["NOT_FOUND"]
+    assert not [k for k in env.driver.state()["sessions"] if gone_uid in k or "vol-2" in k or "vol-bg" in k], \
+        "the driver's state of the previous boot leaks"
     assert sorted(c["request"]["volume_id"] for c in after if c["method"] == "NodeStageVolume") == \
         ["vol-bk", "vol-shared"]
     env.api.remove("pods", "default", "keep")
     assert_all_gone(env)
+    assert not env.driver.state()["sessions"]
+
+
+# --- handing the node back to kubelet -----------------------------------------------
+
+
+def kubelet_layout(env):
+    """A filesystem PV, an inline volume and a block PV, set up by kvolumed for
+    one pod; returns (pod, fs volume dirs, staging volume dir, block PV dirs)."""
+    shared_pv(env)
+    env.pv("pv-blk", "vol-blk", claim="blk", volume_mode="Block")
+    env.pvc("blk", "pv-blk")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared"), inline_volume("scratch"), claim_volume("disk", "blk")],
+                  devices=["disk"])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    env.wait_mounted(env.target(pod, "scratch"))
+    wait_until(lambda: block_mapped(env, pod, "pv-blk"), timeout=30, what="pv-blk mapped")
+    env.wait_calls("NodePublishVolume", 3, code="OK")
+    fs_dirs = [os.path.dirname(env.target(pod, name)) for name in ("pv-shared", "scratch")]
+    return pod, fs_dirs, os.path.dirname(env.staging("vol-shared")), \
+        f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-blk"
+
+
+def assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk):
+    """What kubelet writes in each volume dir (kubelet-facts §1.1-§1.3), and nothing else."""
+    uid = pod["metadata"]["uid"]
+    for d in fs_dirs:
+        assert sorted(os.listdir(d)) == ["mount", "vol_data.json"], d
+    assert sorted(os.listdir(staging_dir)) == ["globalmount", "vol_data.json"]
+    assert sorted(os.listdir(blk)) == ["data", "dev"]
+    assert os.listdir(f"{blk}/data") == ["vol_data.json"]
+    assert os.listdir(f"{blk}/dev") == [uid]
+    assert os.listdir(f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi") == ["pv-blk"]
+
+
+def kubelet_remove_mount_dir(path):
+    """kubelet's removeMountDir (csi_mounter.go, kubelet-facts §1.2)."""
+    assert not os.path.ismount(path)
+    if os.path.lexists(path):
+        os.rmdir(path)
+    try:
+        os.remove(os.path.join(os.path.dirname(path), "vol_data.json"))
+    except FileNotFoundError:
+        pass
+    os.rmdir(os.path.dirname(path))
+
+
+def test_a_stopped_kvolumed_leaves_volume_dirs_kubelet_can_tear_down(volume_env):
+    """Handed a root-dir kvolumed laid out, kubelet adopts the volumes and,
+    when the pod goes, removes them its own way: kvolumed's records must not
+    be in its way (a file left in a volume dir fails kubelet's removal for
+    ever).  kvolumed started again afterwards drops the records of volumes
+    kubelet tore down, and calls nothing."""
+    env = volume_env
+    pod, fs_dirs, staging_dir, blk = kubelet_layout(env)
+    uid = pod["metadata"]["uid"]
+    env.agent.stop()  # SIGTERM: records as a stop leaves them
+    assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    env.api.remove("pods", "default", "web")  # kubelet's node now: the pod goes
+
+    # kubelet's teardown: UnmapBlockVolume + NodeUnpublish + cleanup (§1.3, §5.2) ...
+    csi = env.driver.csi
+    bind = f"{blk}/dev/{uid}"
+    for name in os.listdir("/sys/block"):
+        try:
+            backing = open(f"/sys/block/{name}/loop/backing_file").read().strip()
+        except OSError:
+            continue
+        if backing == bind:
+            subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+    os.remove(f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi/pv-blk")
+    subprocess.run(["umount", bind], check=True)
+    os.remove(bind)
+    publish = f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/pv-blk/{uid}"
+    csi.unpublish("vol-blk", publish)
+    csi.unstage("vol-blk", f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/staging/pv-blk")
+    shutil.rmtree(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices")
+    # ... TearDownAt + removeMountDir, UnmountDevice + removeMountDir (§1.2, §5.3) ...
+    csi_inline = hashlib.sha256((uid + "scratch").encode()).hexdigest()
+    csi.unpublish("csi-" + csi_inline, env.target(pod, "scratch"))
+    kubelet_remove_mount_dir(env.target(pod, "scratch"))
+    csi.unpublish("vol-shared", env.target(pod, "pv-shared"))
+    kubelet_remove_mount_dir(env.target(pod, "pv-shared"))
+    csi.unstage("vol-shared", env.staging("vol-shared"))
+    kubelet_remove_mount_dir(env.staging("vol-shared"))
+    # ... and the orphaned pod dir (§8): directories only, one file system.
+    for top, dirs, files in os.walk(f"{env.root}/pods/{uid}", topdown=False):
+        assert not files, f"a file kubelet's orphan cleanup cannot remove: {top}/{files}"
+        os.rmdir(top)
+    assert not mounts_under(env.root)
+
+    before = len(env.calls())
+    env.start()
+    probe = env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(probe, "x"))
+    env.api.remove("pods", "default", "probe")
+    assert_all_gone(env)
+    assert [c["method"] for c in env.calls()[before:] if c["method"].startswith("Node") and "Volume" in c["method"]
+            and c["method"] != "NodeGetVolumeStats"] == ["NodePublishVolume", "NodeUnpublishVolume"]
+    assert not glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True), "records of volumes kubelet tore down"
+
+
+def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume_env):
+    """An older kvolumed kept its records in the volume dirs: they are read
+    (the volumes are known set up: no call repeated) and moved out."""
+    env = volume_env
+    pod, fs_dirs, staging_dir, blk = kubelet_layout(env)
+    uid = pod["metadata"]["uid"]
+    kill_agent(env)
+    # The old layout: kvolumed.json beside vol_data.json, and a block
+    # publish's kvolumed-<uid>.json in its PV's data dir.
+    records = glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True)
+    assert records
+    old = []
+    for path in records:
+        rel = os.path.relpath(path, env.root)
+        if rel.startswith("kvolumed/"):
+            rel = rel[len("kvolumed/"):]
+        if os.path.join(env.root, rel) != path:
+            os.rename(path, os.path.join(env.root, rel))
+        old.append(os.path.join(env.root, rel))
+    assert f"{blk}/data/kvolumed-{uid}.json" in old and os.path.join(fs_dirs[0], "kvolumed.json") in old
+    for top, dirs, files in os.walk(f"{env.root}/kvolumed", topdown=False):
+        os.rmdir(top)
+    before = len(env.calls())
+    env.start()
+    probe = env.pod("probe", [inline_volume("x")])
+    env.wait_mounted(env.target(probe, "x"))
+    wait_until(lambda: not [p for p in old if os.path.exists(p)], timeout=15, what="old records moved")
+    assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    assert [c["request"]["target_path"] for c in env.calls()[before:] if c["method"] in
+            ("NodeStageVolume", "NodePublishVolume")] == [env.target(probe, "x")], "set up again: records not read"
+    env.api.remove("pods", "default", "web")
+    env.api.remove("pods", "default", "probe")
+    assert_all_gone(env)
+    assert not glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True)
 
 
 # --- the guard ------------------------------------------------------------------------
@@ -458,12 +617,16 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
 # whenever it is on the node, and nothing left once the pods are gone.
 
 SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"],
-               "block": ["NodeStageVolume", "NodePublishVolume"]}
+               "block": ["NodeStageVolume", "NodePublishVolume"],
+               "block-shared": ["NodeStageVolume", "NodePublishVolume"]}
 TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"],
-                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
+                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"],
+                  "block-shared": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
 
+# "block-shared": two block PVs with one volume handle, each used by its own
+# pod: one staging (under the first PV's name), a publish under each PV's.
 MATRIX = []
-for flow in ("persistent", "inline", "block"):
+for flow in ("persistent", "inline", "block", "block-shared"):
     for method in SETUP_CALLS[flow]:
         for when in ("before", "after"):
             for delete_while_down in (False, True):
@@ -484,61 +647,74 @@ def matrix_id(case):
 def test_crash_matrix(volume_env, case):
     flow, method, when, delete_while_down = case
     env = volume_env
-    persistent = flow in ("persistent", "block")
-    block = flow == "block"
+    persistent = flow in ("persistent", "block", "block-shared")
+    block = flow in ("block", "block-shared")
     env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    # (pod name, claim, spec name): one pod per PV.
+    users = [("web", "c", "pv-c")] + ([("web2", "d", "pv-d")] if flow == "block-shared" else [])
     if persistent:
-        env.pv("pv-c", "vol-c", claim="c", volume_mode="Block" if block else None)
-        env.pvc("c", "pv-c")
+        for _, claim, pv in users:
+            env.pv(pv, "vol-c", claim=claim, volume_mode="Block" if block else None)
+            env.pvc(claim, pv)
         attach(env, "pv-c", "vol-c")  # the controller was quick: attached before the pod
-    volume = claim_volume("data", "c") if persistent else inline_volume("scratch")
-    spec_name = "pv-c" if persistent else "scratch"
     unique = UNIQUE + "vol-c"
 
     def on_node():
         """The volume may be on the node: volumesInUse must list it then."""
         return bool(glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*")) or bool(mounts_under(env.root))
 
-    def set_up(pod):
+    def set_up(pod, spec_name):
         if not block:
             return os.path.ismount(env.target(pod, spec_name))
         device = f"{env.root}/pods/{pod['metadata']['uid']}/volumeDevices/kubernetes.io~csi/{spec_name}"
         return os.path.exists(device) and stat.S_ISBLK(os.stat(device).st_mode)
 
+    def all_set_up():
+        return all(set_up(pod, spec_name) for pod, spec_name in pods)
+
     def check_in_use():
         if persistent and on_node() and env.agent.proc.poll() is None:
             assert unique in in_use(env), "an attachable volume on the node is missing from volumesInUse"
 
+    def remove_pods():
+        for pod, _ in pods:
+            env.api.remove("pods", "default", pod["metadata"]["name"])
+
     if method != "immediately":
         env.driver.control.hang(method, count=1, when=when)
     env.start()
-    pod = env.pod("web", [volume], devices=["data"] if block else None)
-    target = (f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/{spec_name}/{pod['metadata']['uid']}"
-              if block else env.target(pod, spec_name))
+    pods = []
+    for name, claim, spec_name in users:
+        volume = claim_volume("data", claim) if persistent else inline_volume("scratch")
+        spec_name = spec_name if persistent else "scratch"
+        pods.append((env.pod(name, [volume], devices=["data"] if block else None), spec_name))
+    targets = [(f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/publish/{spec_name}/{pod['metadata']['uid']}"
+                if block else env.target(pod, spec_name)) for pod, spec_name in pods]
     if method in TEARDOWN_CALLS[flow]:
-        wait_until(lambda: set_up(pod), timeout=15, what="set up")
-        env.wait_calls("NodePublishVolume")
+        wait_until(all_set_up, timeout=15, what="set up")
+        env.wait_calls("NodePublishVolume", count=len(pods), code="OK")
         check_in_use()
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     if method != "immediately":
         env.driver.control.wait_hung(method, timeout=15)
     kill_agent(env)
     if method != "immediately":
         env.driver.control.release(method)
     if delete_while_down and method not in TEARDOWN_CALLS[flow]:
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     alive = not delete_while_down
     env.start()
 
     if alive:
         deadline = time.monotonic() + 20
-        while not set_up(pod):
+        while not all_set_up():
             assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
             check_in_use()
             time.sleep(0.05)
-        assert target not in unpublished_targets(env), "torn down while its pod exists"
+        for target in targets:
+            assert target not in unpublished_targets(env), "torn down while its pod exists"
         check_in_use()
-        env.api.remove("pods", "default", "web")
+        remove_pods()
     else:
         # Until the volume is gone, volumesInUse must keep listing it.
         deadline = time.monotonic() + 20
@@ -561,3 +737,5 @@ def test_crash_matrix(volume_env, case):
                 published.discard(c["request"]["target_path"])
             elif c["method"] == "NodeUnstageVolume":
                 assert not published, f"NodeUnstage while published at {published}"
+        # Every publish was unpublished where it was made.
+        assert not published, f"never unpublished: {published}"

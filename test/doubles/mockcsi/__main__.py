@@ -21,6 +21,9 @@ def parse_args(argv):
                    help="comma list of node capabilities (or 'none'); known: " + ",".join(ALL_NODE_CAPS))
     p.add_argument("--op-lock", choices=("volume", "target"), default="volume",
                    help="concurrent calls refused (ABORTED) per volume, or per volume and target path")
+    p.add_argument("--boot-sessions", action="store_true",
+                   help="keep per-volume state that survives a reboot until NodeUnstage/NodeUnpublish, "
+                        "which answer NOT_FOUND for what the driver knows nothing of")
     p.add_argument("--max-volumes", type=int, default=0, help="NodeGetInfo max_volumes_per_node")
     p.add_argument("--topology", default="", help="k=v,... NodeGetInfo accessible_topology segments")
     p.add_argument("--volume-size", default="64Mi", help="size of a volume created on first use")
@@ -49,7 +52,8 @@ def main(argv=None):
                         default_size=parse_size(a.volume_size), auto_create=not a.no_auto_create,
                         registration_type=a.registration_type,
                         registration_versions=[v for v in a.registration_versions.split(",") if v],
-                        registration_endpoint=a.registration_endpoint, op_lock=a.op_lock)
+                        registration_endpoint=a.registration_endpoint, op_lock=a.op_lock,
+                        boot_sessions=a.boot_sessions)
     drv = Driver(a.endpoint, a.state_dir, settings, registration_dir=a.registration_dir,
                  control_socket=a.control_socket, call_log=a.call_log)
     code = drv.run()

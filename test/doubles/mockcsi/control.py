@@ -123,6 +123,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if key == ("DELETE", "volumes") and arg:
                 d.volumes.delete_volume(arg)
                 return self._send(200, {})
+            if key == ("DELETE", "sessions"):
+                d.volumes.forget_session(body["key"])
+                return self._send(200, {})
             if key == ("GET", "violations"):
                 return self._send(200, d.volumes.violations())
             if key == ("GET", "registration"):
@@ -284,6 +287,9 @@ class ControlClient:
 
     def state(self):
         return self.request("GET", "/state")
+
+    def forget_session(self, key):
+        return self.request("DELETE", "/sessions", {"key": key})
 
     def violations(self):
         return self.request("GET", "/violations")

@@ -34,7 +34,7 @@ class Settings:
 
     FIELDS = ("name", "vendor_version", "node_id", "caps", "max_volumes_per_node", "topology",
               "probe_ready", "auto_create", "default_size", "registration_type",
-              "registration_versions", "registration_endpoint", "op_lock")
+              "registration_versions", "registration_endpoint", "op_lock", "boot_sessions")
 
     def __init__(self, **kw):
         self.name = "mock.csi.kvolumed.io"
@@ -51,6 +51,7 @@ class Settings:
         self.registration_versions = ["1.0.0"]
         self.registration_endpoint = ""
         self.op_lock = "volume"  # or "target": see VolumeManager.acquire_op
+        self.boot_sessions = False  # see VolumeManager.session_open
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -271,17 +272,21 @@ class Driver:
 
     def _stage(self, req, plan):
         self.volumes.stage(req)
+        self.volumes.session_open("stage", req.volume_id, req.staging_target_path)
         return self.pb.NodeStageVolumeResponse()
 
     def _unstage(self, req, plan):
+        self.volumes.session_close("stage", req.volume_id, req.staging_target_path)
         self.volumes.unstage(req)
         return self.pb.NodeUnstageVolumeResponse()
 
     def _publish(self, req, plan):
         self.volumes.publish(req)
+        self.volumes.session_open("publish", req.volume_id, req.target_path)
         return self.pb.NodePublishVolumeResponse()
 
     def _unpublish(self, req, plan):
+        self.volumes.session_close("publish", req.volume_id, req.target_path)
         self.volumes.unpublish(req)
         return self.pb.NodeUnpublishVolumeResponse()
 

@@ -52,6 +52,7 @@ class MockCSI:
       endpoint=None                   CSI socket path (default: a short dir under /tmp)
       allow_violations=False          do not fail teardown on recorded CO violations
       op_lock="volume"                concurrent calls refused per volume, or per volume and target
+      boot_sessions=False             state per stage/publish that a reboot keeps (VolumeManager.session_open)
       extra_args=()                   more CLI arguments
     """
 
@@ -92,6 +93,8 @@ class MockCSI:
             a += ["--tmpfs"]
         if o.get("op_lock"):
             a += ["--op-lock", o["op_lock"]]
+        if o.get("boot_sessions"):
+            a += ["--boot-sessions"]
         if o.get("max_volumes"):
             a += ["--max-volumes", str(o["max_volumes"])]
         if o.get("topology"):

@@ -21,7 +21,8 @@ Layout (all paths absolute):
                                  "access_mode", "staging_path", "direct", "created"}}
     }
   },
-  "ephemeral": {"<volume_id>": {"target", "size", "created", "readonly"}}
+  "ephemeral": {"<volume_id>": {"target", "size", "created", "readonly"}},
+  "sessions": {"stage <path>" | "publish <path>": "<volume_id>"}   # --boot-sessions only
 }
 """
 import json

@@ -644,6 +644,49 @@ class VolumeManager:
             self.save()
             return want
 
+    # ---- state that survives a reboot (settings.boot_sessions) -------------
+    # Real drivers keep node state outside the mounts, which a reboot does
+    # not undo and only NodeUnstageVolume / NodeUnpublishVolume end: iSCSI
+    # sessions and NVMe-oF connections set up again at boot, the block
+    # publish file, a lock.  In this mode every stage and publish opens a
+    # "session" that neither a clean stop (teardown_all) nor a reboot ends,
+    # and an unstage or unpublish of something the driver knows nothing of
+    # answers NOT_FOUND, as the CSI spec lets it.
+    def _sessions(self):
+        return self.st.setdefault("sessions", {})
+
+    def session_open(self, kind, vid, path):
+        if not getattr(self.settings, "boot_sessions", False):
+            return
+        with self.lock:
+            self._sessions()["%s %s" % (kind, _norm(path))] = vid
+            self.save()
+
+    def _known_at(self, vid, path):
+        eph = self.st["ephemeral"].get(vid)
+        vol = self.st["volumes"].get(vid)
+        return bool((eph and eph["target"] == path)
+                    or (vol and ((vol["staged"] and vol["staged"]["path"] == path) or path in vol["published"])))
+
+    def session_close(self, kind, vid, path):
+        if not getattr(self.settings, "boot_sessions", False):
+            return
+        path = _norm(path)
+        with self.lock:
+            sessions = self._sessions()
+            key = "%s %s" % (kind, path)
+            if sessions.get(key) == vid:
+                del sessions[key]
+                self.save()
+            elif not self._known_at(vid, path):
+                raise CSIError(grpc.StatusCode.NOT_FOUND, "volume %s: nothing at %s" % (vid, path))
+
+    def forget_session(self, key):
+        """The driver lost track of one (a test's way to get NOT_FOUND)."""
+        with self.lock:
+            self._sessions().pop(key, None)
+            self.save()
+
     # ---- teardown ----------------------------------------------------------
     def teardown_all(self):
         """Undo every mount and device this driver made (clean stop)."""

@@ -81,11 +81,40 @@ static void test_hostile_names_are_refused(void **state) {
         assert_int_equal(path_block_data_dir("publish", &p), -EINVAL);
 }
 
+/* kvolumed's records mirror the volume dir's path in a tree of their own,
+ * never inside the volume dir (kubelet's teardown would trip over them). */
+static void test_intent_records(void **state) {
+        char *p = NULL, *dir = NULL;
+
+        assert_int_equal(path_intent_record("pods/" UID "/volumes/kubernetes.io~csi/pvc-1", NULL, &p), 0);
+        assert_string_equal(p, "kvolumed/pods/" UID "/volumes/kubernetes.io~csi/pvc-1/kvolumed.json");
+        assert_int_equal(path_parse_intent_record(p, &dir), 0);
+        assert_string_equal(dir, "pods/" UID "/volumes/kubernetes.io~csi/pvc-1");
+        free(p);
+        free(dir);
+        assert_int_equal(path_intent_record("plugins/kubernetes.io/csi/volumeDevices/pv-b/data", UID, &p), 0);
+        assert_string_equal(p, "kvolumed/plugins/kubernetes.io/csi/volumeDevices/pv-b/data/kvolumed-" UID ".json");
+        assert_int_equal(path_parse_intent_record(p, &dir), 0);
+        assert_string_equal(dir, "plugins/kubernetes.io/csi/volumeDevices/pv-b/data");
+        free(p);
+        free(dir);
+        assert_int_equal(path_legacy_intent_record("plugins/kubernetes.io/csi/volumeDevices/pv-b/data", UID, &p), 0);
+        assert_string_equal(p, "plugins/kubernetes.io/csi/volumeDevices/pv-b/data/kvolumed-" UID ".json");
+        free(p);
+        assert_int_equal(path_intent_record("kvolumed/x", NULL, &p), -EINVAL);
+        assert_int_equal(path_intent_record("/abs", NULL, &p), -EINVAL);
+        assert_int_equal(path_intent_record("pods/x", "not-a-uid", &p), -EINVAL);
+        assert_int_equal(path_parse_intent_record("kvolumed/kvolumed.json", &dir), -EINVAL);
+        assert_int_equal(path_parse_intent_record("kvolumed/pods/x/other.json", &dir), -EINVAL);
+        assert_int_equal(path_parse_intent_record("pods/x/kvolumed.json", &dir), -EINVAL);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_hash_names),
                 cmocka_unit_test(test_layout),
                 cmocka_unit_test(test_hostile_names_are_refused),
+                cmocka_unit_test(test_intent_records),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,7 +44,6 @@ typedef struct ActualPublish {
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
         bool mount_pending; /* published: whether a mount resulted is for the next mount table read */
-        bool lost_once;     /* published again because its mount was missing */
         uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
 } ActualPublish;
 
@@ -65,7 +64,6 @@ typedef struct ActualVolume {
         bool staged_mount;      /* the staging path was a mount point after NodeStageVolume */
         bool stage_stale;       /* staging dirs found from a previous boot: nothing mounted */
         bool mount_pending;     /* staged: whether a mount resulted is for the next mount table read */
-        bool stage_lost_once;   /* staged again because its mount was missing */
         bool reconstructed;     /* found on disk at start-up */
         bool desired;           /* some pod wants it (this pass) */
         /* Belongs in volumesInUse: once true, stays true until the volume is

@@ -70,8 +70,8 @@ def assert_nothing_left(env):
     assert not env.driver.violations()
 
 
-def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
-    env = volume_env
+def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     block_pv(env, "pv-blk", "vol-blk", "blk")
     env.start()
@@ -116,8 +116,8 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
     assert_nothing_left(env)
 
 
-def test_two_pods_map_one_volume_staged_once(volume_env):
-    env = volume_env
+def test_two_pods_map_one_volume_staged_once(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     block_pv(env, "pv.with.dots", "vol-dots", "dots")
     env.start()

@@ -457,13 +457,17 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
 # volume whose pod still exists, volumesInUse listing an attachable volume
 # whenever it is on the node, and nothing left once the pods are gone.
 
+# "hostpath": a persistent volume whose NodeStageVolume mounts nothing at
+# globalmount (the CSI hostpath driver), each publish mounting the volume.
 SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"],
-               "block": ["NodeStageVolume", "NodePublishVolume"]}
+               "block": ["NodeStageVolume", "NodePublishVolume"],
+               "hostpath": ["NodeStageVolume", "NodePublishVolume"]}
 TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"],
-                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
+                  "block": ["NodeUnpublishVolume", "NodeUnstageVolume"],
+                  "hostpath": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
 
 MATRIX = []
-for flow in ("persistent", "inline", "block"):
+for flow in ("persistent", "inline", "block", "hostpath"):
     for method in SETUP_CALLS[flow]:
         for when in ("before", "after"):
             for delete_while_down in (False, True):
@@ -484,8 +488,10 @@ def matrix_id(case):
 def test_crash_matrix(volume_env, case):
     flow, method, when, delete_while_down = case
     env = volume_env
-    persistent = flow in ("persistent", "block")
+    persistent = flow in ("persistent", "block", "hostpath")
     block = flow == "block"
+    if flow == "hostpath":
+        env.driver.control.set_config(stage_mount=False)
     env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
     if persistent:
         env.pv("pv-c", "vol-c", claim="c", volume_mode="Block" if block else None)

@@ -52,6 +52,8 @@ class MockCSI:
       endpoint=None                   CSI socket path (default: a short dir under /tmp)
       allow_violations=False          do not fail teardown on recorded CO violations
       op_lock="volume"                concurrent calls refused per volume, or per volume and target
+      stage_mount=True                False: NodeStageVolume mounts nothing (CSI hostpath driver)
+      publish_mount=True              False: NodePublishVolume mounts nothing (a plain directory)
       extra_args=()                   more CLI arguments
     """
 
@@ -92,6 +94,10 @@ class MockCSI:
             a += ["--tmpfs"]
         if o.get("op_lock"):
             a += ["--op-lock", o["op_lock"]]
+        if not o.get("stage_mount", True):
+            a += ["--stage-no-mount"]
+        if not o.get("publish_mount", True):
+            a += ["--publish-no-mount"]
         if o.get("max_volumes"):
             a += ["--max-volumes", str(o["max_volumes"])]
         if o.get("topology"):

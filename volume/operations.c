@@ -487,11 +487,39 @@ static bool fs_group_applies(const Operation *op) {
         return op->av->lifecycle == VOLUME_EPHEMERAL || streq_ptr(op->spec->access_mode, "ReadWriteOnce");
 }
 
+/* NOT_FOUND from NodeUnpublishVolume or NodeUnstageVolume: the driver
+ * does not know the volume (deleted on its backend, its records lost).
+ * kubelet returns the error and retries for ever (kubernetes/kubernetes#90752).
+ * What the call was to achieve is that nothing is mounted at the target: when
+ * the mount table, read now, shows nothing there (stacked mounts included),
+ * the teardown is done; else it is a failure like any other, with backoff.
+ * The table only: a stat of the target could hang on a dead file system. */
+static bool not_found_is_done(Operation *op) {
+        _cleanup_free_ char *target = abs_path(op, op->target);
+        LogFields f = op_fields(op);
+        bool mounted;
+
+        if (!target || mount_table_refresh(op->m->mounts) < 0)
+                return false;
+        mounted = mount_table_is_mounted(op->m->mounts, target);
+        f.csi_method = op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume";
+        f.csi_code = csi_code_name(CSI_CODE_NOT_FOUND);
+        log_fields(mounted ? LOG_WARNING : LOG_NOTICE, &f, "%s of %s answered %s; %s is %s", f.csi_method,
+                   op->av->unique_name, f.csi_code, target,
+                   mounted ? "still a mount point: not done" : "not a mount point: taken as done");
+        return !mounted;
+}
+
 static void on_call_done(const CsiStatus *status, void *userdata) {
         Operation *op = userdata;
 
         op->call = NULL;
         if (status->code == CSI_CODE_OK) {
+                op_continue(op);
+                return;
+        }
+        if (status->code == CSI_CODE_NOT_FOUND && (op->kind == OP_UNPUBLISH || op->kind == OP_UNSTAGE) &&
+            not_found_is_done(op)) {
                 op_continue(op);
                 return;
         }
@@ -903,12 +931,28 @@ static void record_done(Operation *op, bool mount) {
                                  op_kind_to_string(op->kind), op->av->unique_name);
 }
 
-/* Updates the actual state.  Rules, as kubelet's: success → done; an
- * uncertain failure → uncertain (may be mounted); a failure where the call
- * never happened changes nothing; a final failure → nothing is there, and
- * the directories go — unless something is mounted at the target after all,
- * which keeps the volume uncertain so that it is torn down, never forgotten. */
-static void record_outcome(Operation *op, bool success) {
+/* The driver said the teardown succeeded, but what it was to take away is
+ * still there (the target still a mount point: a driver that lost track of a
+ * publish answers "nothing to do").  A failure like any other: backoff,
+ * an Event, never the same call again at once. */
+static void teardown_incomplete(Operation *op, int error) {
+        free(op->message);
+        if (asprintf(&op->message, "kubernetes.io/csi: %s succeeded, but %s/%s %s",
+                     op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume", op->m->root->path,
+                     op->target, error == -EBUSY ? "is still a mount point" : "could not be removed") < 0)
+                op->message = NULL;
+        op->error = error < 0 ? error : -EIO;
+        op->uncertain = false;
+}
+
+/* Updates the actual state, and returns whether the operation succeeded
+ * after all.  Rules, as kubelet's: success → done; an uncertain failure →
+ * uncertain (may be mounted); a failure where the call never happened
+ * changes nothing; a final failure → nothing is there, and the directories
+ * go — unless something is mounted at the target after all, which keeps the
+ * volume uncertain so that it is torn down, never forgotten.  A teardown is
+ * a success only once its directories are gone. */
+static bool record_outcome(Operation *op, bool success) {
         ActualVolume *av = op->av;
         ActualPublish *existing = op->pod.uid ? hashmap_get(av->publishes, op->pod.uid) : NULL;
         bool nothing_happened = !success && !op->called;
@@ -961,20 +1005,29 @@ static void record_outcome(Operation *op, bool success) {
                         (void) actual_publish_set(av, &op->pod, op->spec_name, op->target, PUBLISH_UNCERTAIN);
                 break;
         case OP_UNPUBLISH:
-                if (success && remove_volume_dirs(op) >= 0)
-                        actual_publish_remove(av, op->pod.uid);
+        case OP_UNSTAGE: {
+                int r = success ? remove_volume_dirs(op) : 0;
+                if (success && r >= 0) {
+                        if (op->kind == OP_UNPUBLISH)
+                                actual_publish_remove(av, op->pod.uid);
+                        else
+                                av->stage = STAGE_NONE;
+                        break;
+                }
+                if (success) {
+                        teardown_incomplete(op, r);
+                        success = false;
+                }
+                if (op->kind == OP_UNSTAGE)
+                        av->stage = STAGE_UNCERTAIN;
                 else if (existing)
                         existing->state = PUBLISH_UNCERTAIN;
                 break;
-        case OP_UNSTAGE:
-                if (success && remove_volume_dirs(op) >= 0)
-                        av->stage = STAGE_NONE;
-                else
-                        av->stage = STAGE_UNCERTAIN;
-                break;
+        }
         default:
                 break;
         }
+        return success;
 }
 
 static void op_finish(Operation *op, bool success) {
@@ -987,7 +1040,7 @@ static void op_finish(Operation *op, bool success) {
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         duration = now - op->start_usec;
         op->secret = k8s_secret_free(op->secret);
-        record_outcome(op, success);
+        success = record_outcome(op, success);
 
         if (success) {
                 actual_backoff_forget(av, op->kind, op->pod.uid);
@@ -1032,6 +1085,14 @@ static void op_finish(Operation *op, bool success) {
                         manager_pod_event(m, &op->pod, "Warning", av->block ? "FailedMapVolume" : "FailedMount",
                                           "%s for volume \"%s\" : %s", event_prefix(op), op->spec_name,
                                           strempty(op->message));
+                /* kubelet sends none for a failed teardown; an operator whose
+                 * pod hangs in Terminating wants to see why.  Repeats of it
+                 * are one Event with a count (k8s/events.h). */
+                else if (op->kind == OP_UNPUBLISH && op->pod.uid && op->pod.name && !m->stopping)
+                        manager_pod_event(m, &op->pod, "Warning", "FailedUnMount",
+                                          "%s for volume \"%s\" : %s",
+                                          av->block ? "UnmapVolume.UnmapPodDevice failed" : "UnmountVolume.TearDown failed",
+                                          op->spec_name, strempty(op->message));
         }
         if (m->metrics_hook) {
                 char plugin[128];

@@ -5,6 +5,8 @@ import os
 import stat
 import time
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, answered_requests, wait_until
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
@@ -394,3 +396,87 @@ def test_a_publish_that_mounts_nothing_is_made_once(fake_api, mock_csi_factory, 
     assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["OK"]
     assert len(env.calls("NodePublishVolume")) == 1
 
+
+# --- issue 20: teardown answers that leave something behind ------------------------------
+
+
+def teardown_env(env, persistent):
+    """A pod with one volume, set up; returns (pod, its target, staging or None)."""
+    if persistent:
+        env.csidriver(attachRequired=False)
+        env.pv("pv-t", "vol-t", claim="t")
+        env.pvc("t", "pv-t")
+        volume, name = claim_volume("data", "t"), "pv-t"
+    else:
+        env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+        volume, name = {"name": "scratch", "csi": {"driver": DRIVER}}, "scratch"
+    env.start()
+    pod = env.pod("web", [volume])
+    target = env.target(pod, name)
+    env.wait_mounted(target)
+    env.wait_calls("NodePublishVolume")
+    return pod, target, env.staging("vol-t") if persistent else None
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["inline", "persistent"])
+def test_unpublish_not_found_of_an_unmounted_target_is_done(volume_env, persistent):
+    """Item 8: NodeUnpublishVolume answered NotFound, and nothing is mounted at
+    the target (the driver unmounted it and lost the volume): done, not a
+    retry for ever as kubelet does (kubernetes/kubernetes#90752)."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent)
+    # "after": the driver unmounts, then answers NotFound, each time.
+    env.driver.control.fail_next("NodeUnpublishVolume", "NOT_FOUND", "volume gone", count=50, when="after")
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))
+    assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["NOT_FOUND"]
+    env.agent.wait_for_log("not a mount point: taken as done")
+    if persistent:
+        env.wait_gone(os.path.dirname(staging))
+        assert [c["code"] for c in env.wait_calls("NodeUnstageVolume")] == ["OK"]
+    assert not env.driver.violations()
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["inline", "persistent"])
+def test_unpublish_not_found_of_a_mounted_target_is_retried(volume_env, persistent):
+    """Item 8, the other half: NotFound while the target is still a mount
+    point is no success: the publish is kept and unpublished again, with
+    backoff, and nothing is unstaged under it."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent)
+    env.driver.control.fail_next("NodeUnpublishVolume", "NOT_FOUND", "volume gone", count=2, when="before")
+    env.api.remove("pods", "default", "web")
+    calls = env.wait_calls("NodeUnpublishVolume", 3, timeout=15)
+    assert [c["code"] for c in calls] == ["NOT_FOUND", "NOT_FOUND", "OK"]
+    assert calls[1]["time"] - calls[0]["time"] >= 0.4, "retried without backoff"
+    env.wait_gone(os.path.dirname(target))
+    if persistent:
+        unstage = env.wait_calls("NodeUnstageVolume", code="OK")
+        assert unstage[0]["time"] >= calls[2]["time"]
+    assert not env.driver.violations()
+
+
+@pytest.mark.parametrize("method", ["NodeUnpublishVolume", "NodeUnstageVolume"])
+def test_teardown_answered_ok_but_still_mounted_backs_off(volume_env, method):
+    """Item 11: the driver answers OK and leaves the target mounted (the
+    hostpath driver after it forgot a publish: "not published, nothing to
+    do").  kvolumed called again at once, hundreds of times a second; now
+    each retry waits for the operation's backoff (500 ms, doubling), and
+    the pod gets one Event for it."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent=True)
+    env.driver.control.inject(method, noop=-1)
+    env.api.remove("pods", "default", "web")
+    calls = env.wait_calls(method, 3, timeout=15)
+    gaps = [calls[i + 1]["time"] - calls[i]["time"] for i in range(2)]
+    assert 0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the calls: {gaps}"
+    assert all(c["code"] == "OK" for c in calls)
+    assert os.path.ismount(staging if method == "NodeUnstageVolume" else target)
+    if method == "NodeUnpublishVolume":
+        event = env.wait_event("FailedUnMount", "is still a mount point")
+        assert len(event) == 1, "one Event, its count raised"
+        assert event[0]["message"].startswith('UnmountVolume.TearDown failed for volume "pv-t" : ')
+        assert not env.calls("NodeUnstageVolume"), "unstaged under a publish"
+    env.driver.control.clear_faults(method)
+    env.wait_gone(os.path.dirname(staging), timeout=20)
+    assert not env.driver.violations()

@@ -360,6 +360,13 @@ int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);
 
+/* publishrefs.c: the publishes of the volume of driver and handle that
+ * exist on disk under root-dir (kubelet's layout: vol_data.json of pod
+ * volume dirs, block bind files, mapped publish files, pod device links),
+ * whatever the in-memory state says.  Returns how many (0: none), the
+ * first one's path relative to root-dir in *ret_first, or -errno. */
+int publish_refs_find(VolumeManager *m, const char *driver, const char *handle, char **ret_first);
+
 /* tokens.c: the TokenRequests of a driver's CSIDriver.spec.tokenRequests.
  * csi/describe.c redacts this key of a request's volume_context. */
 #define CSI_CONTEXT_SERVICE_ACCOUNT_TOKENS "csi.storage.k8s.io/serviceAccount.tokens"

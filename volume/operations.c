@@ -566,6 +566,24 @@ static bool unstage_guard_passes(Operation *op, const char *target) {
         return false;
 }
 
+/* The mount table shows nothing when globalmount is no mount point (a raw
+ * block volume, a driver whose stage mounts nothing, a staging mount lost
+ * while binds of it live on): what is on disk must hold the unstage too. */
+static bool unstage_guard_on_disk(Operation *op) {
+        _cleanup_free_ char *first = NULL;
+        int r = publish_refs_find(op->m, op->av->driver, op->av->handle, &first);
+
+        if (r == 0)
+                return true;
+        if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: cannot look for publishes of volume %s under %s: %s",
+                        op->av->handle, op->m->root->path, strerror(-r));
+        else
+                op_fail(op, -EBUSY, false, "kubernetes.io/csi: volume %s is still published on this node: %s/%s%s",
+                        op->av->handle, op->m->root->path, strempty(first), r > 1 ? " and more" : "");
+        return false;
+}
+
 static void step_call(Operation *op) {
         _cleanup_free_ char *target = abs_path(op, op->target), *staging = NULL;
         _cleanup_free_ CsiKeyValue *secrets = NULL, *context = NULL, *pctx = NULL;
@@ -604,6 +622,8 @@ static void step_call(Operation *op) {
                                 op->av->spec_name);
                         return;
                 }
+                if (!unstage_guard_on_disk(op))
+                        return;
                 r = csi_node_unstage_volume(op->m->csi, op->av->driver,
                                             &(CsiNodeUnstageVolumeRequest){ .volume_id = op->av->handle,
                                                                             .staging_target_path = target },

@@ -153,6 +153,7 @@ typedef struct PodEntry {
 
 typedef struct DriverTable DriverTable;
 typedef struct ExpandTable ExpandTable;
+typedef struct PublishRefs PublishRefs;
 
 typedef struct DriverCaps {
         bool known;
@@ -189,6 +190,7 @@ struct VolumeManager {
         Hashmap *restored_publishes;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
         ExpandTable *expand;    /* expand.c: online expansion of published volumes */
+        PublishRefs *publish_refs; /* publishrefs.c: what a scan found on disk, for one loop iteration */
         uint64_t expand_check_interval_usec; /* how often published volumes' claims are read */
         uint64_t attach_limit_refresh_usec;  /* NodeGetInfo again for the attach limit; 0: never */
 
@@ -366,6 +368,7 @@ Operation *operation_free(Operation *op);
  * whatever the in-memory state says.  Returns how many (0: none), the
  * first one's path relative to root-dir in *ret_first, or -errno. */
 int publish_refs_find(VolumeManager *m, const char *driver, const char *handle, char **ret_first);
+void publish_refs_free(VolumeManager *m);
 
 /* tokens.c: the TokenRequests of a driver's CSIDriver.spec.tokenRequests.
  * csi/describe.c redacts this key of a request's volume_context. */

@@ -680,6 +680,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
                 return NULL;
         expand_free(m);
         drivers_free(m);
+        publish_refs_free(m);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
                 actual_volume_free_ops(av);

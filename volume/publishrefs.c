@@ -32,12 +32,27 @@
 #define VOL_DATA_MAX (64 * 1024)
 #define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"
 
+/* One scan finds the publishes of every volume: a reconcile pass may start
+ * hundreds of unstages (all in one loop iteration, their guards included),
+ * and a scan per unstage would read every pod's records for each.  The
+ * index is kept for the loop iteration it was made in: nothing of ours
+ * creates a publish meanwhile (an unstage excludes the volume's other
+ * operations, and other volumes' publishes do not count), and what goes
+ * meanwhile only makes it hold a little longer. */
+typedef struct Refs {
+        unsigned n;
+        char *first; /* relative to root-dir */
+} Refs;
+
+struct PublishRefs {
+        uint64_t iteration;
+        Hashmap *by_volume; /* "<driver>\n<handle>" → Refs */
+};
+
 typedef struct Search {
         VolumeManager *m;
-        const char *driver;
-        const char *handle;
-        unsigned found;
-        char *first; /* relative to root-dir */
+        Hashmap *by_volume;
+        Hashmap *block_specs; /* block spec dir name → its volume's key (data/vol_data.json) */
 } Search;
 
 static bool is_mount_point(Search *s, const char *rel) {
@@ -45,17 +60,25 @@ static bool is_mount_point(Search *s, const char *rel) {
         return asprintf(&abs, "%s/%s", s->m->root->path, rel) >= 0 && mount_table_is_mounted(s->m->mounts, abs);
 }
 
-static void found(Search *s, const char *rel) {
-        LogFields f = { .driver = s->driver, .volume_handle = s->handle };
-        log_fields(LOG_DEBUG, &f, "Publish of %s^%s found on disk: %s/%s", s->driver, s->handle, s->m->root->path,
-                   rel);
-        if (s->found++ == 0)
-                s->first = strdup(rel);
+static int add(Search *s, const char *key, const char *rel) {
+        Refs *refs = hashmap_get(s->by_volume, key);
+
+        if (!refs) {
+                refs = calloc(1, sizeof *refs);
+                if (!refs || !(refs->first = strdup(rel)) || hashmap_put(s->by_volume, key, refs, NULL) < 0) {
+                        if (refs)
+                                free(refs->first);
+                        free(refs);
+                        return -ENOMEM;
+                }
+        }
+        refs->n++;
+        return 0;
 }
 
-/* Whether dir/vol_data.json names the driver and handle: 1, 0, -errno.  A
- * missing or malformed file names nothing. */
-static int names_volume(Search *s, const char *dir) {
+/* The key of the volume dir/vol_data.json names: 1 with *ret, 0 when a
+ * missing or malformed file names none, -errno. */
+static int volume_key(Search *s, const char *dir, char **ret) {
         _cleanup_free_ char *path = NULL, *text = NULL;
         VolData d = {};
         int r;
@@ -67,17 +90,19 @@ static int names_volume(Search *s, const char *dir) {
                 return 0;
         if (r < 0)
                 return r;
-        if (vol_data_parse(text, &d) < 0)
+        if (vol_data_parse(text, &d) < 0 || !d.driver_name || !d.volume_handle) {
+                vol_data_done(&d);
                 return 0;
-        r = streq_ptr(d.driver_name, s->driver) && streq_ptr(d.volume_handle, s->handle);
+        }
+        r = asprintf(ret, "%s\n%s", d.driver_name, d.volume_handle) < 0 ? -ENOMEM : 1;
         vol_data_done(&d);
         return r;
 }
 
-typedef int (*entry_t)(Search *s, const char *dir, const char *name);
+typedef int (*entry_t)(Search *s, const char *dir, const char *name, const char *key);
 
 /* Calls "each" for every entry of dir (relative); a missing dir has none. */
-static int for_each_entry(Search *s, const char *dir, entry_t each) {
+static int for_each_entry(Search *s, const char *dir, entry_t each, const char *key) {
         struct dirent *de;
         DIR *d;
         int fd, r = 0;
@@ -98,105 +123,154 @@ static int for_each_entry(Search *s, const char *dir, entry_t each) {
         }
         while (r >= 0 && (errno = 0, de = readdir(d)))
                 if (!streq(de->d_name, ".") && !streq(de->d_name, ".."))
-                        r = each(s, dir, de->d_name);
+                        r = each(s, dir, de->d_name, key);
         if (r >= 0 && errno != 0)
                 r = -errno;
         closedir(d);
         return r;
 }
 
-static int pod_volume(Search *s, const char *dir, const char *spec) {
-        _cleanup_free_ char *vdir = NULL;
+static int pod_volume(Search *s, const char *dir, const char *spec, const char *unused) {
+        _cleanup_free_ char *vdir = NULL, *key = NULL, *rel = NULL;
         int r;
 
         if (asprintf(&vdir, "%s/%s", dir, spec) < 0)
                 return -ENOMEM;
         if (is_mount_point(s, vdir))
                 return 0;
-        r = names_volume(s, vdir);
-        if (r > 0) {
-                _cleanup_free_ char *rel = NULL;
-                if (asprintf(&rel, "%s/" VOL_DATA_FILE, vdir) < 0)
-                        return -ENOMEM;
-                found(s, rel);
-        }
-        return r < 0 ? r : 0;
+        r = volume_key(s, vdir, &key);
+        if (r <= 0)
+                return r;
+        if (asprintf(&rel, "%s/" VOL_DATA_FILE, vdir) < 0)
+                return -ENOMEM;
+        return add(s, key, rel);
 }
 
-/* A pod's device link named <spec>, for a block volume of the handle. */
-static int pod_device(Search *s, const char *dir, const char *spec) {
-        _cleanup_free_ char *data = NULL, *rel = NULL;
-        int r;
+/* A pod's device link named <spec>: a mapping of that spec's block volume. */
+static int pod_device(Search *s, const char *dir, const char *spec, const char *unused) {
+        _cleanup_free_ char *rel = NULL;
+        const char *key = hashmap_get(s->block_specs, spec);
 
-        if (path_block_data_dir(spec, &data) < 0)
-                return 0; /* no name we would have made */
-        r = names_volume(s, data);
-        if (r > 0 && asprintf(&rel, "%s/%s", dir, spec) >= 0)
-                found(s, rel);
-        return r < 0 ? r : 0;
+        if (!key)
+                return 0;
+        if (asprintf(&rel, "%s/%s", dir, spec) < 0)
+                return -ENOMEM;
+        return add(s, key, rel);
 }
 
-static int pod(Search *s, const char *dir, const char *uid) {
+static int pod(Search *s, const char *dir, const char *uid, const char *unused) {
         _cleanup_free_ char *volumes = NULL, *devices = NULL;
         int r;
 
         if (asprintf(&volumes, "%s/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED, dir, uid) < 0 ||
             asprintf(&devices, "%s/%s/volumeDevices/" CSI_PLUGIN_NAME_ESCAPED, dir, uid) < 0)
                 return -ENOMEM;
-        r = for_each_entry(s, volumes, pod_volume);
+        r = for_each_entry(s, volumes, pod_volume, NULL);
         if (r >= 0)
-                r = for_each_entry(s, devices, pod_device);
+                r = for_each_entry(s, devices, pod_device, NULL);
         return r;
 }
 
-static int bind_file(Search *s, const char *dir, const char *name) {
+static int bind_file(Search *s, const char *dir, const char *name, const char *key) {
         _cleanup_free_ char *rel = NULL;
         if (asprintf(&rel, "%s/%s", dir, name) < 0)
                 return -ENOMEM;
-        found(s, rel);
-        return 0;
+        return add(s, key, rel);
 }
 
-static int publish_file(Search *s, const char *dir, const char *name) {
+static int publish_file(Search *s, const char *dir, const char *name, const char *key) {
         _cleanup_free_ char *rel = NULL;
         if (asprintf(&rel, "%s/%s", dir, name) < 0)
                 return -ENOMEM;
         /* A file the driver left behind after its unpublish is no publish. */
-        if (is_mount_point(s, rel))
-                found(s, rel);
-        return 0;
+        return is_mount_point(s, rel) ? add(s, key, rel) : 0;
 }
 
-static int block_volume(Search *s, const char *dir, const char *spec) {
-        _cleanup_free_ char *data = NULL, *map = NULL, *publish = NULL;
+static int block_volume(Search *s, const char *dir, const char *spec, const char *unused) {
+        _cleanup_free_ char *data = NULL, *map = NULL, *publish = NULL, *key = NULL;
         int r;
 
         if (streq(spec, "staging") || streq(spec, "publish") || path_block_data_dir(spec, &data) < 0 ||
             path_block_map_dir(spec, &map) < 0 || asprintf(&publish, "%s/publish/%s", dir, spec) < 0)
                 return 0;
-        r = names_volume(s, data);
+        r = volume_key(s, data, &key);
         if (r <= 0)
                 return r;
-        r = for_each_entry(s, map, bind_file);
+        /* The data dir is the volume's own (written at stage): no publish. */
+        r = hashmap_put(s->block_specs, spec, key, NULL);
+        if (r < 0)
+                return r;
+        r = for_each_entry(s, map, bind_file, key);
         if (r >= 0)
-                r = for_each_entry(s, publish, publish_file);
+                r = for_each_entry(s, publish, publish_file, key);
+        TAKE_PTR(key); /* owned by block_specs */
         return r;
 }
 
-int publish_refs_find(VolumeManager *m, const char *driver, const char *handle, char **ret_first) {
-        Search s = { .m = m, .driver = driver, .handle = handle };
-        int r;
+static Hashmap *by_volume_free(Hashmap *h) {
+        void *value;
+        for (size_t i = 0; hashmap_iterate(h, &i, NULL, &value);) {
+                free(((Refs *) value)->first);
+                free(value);
+        }
+        return hashmap_free(h);
+}
 
-        r = for_each_entry(&s, "pods", pod);
-        if (r >= 0)
-                r = for_each_entry(&s, BLOCK_DIR, block_volume);
+static int scan(VolumeManager *m, Hashmap **ret) {
+        Search s = { .m = m, .by_volume = hashmap_new(), .block_specs = hashmap_new() };
+        void *value;
+        int r = -ENOMEM;
+
+        if (s.by_volume && s.block_specs) {
+                r = for_each_entry(&s, BLOCK_DIR, block_volume, NULL);
+                if (r >= 0)
+                        r = for_each_entry(&s, "pods", pod, NULL);
+        }
+        for (size_t i = 0; hashmap_iterate(s.block_specs, &i, NULL, &value);)
+                free(value);
+        hashmap_free(s.block_specs);
         if (r < 0) {
-                free(s.first);
+                by_volume_free(s.by_volume);
                 return r;
         }
-        if (ret_first)
-                *ret_first = s.first;
-        else
-                free(s.first);
-        return (int) MIN(s.found, (unsigned) INT32_MAX);
+        *ret = s.by_volume;
+        return 0;
+}
+
+int publish_refs_find(VolumeManager *m, const char *driver, const char *handle, char **ret_first) {
+        _cleanup_free_ char *key = NULL;
+        LogFields f = { .driver = driver, .volume_handle = handle };
+        uint64_t iteration = 0;
+        Refs *refs;
+        int r;
+
+        if (!m->publish_refs && !(m->publish_refs = calloc(1, sizeof *m->publish_refs)))
+                return -ENOMEM;
+        /* Without a loop (the tests), every call looks again. */
+        if (!m->event || sd_event_get_iteration(m->event, &iteration) < 0 || !m->publish_refs->by_volume ||
+            m->publish_refs->iteration != iteration) {
+                m->publish_refs->by_volume = by_volume_free(m->publish_refs->by_volume);
+                r = scan(m, &m->publish_refs->by_volume);
+                if (r < 0)
+                        return r;
+                m->publish_refs->iteration = iteration;
+        }
+        if (asprintf(&key, "%s\n%s", driver, handle) < 0)
+                return -ENOMEM;
+        refs = hashmap_get(m->publish_refs->by_volume, key);
+        if (!refs)
+                return 0;
+        log_fields(LOG_DEBUG, &f, "%u publish(es) of %s^%s found on disk, the first %s/%s", refs->n, driver, handle,
+                   m->root->path, refs->first);
+        if (ret_first && !(*ret_first = strdup(refs->first)))
+                return -ENOMEM;
+        return (int) MIN(refs->n, (unsigned) INT32_MAX);
+}
+
+void publish_refs_free(VolumeManager *m) {
+        if (!m->publish_refs)
+                return;
+        by_volume_free(m->publish_refs->by_volume);
+        free(m->publish_refs);
+        m->publish_refs = NULL;
 }

@@ -33,6 +33,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
         char cmd[300];
+        publish_refs_free(&m);
         mount_table_free(m.mounts);
         root_dir_free(m.root);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

@@ -44,7 +44,6 @@ typedef struct ActualPublish {
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
         bool mount_pending; /* published: whether a mount resulted is for the next mount table read */
-        bool lost_once;     /* published again because its mount was missing */
         uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
 } ActualPublish;
 
@@ -65,7 +64,6 @@ typedef struct ActualVolume {
         bool staged_mount;      /* the staging path was a mount point after NodeStageVolume */
         bool stage_stale;       /* staging dirs found from a previous boot: nothing mounted */
         bool mount_pending;     /* staged: whether a mount resulted is for the next mount table read */
-        bool stage_lost_once;   /* staged again because its mount was missing */
         bool reconstructed;     /* found on disk at start-up */
         bool desired;           /* some pod wants it (this pass) */
         /* Belongs in volumesInUse: once true, stays true until the volume is
@@ -156,6 +154,7 @@ typedef struct PodEntry {
 
 typedef struct DriverTable DriverTable;
 typedef struct ExpandTable ExpandTable;
+typedef struct PublishRefs PublishRefs;
 
 typedef struct DriverCaps {
         bool known;
@@ -193,6 +192,7 @@ struct VolumeManager {
         Hashmap *restored_publishes;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
         ExpandTable *expand;    /* expand.c: online expansion of published volumes */
+        PublishRefs *publish_refs; /* publishrefs.c: what a scan found on disk, for one loop iteration */
         uint64_t expand_check_interval_usec; /* how often published volumes' claims are read */
         uint64_t attach_limit_refresh_usec;  /* NodeGetInfo again for the attach limit; 0: never */
 
@@ -361,6 +361,14 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, co
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);
+
+/* publishrefs.c: the publishes of the volume of driver and handle that
+ * exist on disk under root-dir (kubelet's layout: vol_data.json of pod
+ * volume dirs, block bind files, mapped publish files, pod device links),
+ * whatever the in-memory state says.  Returns how many (0: none), the
+ * first one's path relative to root-dir in *ret_first, or -errno. */
+int publish_refs_find(VolumeManager *m, const char *driver, const char *handle, char **ret_first);
+void publish_refs_free(VolumeManager *m);
 
 /* tokens.c: the TokenRequests of a driver's CSIDriver.spec.tokenRequests.
  * csi/describe.c redacts this key of a request's volume_context. */

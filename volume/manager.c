@@ -335,20 +335,29 @@ static bool is_mounted(VolumeManager *m, const char *rel) {
         return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
 }
 
+/* The staging target, relative: a raw block volume's is named after the PV
+ * it is kept under, a file system's after its handle. */
+static int staging_target_of(const ActualVolume *av, char **ret) {
+        return av->block ? path_block_staging(av->spec_name, ret) : path_staging_target(av->driver, av->handle, ret);
+}
+
 static bool mount_gone(VolumeManager *m, const char *rel) {
         return !is_mounted(m, rel);
 }
 
-/* A stage or publish that succeeded is taken to have made a mount, and is
- * watched for its loss.  A driver may publish without mounting, though: then
- * the first mount table read after the call shows nothing, which looks just
- * like a mount lost at once (unmounted by hand, a driver restart) and is
- * handled as such, by a call again.  Only when the mount is missing again
- * right after that call is the volume taken for one without a mount: it is
- * no longer watched, and its record says so (unless an operation of the
- * volume is writing records now).  No stat of the target is needed, which
- * could hang on a dead file system. */
+/* A stage or publish that succeeded may have made a mount, or not: the CSI
+ * spec asks for none at the staging path (the hostpath driver's stage only
+ * records the volume; many drivers' stage prepares a device or a session),
+ * and some publishes make a plain directory.  The first mount table read
+ * after the call tells which: it is read after the driver answered, so a
+ * mount the call made is in it.  A mount is watched for its loss and set up
+ * again when it goes; no mount means the call made none: that is recorded,
+ * without a warning, and nothing is called again.  A mount made and lost
+ * again before that read (tens of ms: one read for a burst) is taken for
+ * none, and then not set up again, as kubelet never does for any mount.  No
+ * stat of the target is needed, which could hang on a dead file system. */
 static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
+        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
         void *pv;
 
         for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
@@ -357,32 +366,42 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                 if (!pub->mount_pending)
                         continue;
                 pub->mount_pending = false;
+                f.pod_uid = pub->pod_uid;
+                f.pod = pub->pod_key;
+                f.volume = pub->spec_name;
                 if (is_mounted(m, pub->target)) {
-                        pub->lost_once = false;
+                        log_fields(LOG_DEBUG, &f, "%s/%s is a mount point: watched for its loss", m->root->path,
+                                   pub->target);
                         continue;
                 }
-                if (!pub->lost_once)
-                        continue; /* lost at once, or never made: on_mounts_changed calls again */
                 pub->not_a_mount = true;
-                if (!actual_volume_pod_busy(av, pub->pod_uid) && path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir) >= 0 &&
-                    path_intent_record(dir, NULL, &record) >= 0)
+                log_fields(LOG_DEBUG, &f, "NodePublishVolume made no mount at %s/%s: nothing to watch",
+                           m->root->path, pub->target);
+                if (!actual_volume_pod_busy(av, pub->pod_uid) &&
+                    (av->block ? path_block_data_dir(pub->spec_name, &dir)
+                               : path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir)) >= 0 &&
+                    path_intent_record(dir, av->block ? pub->pod_uid : NULL, &record) >= 0)
                         (void) intent_write(m, record,
                                             &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
                                             false);
         }
         if (av->mount_pending) {
                 _cleanup_free_ char *staging = NULL, *dir = NULL, *record = NULL;
+                f = (LogFields){ .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
                 av->mount_pending = false;
-                if (path_staging_target(av->driver, av->handle, &staging) < 0)
+                if (staging_target_of(av, &staging) < 0)
                         return;
                 if (is_mounted(m, staging)) {
-                        av->stage_lost_once = false;
+                        log_fields(LOG_DEBUG, &f, "%s/%s is a mount point: watched for its loss", m->root->path,
+                                   staging);
                         return;
                 }
-                if (!av->stage_lost_once)
-                        return;
                 av->staged_mount = false;
-                if (!av->op && path_staging_volume_dir(av->driver, av->handle, &dir) >= 0 &&
+                log_fields(LOG_DEBUG, &f, "NodeStageVolume made no mount at %s/%s: nothing to watch",
+                           m->root->path, staging);
+                if (!av->op &&
+                    (av->block ? path_block_data_dir(av->spec_name, &dir)
+                               : path_staging_volume_dir(av->driver, av->handle, &dir)) >= 0 &&
                     path_intent_record(dir, NULL, &record) >= 0)
                         (void) intent_write(m, record, &(Intent){ .operation = OP_STAGE, .done = true }, false);
         }
@@ -425,7 +444,6 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                                 continue;
                         f.pod_uid = pub->pod_uid;
                         f.pod = pub->pod_key;
-                        pub->lost_once = true;
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again",
                                    m->root->path, lost);
                         pub->state = PUBLISH_UNCERTAIN;
@@ -433,8 +451,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                 }
                 f.pod_uid = f.pod = NULL;
                 if (av->stage == STAGE_DONE && av->staged_mount &&
-                    path_staging_target(av->driver, av->handle, &staging) >= 0 && mount_gone(m, staging)) {
-                        av->stage_lost_once = true;
+                    staging_target_of(av, &staging) >= 0 && mount_gone(m, staging)) {
                         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; staging it again", m->root->path,
                                    staging);
                         av->stage = STAGE_UNCERTAIN;
@@ -701,6 +718,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
                 return NULL;
         expand_free(m);
         drivers_free(m);
+        publish_refs_free(m);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
                 actual_volume_free_ops(av);

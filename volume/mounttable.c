@@ -18,8 +18,13 @@ struct MountTable {
         sd_event_source *refresh_timer;
         mount_table_changed_t changed;
         void *userdata;
-        MountEntry *entries; /* sorted by target, unique */
+        /* Sorted by target, then mount ID: mounts stacked on one target are
+         * all kept, the top one (highest ID) last.  A file system hidden
+         * under another mount is still mounted there, and still a reference
+         * to it (a bind of a staged volume under whatever came on top). */
+        MountEntry *entries;
         size_t n_entries;
+        size_t n_targets;    /* distinct targets */
 };
 
 static int cmp_entry(const void *a, const void *b) {
@@ -190,19 +195,13 @@ int mount_table_refresh(MountTable *t) {
         }
         if (n > 0)
                 qsort(entries, n, sizeof *entries, cmp_entry);
-        /* Stacked mounts on one target count once: the top one. */
-        size_t unique = 0;
-        for (size_t i = 0; i < n; i++) {
-                if (unique > 0 && streq(entries[unique - 1].target, entries[i].target)) {
-                        free(entries[unique - 1].target);
-                        entries[unique - 1] = entries[i];
-                        continue;
-                }
-                entries[unique++] = entries[i];
-        }
+        size_t targets = 0;
+        for (size_t i = 0; i < n; i++)
+                targets += i == 0 || !streq(entries[i - 1].target, entries[i].target);
         free_entries(t->entries, t->n_entries);
         t->entries = TAKE_PTR(entries);
-        t->n_entries = unique;
+        t->n_entries = n;
+        t->n_targets = targets;
         n = 0;
         r = 0;
 out:
@@ -309,19 +308,27 @@ MountTable *mount_table_free(MountTable *t) {
         return NULL;
 }
 
-static const MountEntry *find_entry(MountTable *t, const char *abs_path) {
+/* The index of the first (lowest) mount at abs_path, or n_entries. */
+static size_t find_first(MountTable *t, const char *abs_path) {
         size_t lo = 0, hi = t->n_entries;
         while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                int c = strcmp(abs_path, t->entries[mid].target);
-                if (c == 0)
-                        return &t->entries[mid];
-                if (c < 0)
-                        hi = mid;
-                else
+                if (strcmp(t->entries[mid].target, abs_path) < 0)
                         lo = mid + 1;
+                else
+                        hi = mid;
         }
-        return NULL;
+        return lo < t->n_entries && streq(t->entries[lo].target, abs_path) ? lo : t->n_entries;
+}
+
+/* The top mount at abs_path: what the path shows. */
+static const MountEntry *find_entry(MountTable *t, const char *abs_path) {
+        size_t i = find_first(t, abs_path);
+        if (i == t->n_entries)
+                return NULL;
+        while (i + 1 < t->n_entries && streq(t->entries[i + 1].target, abs_path))
+                i++;
+        return &t->entries[i];
 }
 
 bool mount_table_is_mounted(MountTable *t, const char *abs_path) {
@@ -332,26 +339,45 @@ const MountEntry *mount_table_get(MountTable *t, const char *abs_path) {
         return find_entry(t, abs_path);
 }
 
-size_t mount_table_other_mounts(MountTable *t, const char *abs_path, const char **ret, size_t max) {
-        const MountEntry *e = find_entry(t, abs_path);
-        size_t n = 0;
+static bool mounted_at(MountTable *t, size_t first, const char *abs_path, dev_t devno) {
+        for (size_t i = first; i < t->n_entries && streq(t->entries[i].target, abs_path); i++)
+                if (t->entries[i].devno == devno)
+                        return true;
+        return false;
+}
 
-        if (!e)
+size_t mount_table_other_mounts(MountTable *t, const char *abs_path, const char **ret, size_t max) {
+        size_t first = find_first(t, abs_path), n = 0;
+        const char *last = NULL;
+
+        if (first == t->n_entries)
                 return 0;
+        /* Every layer at abs_path against every layer elsewhere, each other
+         * target counted once (its layers are next to each other). */
         for (size_t i = 0; i < t->n_entries; i++) {
-                if (&t->entries[i] == e || t->entries[i].devno != e->devno)
+                const MountEntry *e = &t->entries[i];
+                if (streq(e->target, abs_path) || streq_ptr(last, e->target))
+                        continue;
+                if (!mounted_at(t, first, abs_path, e->devno))
                         continue;
                 if (n < max)
-                        ret[n] = t->entries[i].target;
+                        ret[n] = e->target;
+                last = e->target;
                 n++;
         }
         return n;
 }
 
 size_t mount_table_count(MountTable *t) {
-        return t->n_entries;
+        return t->n_targets;
 }
 
 const char *mount_table_target(MountTable *t, size_t i) {
-        return i < t->n_entries ? t->entries[i].target : NULL;
+        for (size_t j = 0; j < t->n_entries; j++) {
+                if (j > 0 && streq(t->entries[j - 1].target, t->entries[j].target))
+                        continue;
+                if (i-- == 0)
+                        return t->entries[j].target;
+        }
+        return NULL;
 }

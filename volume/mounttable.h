@@ -51,8 +51,10 @@ bool mount_table_is_mounted(MountTable *t, const char *abs_path);
 const MountEntry *mount_table_get(MountTable *t, const char *abs_path);
 /* The other mount targets under root-dir of the file system mounted at
  * abs_path (same device: bind mounts of it, or mounts of the same block
- * device), kubelet's GetDeviceMountRefs.  Fills at most max of them into
- * ret (borrowed until the next refresh) and returns how many there are. */
+ * device), kubelet's GetDeviceMountRefs.  Stacked mounts count, on either
+ * side, not only the top one: a bind of the staged file system hidden under
+ * another mount still holds it.  Fills at most max of them into ret
+ * (borrowed until the next refresh) and returns how many targets there are. */
 size_t mount_table_other_mounts(MountTable *t, const char *abs_path, const char **ret, size_t max);
 /* Mount targets under root-dir (not counting root-dir itself). */
 size_t mount_table_count(MountTable *t);

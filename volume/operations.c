@@ -494,6 +494,29 @@ static bool fs_group_applies(const Operation *op) {
         return op->av->lifecycle == VOLUME_EPHEMERAL || streq_ptr(op->spec->access_mode, "ReadWriteOnce");
 }
 
+/* NOT_FOUND from NodeUnpublishVolume or NodeUnstageVolume: the driver
+ * does not know the volume (deleted on its backend, its records lost).
+ * kubelet returns the error and retries for ever (kubernetes/kubernetes#90752).
+ * What the call was to achieve is that nothing is mounted at the target: when
+ * the mount table, read now, shows nothing there (stacked mounts included),
+ * the teardown is done; else it is a failure like any other, with backoff.
+ * The table only: a stat of the target could hang on a dead file system. */
+static bool not_found_is_done(Operation *op) {
+        _cleanup_free_ char *target = abs_path(op, op->target);
+        LogFields f = op_fields(op);
+        bool mounted;
+
+        if (!target || mount_table_refresh(op->m->mounts) < 0)
+                return false;
+        mounted = mount_table_is_mounted(op->m->mounts, target);
+        f.csi_method = op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume";
+        f.csi_code = csi_code_name(CSI_CODE_NOT_FOUND);
+        log_fields(mounted ? LOG_WARNING : LOG_NOTICE, &f, "%s of %s%s answered %s; %s is %s", f.csi_method,
+                   op->av->unique_name, op->previous_boot ? " (set up in a previous boot)" : "", f.csi_code,
+                   target, mounted ? "still a mount point: not done" : "not a mount point: taken as done");
+        return !mounted;
+}
+
 static void on_call_done(const CsiStatus *status, void *userdata) {
         Operation *op = userdata;
 
@@ -502,12 +525,11 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
                 op_continue(op);
                 return;
         }
-        /* Told to end what a previous boot set up, a driver that knows
-         * nothing of it is done with it: nothing is mounted since the reboot. */
-        if (status->code == CSI_CODE_NOT_FOUND && op->previous_boot) {
-                LogFields f = op_fields(op);
-                log_fields(LOG_INFO, &f, "%s of %s from a previous boot: the driver knows nothing of it (%s); done",
-                           op_kind_to_string(op->kind), op->av->unique_name, status->message);
+        /* NOT_FOUND to a teardown: the driver knows nothing of it (a
+         * publish or staging of a previous boot, a driver that lost its
+         * state).  Done only if nothing is mounted at the target. */
+        if (status->code == CSI_CODE_NOT_FOUND && (op->kind == OP_UNPUBLISH || op->kind == OP_UNSTAGE) &&
+            not_found_is_done(op)) {
                 op_continue(op);
                 return;
         }
@@ -554,6 +576,24 @@ static bool unstage_guard_passes(Operation *op, const char *target) {
         return false;
 }
 
+/* The mount table shows nothing when globalmount is no mount point (a raw
+ * block volume, a driver whose stage mounts nothing, a staging mount lost
+ * while binds of it live on): what is on disk must hold the unstage too. */
+static bool unstage_guard_on_disk(Operation *op) {
+        _cleanup_free_ char *first = NULL;
+        int r = publish_refs_find(op->m, op->av->driver, op->av->handle, &first);
+
+        if (r == 0)
+                return true;
+        if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: cannot look for publishes of volume %s under %s: %s",
+                        op->av->handle, op->m->root->path, strerror(-r));
+        else
+                op_fail(op, -EBUSY, false, "kubernetes.io/csi: volume %s is still published on this node: %s/%s%s",
+                        op->av->handle, op->m->root->path, strempty(first), r > 1 ? " and more" : "");
+        return false;
+}
+
 static void step_call(Operation *op) {
         _cleanup_free_ char *target = abs_path(op, op->target), *staging = NULL;
         _cleanup_free_ CsiKeyValue *secrets = NULL, *context = NULL, *pctx = NULL;
@@ -592,6 +632,8 @@ static void step_call(Operation *op) {
                                 op->av->spec_name);
                         return;
                 }
+                if (!unstage_guard_on_disk(op))
+                        return;
                 r = csi_node_unstage_volume(op->m->csi, op->av->driver,
                                             &(CsiNodeUnstageVolumeRequest){ .volume_id = op->av->handle,
                                                                             .staging_target_path = target },
@@ -919,12 +961,28 @@ static void record_done(Operation *op, bool mount) {
                                  op_kind_to_string(op->kind), op->av->unique_name);
 }
 
-/* Updates the actual state.  Rules, as kubelet's: success → done; an
- * uncertain failure → uncertain (may be mounted); a failure where the call
- * never happened changes nothing; a final failure → nothing is there, and
- * the directories go — unless something is mounted at the target after all,
- * which keeps the volume uncertain so that it is torn down, never forgotten. */
-static void record_outcome(Operation *op, bool success) {
+/* The driver said the teardown succeeded, but what it was to take away is
+ * still there (the target still a mount point: a driver that lost track of a
+ * publish answers "nothing to do").  A failure like any other: backoff,
+ * an Event, never the same call again at once. */
+static void teardown_incomplete(Operation *op, int error) {
+        free(op->message);
+        if (asprintf(&op->message, "kubernetes.io/csi: %s succeeded, but %s/%s %s",
+                     op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume", op->m->root->path,
+                     op->target, error == -EBUSY ? "is still a mount point" : "could not be removed") < 0)
+                op->message = NULL;
+        op->error = error < 0 ? error : -EIO;
+        op->uncertain = false;
+}
+
+/* Updates the actual state, and returns whether the operation succeeded
+ * after all.  Rules, as kubelet's: success → done; an uncertain failure →
+ * uncertain (may be mounted); a failure where the call never happened
+ * changes nothing; a final failure → nothing is there, and the directories
+ * go — unless something is mounted at the target after all, which keeps the
+ * volume uncertain so that it is torn down, never forgotten.  A teardown is
+ * a success only once its directories are gone. */
+static bool record_outcome(Operation *op, bool success) {
         ActualVolume *av = op->av;
         ActualPublish *existing = op->pod.uid ? hashmap_get(av->publishes, op->pod.uid) : NULL;
         bool nothing_happened = !success && !op->called;
@@ -977,21 +1035,31 @@ static void record_outcome(Operation *op, bool success) {
                         (void) actual_publish_set(av, &op->pod, op->spec_name, op->target, PUBLISH_UNCERTAIN);
                 break;
         case OP_UNPUBLISH:
-                if (success && remove_volume_dirs(op) >= 0)
-                        actual_publish_remove(av, op->pod.uid);
+        case OP_UNSTAGE: {
+                int r = success ? remove_volume_dirs(op) : 0;
+                if (op->kind == OP_UNSTAGE)
+                        av->stage_stale = false;
+                if (success && r >= 0) {
+                        if (op->kind == OP_UNPUBLISH)
+                                actual_publish_remove(av, op->pod.uid);
+                        else
+                                av->stage = STAGE_NONE;
+                        break;
+                }
+                if (success) {
+                        teardown_incomplete(op, r);
+                        success = false;
+                }
+                if (op->kind == OP_UNSTAGE)
+                        av->stage = STAGE_UNCERTAIN;
                 else if (existing)
                         existing->state = PUBLISH_UNCERTAIN;
                 break;
-        case OP_UNSTAGE:
-                if (success && remove_volume_dirs(op) >= 0)
-                        av->stage = STAGE_NONE;
-                else
-                        av->stage = STAGE_UNCERTAIN;
-                av->stage_stale = false;
-                break;
+        }
         default:
                 break;
         }
+        return success;
 }
 
 static void op_finish(Operation *op, bool success) {
@@ -1004,7 +1072,7 @@ static void op_finish(Operation *op, bool success) {
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         duration = now - op->start_usec;
         op->secret = k8s_secret_free(op->secret);
-        record_outcome(op, success);
+        success = record_outcome(op, success);
 
         if (success) {
                 actual_backoff_forget(av, op->kind, op->pod.uid);
@@ -1049,6 +1117,14 @@ static void op_finish(Operation *op, bool success) {
                         manager_pod_event(m, &op->pod, "Warning", av->block ? "FailedMapVolume" : "FailedMount",
                                           "%s for volume \"%s\" : %s", event_prefix(op), op->spec_name,
                                           strempty(op->message));
+                /* kubelet sends none for a failed teardown; an operator whose
+                 * pod hangs in Terminating wants to see why.  Repeats of it
+                 * are one Event with a count (k8s/events.h). */
+                else if (op->kind == OP_UNPUBLISH && op->pod.uid && op->pod.name && !m->stopping)
+                        manager_pod_event(m, &op->pod, "Warning", "FailedUnMount",
+                                          "%s for volume \"%s\" : %s",
+                                          av->block ? "UnmapVolume.UnmapPodDevice failed" : "UnmountVolume.TearDown failed",
+                                          op->spec_name, strempty(op->message));
         }
         if (m->metrics_hook) {
                 char plugin[128];

@@ -228,6 +228,8 @@ class VolumeEnv:
         os.makedirs(self.root, exist_ok=True)
         self.agent = None
         self.broad = broad
+        # Whether the driver's NodeStageVolume mounts something at globalmount.
+        self.stage_mounts = driver.opts.get("stage_mount", True)
         fake_api.create(make_node())
 
     def start(self, extra="", csi="", agent="", wrapper=()):
@@ -351,4 +353,18 @@ class VolumeEnv:
 def volume_env(fake_api, mock_csi_factory, start_agent, tmp_path):
     """The node; the mock driver runs in tmpfs mode unless a test starts its own."""
     driver = mock_csi_factory(name=DRIVER, tmpfs=True)
+    return VolumeEnv(fake_api, driver, start_agent, tmp_path)
+
+
+STAGE_MODES = [True, False]
+STAGE_MODE_IDS = ["stage-mounts", "stage-mounts-nothing"]
+
+
+@pytest.fixture(params=STAGE_MODES, ids=STAGE_MODE_IDS)
+def staged_volume_env(request, fake_api, mock_csi_factory, start_agent, tmp_path):
+    """volume_env twice: with a driver whose NodeStageVolume mounts the volume
+    at globalmount, and with one whose stage mounts nothing there (the CSI
+    hostpath driver; drivers whose stage prepares a device or a session),
+    each publish then mounting the volume itself.  env.stage_mounts says which."""
+    driver = mock_csi_factory(name=DRIVER, tmpfs=True, stage_mount=request.param)
     return VolumeEnv(fake_api, driver, start_agent, tmp_path)

@@ -268,3 +268,69 @@ def test_boot_sessions_outlive_a_clean_stop_until_unstage_and_unpublish(mock_csi
         with pytest.raises(grpc.RpcError) as e:
             call()
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("tmpfs", [False, True], ids=["loop", "tmpfs"])
+def test_stage_that_mounts_nothing(mock_csi_factory, tmp_path, tmpfs):
+    """stage_mount=False: as the CSI hostpath driver, NodeStageVolume makes the
+    volume ready and mounts nothing; each publish mounts the volume itself,
+    and two publishes see the same data.  Unstaging while a publish exists
+    is still a violation: nothing at the staging path tells a CO it is in use."""
+    drv = mock_csi_factory(stage_mount=False, tmpfs=tmpfs, allow_violations=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    _, target2 = kubelet_dirs(tmp_path / "second")
+    c.stage("vol-1", staging, fs_type="ext4")
+    assert not mounts.is_mount_point(staging)
+    c.stage("vol-1", staging, fs_type="ext4")  # idempotent: not taken for a lost mount
+    c.publish("vol-1", target, staging_path=staging)
+    c.publish("vol-1", target2, staging_path=staging)
+    assert mounts.is_mount_point(target) and mounts.is_mount_point(target2)
+    with open(os.path.join(target, "hello"), "w") as f:
+        f.write("shared")
+    with open(os.path.join(target2, "hello")) as f:
+        assert f.read() == "shared"
+    c.unpublish("vol-1", target2)
+    assert not drv.violations()
+    c.unstage("vol-1", staging)
+    assert [v["message"] for v in drv.violations()] == \
+        ["NodeUnstageVolume vol-1 while still published at %s" % [target]]
+    with open(os.path.join(target, "hello")) as f:
+        assert f.read() == "shared"  # the publish holds the volume
+    c.unpublish("vol-1", target)
+    assert not mounts.is_mount_point(target)
+    assert drv.state()["volumes"]["vol-1"]["device"] is None
+
+
+def test_publish_that_mounts_nothing(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(publish_mount=False, tmpfs=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("vol-1", staging)
+    c.publish("vol-1", target, staging_path=staging)
+    assert os.path.isdir(target) and not mounts.is_mount_point(target)
+    c.publish("vol-1", target, staging_path=staging)  # idempotent: not taken for a lost mount
+    c.unpublish("vol-1", target)
+    assert not os.path.exists(target)
+    c.unstage("vol-1", staging)
+    eph = str(tmp_path / "pods" / "uid2" / "mount")
+    os.makedirs(os.path.dirname(eph))
+    c.publish("csi-eph", eph, volume_context={"csi.storage.k8s.io/ephemeral": "true"})
+    assert os.path.isdir(eph) and not mounts.is_mount_point(eph)
+    c.unpublish("csi-eph", eph)
+    assert not os.path.exists(eph)
+
+
+def test_noop_fault_answers_ok_and_does_nothing(mock_csi_factory, tmp_path):
+    drv = mock_csi_factory(tmpfs=True)
+    c = drv.csi
+    staging, target = kubelet_dirs(tmp_path)
+    c.stage("vol-1", staging)
+    c.publish("vol-1", target, staging_path=staging)
+    drv.control.inject("NodeUnpublishVolume", noop=1)
+    c.unpublish("vol-1", target)
+    assert mounts.is_mount_point(target)
+    assert [e["code"] for e in drv.calls("NodeUnpublishVolume")] == ["OK"]
+    c.unpublish("vol-1", target)
+    assert not mounts.is_mount_point(target)
+    c.unstage("vol-1", staging)

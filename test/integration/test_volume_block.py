@@ -70,8 +70,8 @@ def assert_nothing_left(env):
     assert not env.driver.violations()
 
 
-def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
-    env = volume_env
+def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     block_pv(env, "pv-blk", "vol-blk", "blk")
     env.start()
@@ -118,8 +118,8 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(volume_env):
     assert_nothing_left(env)
 
 
-def test_two_pods_map_one_volume_staged_once(volume_env):
-    env = volume_env
+def test_two_pods_map_one_volume_staged_once(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     block_pv(env, "pv.with.dots", "vol-dots", "dots")
     env.start()
@@ -299,4 +299,36 @@ def test_two_block_pvs_with_one_handle_both_deleted_while_down(volume_env):
     env.start()
     env.wait_calls("NodeUnstageVolume", timeout=30)
     assert_unpublished_in_order(env, publish_path(env, a, "pv-a"), publish_path(env, b, "pv-b"))
+    assert_nothing_left(env)
+
+
+def test_unstage_waits_for_a_mapping_of_the_volume_under_another_pv(volume_env):
+    """Issue 20 item 2: a block volume's staging path is no mount point, so
+    only what is on disk can hold NodeUnstageVolume: here a bind file of a
+    mapping made through another PV of the same handle (its own spec dir,
+    which the volume's bind-file count never looked at), left where the
+    state does not know it."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    block_pv(env, "pv-blk", "vol-blk", "blk")
+    env.start()
+    pod = env.pod("web", [claim_volume("disk", "blk")], devices=["disk"])
+    wait_mapped(env, pod, "pv-blk")
+    twin = f"{env.root}/{BLOCK}/pv-twin"
+    os.makedirs(f"{twin}/data")
+    os.makedirs(f"{twin}/dev")
+    with open(f"{twin}/data/vol_data.json", "w") as f:
+        json.dump({"driverName": DRIVER, "volumeHandle": "vol-blk", "specVolID": "pv-twin",
+                   "nodeName": "test-node", "attachmentID": "csi-x"}, f)
+    open(f"{twin}/dev/0b5e9c1e-2222-4333-8444-555566667777", "w").close()
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnpublishVolume")
+    wait_until(lambda: "is still published on this node" in env.agent.output() or env.calls("NodeUnstageVolume"),
+               timeout=15, what="the unstage held or made")
+    assert not env.calls("NodeUnstageVolume"), "unstaged while a mapping of the volume exists"
+    os.unlink(f"{twin}/dev/0b5e9c1e-2222-4333-8444-555566667777")
+    env.wait_calls("NodeUnstageVolume", code="OK", timeout=30)
+    os.unlink(f"{twin}/data/vol_data.json")
+    for d in ("data", "dev", ""):
+        os.rmdir(os.path.join(twin, d))
     assert_nothing_left(env)

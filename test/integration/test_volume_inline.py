@@ -161,6 +161,9 @@ def test_lost_mount_is_published_again(volume_env):
     target = env.target(pod, "scratch")
     env.wait_mounted(target)
     assert len(env.wait_calls("NodePublishVolume")) == 1
+    # Whether the publish made a mount, kvolumed learns from the mount table
+    # read after the call: a mount gone before that read was never seen.
+    env.agent.wait_for_log("/mount is a mount point: watched for its loss", timeout=15)
     subprocess.run(["umount", target], check=True)
     wait_until(lambda: len([c for c in env.calls("NodePublishVolume") if c["code"] == "OK"]) == 2,
                what="a second NodePublishVolume")

@@ -5,6 +5,8 @@ import os
 import stat
 import time
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, answered_requests, wait_until
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
@@ -21,8 +23,8 @@ def attachment_name(handle):
     return "csi-" + hashlib.sha256((handle + DRIVER + "test-node").encode()).hexdigest()
 
 
-def test_two_pods_share_one_pv(volume_env):
-    env = volume_env
+def test_two_pods_share_one_pv(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     env.pv("pv-shared", "vol-shared", claim="shared", fsType="ext4", volumeAttributes={"tier": "gold"})
     env.api.update({**env.api.get("persistentvolumes", None, "pv-shared"),
@@ -64,7 +66,7 @@ def test_two_pods_share_one_pv(volume_env):
     env.wait_gone(os.path.dirname(env.target(a, "pv-shared")))
     time.sleep(0.5)
     assert not env.calls("NodeUnstageVolume"), "unstaged while pod b still uses the volume"
-    assert os.path.ismount(staging)
+    assert os.path.ismount(staging) == env.stage_mounts
 
     env.api.remove("pods", "default", "b")
     env.wait_gone(os.path.dirname(staging))
@@ -75,8 +77,8 @@ def test_two_pods_share_one_pv(volume_env):
     assert not env.driver.violations()
 
 
-def test_attach_required_waits_for_attachment(volume_env):
-    env = volume_env
+def test_attach_required_waits_for_attachment(staged_volume_env):
+    env = staged_volume_env
     env.csidriver(attachRequired=True)
     env.pv("pv-att", "vol-att", claim="att")
     env.pvc("att", "pv-att")
@@ -133,8 +135,8 @@ def test_attach_error_is_reported_and_nothing_is_staged(volume_env):
     assert not os.path.exists(env.target(pod, "pv-bad"))
 
 
-def test_no_csidriver_then_non_attachable_driver_ends_the_wait(volume_env):
-    env = volume_env
+def test_no_csidriver_then_non_attachable_driver_ends_the_wait(staged_volume_env):
+    env = staged_volume_env
     env.pv("pv-1", "vol-1", claim="c1")
     env.pvc("c1", "pv-1")
     env.start()
@@ -260,10 +262,10 @@ def test_fs_group_passed_as_volume_mount_group(volume_env, mock_csi_factory):
     assert mount.get("volume_mount_group") == "4242"
 
 
-def test_staged_volume_stays_while_another_pod_wants_it(volume_env):
+def test_staged_volume_stays_while_another_pod_wants_it(staged_volume_env):
     """Pod b wants the volume but a CSIDriver edit holds it back; when pod a
     leaves, the volume must stay staged: the desired state still wants it."""
-    env = volume_env
+    env = staged_volume_env
     env.csidriver(attachRequired=False)
     env.pv("pv-1", "vol-1", claim="c1")
     env.pvc("c1", "pv-1")
@@ -280,7 +282,8 @@ def test_staged_volume_stays_while_another_pod_wants_it(volume_env):
     env.wait_gone(os.path.dirname(env.target(a, "pv-1")))
     time.sleep(1.0)
     assert not env.calls("NodeUnstageVolume"), "unstaged a volume pod b still wants"
-    assert os.path.ismount(env.staging("vol-1"))
+    assert os.path.ismount(env.staging("vol-1")) == env.stage_mounts
+    assert env.driver.state()["volumes"]["vol-1"]["staged"]
     assert not os.path.exists(env.target(b, "pv-1"))
     env.api.remove("pods", "default", "b")
     env.wait_gone(os.path.dirname(env.staging("vol-1")))
@@ -331,3 +334,149 @@ def test_a_broad_identity_works_too(fake_api, mock_csi_factory, start_agent, tmp
             if r["method"] == "GET" and "/persistentvolumeclaims/" in r["path"]}
     env.api.remove("pods", "default", "web")
     env.wait_gone(os.path.dirname(env.target(pod, "pv-b")))
+
+
+# --- issue 20: drivers whose calls mount nothing --------------------------------------
+
+
+def settled(env, method, made_no_mount):
+    """kvolumed reads the mount table after a call: wait until it has (its
+    debug line), or until it called again (the defect)."""
+    wait_until(lambda: made_no_mount in env.agent.output() or len(env.calls(method)) > 1, timeout=15,
+               what=f"kvolumed to read the mount table after {method}\n" + env.agent.output()[-3000:])
+
+
+def test_a_stage_that_mounts_nothing_is_made_once(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """Item 1: the CSI hostpath driver's NodeStageVolume mounts nothing at
+    globalmount.  A successful stage after which no mount appears made none:
+    no warning, no second NodeStageVolume, for this pod or the next."""
+    from integration.agent_fixtures import VolumeEnv
+    env = VolumeEnv(fake_api, mock_csi_factory(name=DRIVER, tmpfs=True, stage_mount=False), start_agent, tmp_path)
+    env.csidriver(attachRequired=False)
+    env.pv("pv-hp", "vol-hp", claim="hp")
+    env.pvc("hp", "pv-hp")
+    env.start()
+    a = env.pod("a", [claim_volume("data", "hp")])
+    env.wait_mounted(env.target(a, "pv-hp"))
+    settled(env, "NodeStageVolume", "NodeStageVolume made no mount")
+    b = env.pod("b", [claim_volume("data", "hp")])
+    env.wait_mounted(env.target(b, "pv-hp"))
+    env.wait_calls("NodePublishVolume", 2)
+    assert [c["code"] for c in env.calls("NodeStageVolume")] == ["OK"], "staged twice"
+    assert "no longer mounted" not in env.agent.output()
+    assert not os.path.ismount(env.staging("vol-hp"))
+    with open(os.path.join(env.target(a, "pv-hp"), "f"), "w") as f:
+        f.write("a")
+    assert open(os.path.join(env.target(b, "pv-hp"), "f")).read() == "a"
+    env.api.remove("pods", "default", "a")
+    env.api.remove("pods", "default", "b")
+    env.wait_gone(os.path.dirname(env.staging("vol-hp")))
+    assert [c["code"] for c in env.wait_calls("NodeUnstageVolume")] == ["OK"]
+    assert [c["code"] for c in env.calls("NodeStageVolume")] == ["OK"]
+    assert not env.driver.violations()
+
+
+def test_a_publish_that_mounts_nothing_is_made_once(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """Item 1, the publish side: a NodePublishVolume that makes the target a
+    plain directory is not taken for a lost mount and not called again."""
+    from integration.agent_fixtures import VolumeEnv
+    env = VolumeEnv(fake_api, mock_csi_factory(name=DRIVER, tmpfs=True, publish_mount=False), start_agent,
+                    tmp_path)
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod = env.pod("web", [{"name": "dir", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "dir")
+    env.wait_calls("NodePublishVolume")
+    settled(env, "NodePublishVolume", "NodePublishVolume made no mount")
+    assert os.path.isdir(target) and not os.path.ismount(target)
+    assert [c["code"] for c in env.calls("NodePublishVolume")] == ["OK"], "published twice"
+    assert "no longer mounted" not in env.agent.output()
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))
+    assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["OK"]
+    assert len(env.calls("NodePublishVolume")) == 1
+
+
+# --- issue 20: teardown answers that leave something behind ------------------------------
+
+
+def teardown_env(env, persistent):
+    """A pod with one volume, set up; returns (pod, its target, staging or None)."""
+    if persistent:
+        env.csidriver(attachRequired=False)
+        env.pv("pv-t", "vol-t", claim="t")
+        env.pvc("t", "pv-t")
+        volume, name = claim_volume("data", "t"), "pv-t"
+    else:
+        env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+        volume, name = {"name": "scratch", "csi": {"driver": DRIVER}}, "scratch"
+    env.start()
+    pod = env.pod("web", [volume])
+    target = env.target(pod, name)
+    env.wait_mounted(target)
+    env.wait_calls("NodePublishVolume")
+    return pod, target, env.staging("vol-t") if persistent else None
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["inline", "persistent"])
+def test_unpublish_not_found_of_an_unmounted_target_is_done(volume_env, persistent):
+    """Item 8: NodeUnpublishVolume answered NotFound, and nothing is mounted at
+    the target (the driver unmounted it and lost the volume): done, not a
+    retry for ever as kubelet does (kubernetes/kubernetes#90752)."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent)
+    # "after": the driver unmounts, then answers NotFound, each time.
+    env.driver.control.fail_next("NodeUnpublishVolume", "NOT_FOUND", "volume gone", count=50, when="after")
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))
+    assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["NOT_FOUND"]
+    env.agent.wait_for_log("not a mount point: taken as done")
+    if persistent:
+        env.wait_gone(os.path.dirname(staging))
+        assert [c["code"] for c in env.wait_calls("NodeUnstageVolume")] == ["OK"]
+    assert not env.driver.violations()
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["inline", "persistent"])
+def test_unpublish_not_found_of_a_mounted_target_is_retried(volume_env, persistent):
+    """Item 8, the other half: NotFound while the target is still a mount
+    point is no success: the publish is kept and unpublished again, with
+    backoff, and nothing is unstaged under it."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent)
+    env.driver.control.fail_next("NodeUnpublishVolume", "NOT_FOUND", "volume gone", count=2, when="before")
+    env.api.remove("pods", "default", "web")
+    calls = env.wait_calls("NodeUnpublishVolume", 3, timeout=15)
+    assert [c["code"] for c in calls] == ["NOT_FOUND", "NOT_FOUND", "OK"]
+    assert calls[1]["time"] - calls[0]["time"] >= 0.4, "retried without backoff"
+    env.wait_gone(os.path.dirname(target))
+    if persistent:
+        unstage = env.wait_calls("NodeUnstageVolume", code="OK")
+        assert unstage[0]["time"] >= calls[2]["time"]
+    assert not env.driver.violations()
+
+
+@pytest.mark.parametrize("method", ["NodeUnpublishVolume", "NodeUnstageVolume"])
+def test_teardown_answered_ok_but_still_mounted_backs_off(volume_env, method):
+    """Item 11: the driver answers OK and leaves the target mounted (the
+    hostpath driver after it forgot a publish: "not published, nothing to
+    do").  kvolumed called again at once, hundreds of times a second; now
+    each retry waits for the operation's backoff (500 ms, doubling), and
+    the pod gets one Event for it."""
+    env = volume_env
+    pod, target, staging = teardown_env(env, persistent=True)
+    env.driver.control.inject(method, noop=-1)
+    env.api.remove("pods", "default", "web")
+    calls = env.wait_calls(method, 3, timeout=15)
+    gaps = [calls[i + 1]["time"] - calls[i]["time"] for i in range(2)]
+    assert 0.4 <= gaps[0] and 0.9 <= gaps[1], f"no backoff between the calls: {gaps}"
+    assert all(c["code"] == "OK" for c in calls)
+    assert os.path.ismount(staging if method == "NodeUnstageVolume" else target)
+    if method == "NodeUnpublishVolume":
+        event = env.wait_event("FailedUnMount", "is still a mount point")
+        assert len(event) == 1, "one Event, its count raised"
+        assert event[0]["message"].startswith('UnmountVolume.TearDown failed for volume "pv-t" : ')
+        assert not env.calls("NodeUnstageVolume"), "unstaged under a publish"
+    env.driver.control.clear_faults(method)
+    env.wait_gone(os.path.dirname(staging), timeout=20)
+    assert not env.driver.violations()

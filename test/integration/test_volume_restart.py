@@ -582,9 +582,17 @@ def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume
 # --- the guard ------------------------------------------------------------------------
 
 
-def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env):
+def held_or_unstaged(env, held):
+    """Waits until kvolumed says the unstage is held, or until it unstaged."""
+    wait_until(lambda: held in env.agent.output() or env.calls("NodeUnstageVolume"), timeout=15,
+               what=f"{held!r} logged or NodeUnstageVolume called\n" + env.agent.output()[-3000:])
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["bind", "bind-under-another-mount"])
+def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env, stacked):
     """Below the reconciler: a bind mount of the staged file system that no
-    record names (here made behind kvolumed's back) holds NodeUnstage."""
+    record names (here made behind kvolumed's back) holds NodeUnstage, also
+    when another mount hides it (issue 20 item 2: stacked mounts count)."""
     env = volume_env
     shared_pv(env)
     env.start()
@@ -593,15 +601,60 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
     stray = f"{env.root}/stray"
     os.makedirs(stray)
     assert os.system(f"mount --bind {env.staging('vol-shared')} {stray}") == 0
+    if stacked:
+        assert os.system(f"mount -t tmpfs hide {stray}") == 0
     try:
         env.api.remove("pods", "default", "web")
-        env.agent.wait_for_log("still mount", timeout=15)
+        held_or_unstaged(env, "still mount")
         time.sleep(0.5)
         assert not env.calls("NodeUnstageVolume"), "unstaged under another mount"
     finally:
         os.system(f"umount {stray}")
+        if stacked:
+            os.system(f"umount {stray}")
     env.wait_calls("NodeUnstageVolume", timeout=30)
     os.rmdir(stray)
+    assert_all_gone(env)
+
+
+@pytest.mark.parametrize("mounted", [True, False], ids=["publish-mounted", "publish-record-left"])
+def test_unstage_is_refused_while_a_publish_exists_on_disk(volume_env, mounted):
+    """Issue 20 item 2: with a driver whose stage mounts nothing (the CSI
+    hostpath driver), globalmount is no mount point and the mount table
+    names no reference: a publish of the volume that the state does not
+    know (made behind kvolumed's back, or a state lost) must hold
+    NodeUnstageVolume all the same, from what is on disk: its mount point
+    with kubelet's vol_data.json, or that record not yet removed."""
+    env = volume_env
+    env.driver.control.set_config(stage_mount=False)
+    shared_pv(env)
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    staging = env.staging("vol-shared")
+    assert not os.path.ismount(staging)
+    uid = "0b5e9c1e-2222-4333-8444-555566667777"
+    stray = f"{env.root}/pods/{uid}/volumes/kubernetes.io~csi/pv-shared/mount"
+    os.makedirs(os.path.dirname(stray))
+    kubelet_vol_data(os.path.join(os.path.dirname(stray), "vol_data.json"), attachmentID="csi-x",
+                     driverName=DRIVER, nodeName="test-node", specVolID="pv-shared", volumeHandle="vol-shared",
+                     volumeLifecycleMode="Persistent")
+    if mounted:
+        env.driver.csi.publish("vol-shared", stray, staging_path=staging)
+        assert os.path.ismount(stray)
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(env.target(pod, "pv-shared")))
+    held_or_unstaged(env, "is still published on this node")
+    assert not env.calls("NodeUnstageVolume"), "unstaged under a publish"
+    # The publish goes: the unstage follows (after its backoff).
+    if mounted:
+        env.driver.csi.unpublish("vol-shared", stray)
+    os.unlink(os.path.join(os.path.dirname(stray), "vol_data.json"))
+    os.rmdir(os.path.dirname(stray))
+    env.wait_calls("NodeUnstageVolume", code="OK", timeout=30)
+    for d in (f"{env.root}/pods/{uid}/volumes/kubernetes.io~csi", f"{env.root}/pods/{uid}/volumes",
+              f"{env.root}/pods/{uid}"):
+        os.rmdir(d)
     assert_all_gone(env)
 
 
@@ -616,17 +669,21 @@ def test_unstage_is_refused_while_another_mount_of_the_volume_exists(volume_env)
 # volume whose pod still exists, volumesInUse listing an attachable volume
 # whenever it is on the node, and nothing left once the pods are gone.
 
+# "hostpath": a persistent volume whose NodeStageVolume mounts nothing at
+# globalmount (the CSI hostpath driver), each publish mounting the volume.
 SETUP_CALLS = {"persistent": ["NodeStageVolume", "NodePublishVolume"], "inline": ["NodePublishVolume"],
                "block": ["NodeStageVolume", "NodePublishVolume"],
-               "block-shared": ["NodeStageVolume", "NodePublishVolume"]}
+               "block-shared": ["NodeStageVolume", "NodePublishVolume"],
+               "hostpath": ["NodeStageVolume", "NodePublishVolume"]}
 TEARDOWN_CALLS = {"persistent": ["NodeUnpublishVolume", "NodeUnstageVolume"], "inline": ["NodeUnpublishVolume"],
                   "block": ["NodeUnpublishVolume", "NodeUnstageVolume"],
-                  "block-shared": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
+                  "block-shared": ["NodeUnpublishVolume", "NodeUnstageVolume"],
+                  "hostpath": ["NodeUnpublishVolume", "NodeUnstageVolume"]}
 
 # "block-shared": two block PVs with one volume handle, each used by its own
 # pod: one staging (under the first PV's name), a publish under each PV's.
 MATRIX = []
-for flow in ("persistent", "inline", "block", "block-shared"):
+for flow in ("persistent", "inline", "block", "block-shared", "hostpath"):
     for method in SETUP_CALLS[flow]:
         for when in ("before", "after"):
             for delete_while_down in (False, True):
@@ -647,8 +704,10 @@ def matrix_id(case):
 def test_crash_matrix(volume_env, case):
     flow, method, when, delete_while_down = case
     env = volume_env
-    persistent = flow in ("persistent", "block", "block-shared")
+    persistent = flow in ("persistent", "block", "block-shared", "hostpath")
     block = flow in ("block", "block-shared")
+    if flow == "hostpath":
+        env.driver.control.set_config(stage_mount=False)
     env.csidriver(attachRequired=persistent, volumeLifecycleModes=["Persistent", "Ephemeral"])
     # (pod name, claim, spec name): one pod per PV.
     users = [("web", "c", "pv-c")] + ([("web2", "d", "pv-d")] if flow == "block-shared" else [])

@@ -24,6 +24,10 @@ def parse_args(argv):
     p.add_argument("--boot-sessions", action="store_true",
                    help="keep per-volume state that survives a reboot until NodeUnstage/NodeUnpublish, "
                         "which answer NOT_FOUND for what the driver knows nothing of")
+    p.add_argument("--stage-no-mount", action="store_true",
+                   help="NodeStageVolume mounts nothing at the staging path (as the CSI hostpath driver)")
+    p.add_argument("--publish-no-mount", action="store_true",
+                   help="NodePublishVolume makes the target a plain directory and mounts nothing")
     p.add_argument("--max-volumes", type=int, default=0, help="NodeGetInfo max_volumes_per_node")
     p.add_argument("--topology", default="", help="k=v,... NodeGetInfo accessible_topology segments")
     p.add_argument("--volume-size", default="64Mi", help="size of a volume created on first use")
@@ -53,7 +57,8 @@ def main(argv=None):
                         registration_type=a.registration_type,
                         registration_versions=[v for v in a.registration_versions.split(",") if v],
                         registration_endpoint=a.registration_endpoint, op_lock=a.op_lock,
-                        boot_sessions=a.boot_sessions)
+                        boot_sessions=a.boot_sessions, stage_mount=not a.stage_no_mount,
+                        publish_mount=not a.publish_no_mount)
     drv = Driver(a.endpoint, a.state_dir, settings, registration_dir=a.registration_dir,
                  control_socket=a.control_socket, call_log=a.call_log)
     code = drv.run()

@@ -34,7 +34,8 @@ class Settings:
 
     FIELDS = ("name", "vendor_version", "node_id", "caps", "max_volumes_per_node", "topology",
               "probe_ready", "auto_create", "default_size", "registration_type",
-              "registration_versions", "registration_endpoint", "op_lock", "boot_sessions")
+              "registration_versions", "registration_endpoint", "op_lock", "boot_sessions", "stage_mount",
+              "publish_mount")
 
     def __init__(self, **kw):
         self.name = "mock.csi.kvolumed.io"
@@ -52,6 +53,12 @@ class Settings:
         self.registration_endpoint = ""
         self.op_lock = "volume"  # or "target": see VolumeManager.acquire_op
         self.boot_sessions = False  # see VolumeManager.session_open
+        # False: NodeStageVolume prepares the device and mounts nothing at the
+        # staging path (the CSI hostpath driver, drivers whose stage only sets
+        # up a device or a session); each publish then mounts the device itself.
+        self.stage_mount = True
+        # False: NodePublishVolume makes the target a plain directory, no mount.
+        self.publish_mount = True
         for k, v in kw.items():
             setattr(self, k, v)
 
@@ -154,7 +161,8 @@ class Driver:
             with self.volumes.lock:
                 if self.stopping:
                     raise CSIError(grpc.StatusCode.UNAVAILABLE, "driver is shutting down")
-                resp = work(request, plan)
+                # noop: OK, and nothing done (the driver's records lost the volume).
+                resp = getattr(self.pb, method + "Response")() if plan.get("noop") else work(request, plan)
             if plan.get("hang") == "after":
                 self.faults.block(method, context.is_active)
             if plan.get("crash") == "after":

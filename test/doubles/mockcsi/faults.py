@@ -21,6 +21,10 @@ services.  A method's fault spec, all keys optional:
              removes it
   hang_rate  probability that a call hangs (as "hang", at hang_when) when no
              "hang" count applies; 0 removes it
+  noop       number of upcoming calls answered OK without doing any of the
+             work (-1: all): a driver whose own records lost the volume
+             answers "not published, nothing to do" (the hostpath driver
+             after a publish made again over a mounted target forgets it)
   oversize   {"bytes": N, "field": "node_id" | "topology"}: NodeGetInfo
              only; pads the response beyond N bytes (receive-limit tests)
 
@@ -63,7 +67,7 @@ class FaultTable:
     @staticmethod
     def _new_entry():
         return {"delay": 0.0, "errors": collections.deque(), "hang": 0, "hang_when": "before",
-                "crash": None, "oversize": None, "error_rate": None, "hang_rate": 0.0}
+                "crash": None, "oversize": None, "error_rate": None, "hang_rate": 0.0, "noop": 0}
 
     def _entry(self, method):
         return self._faults.setdefault(method, self._new_entry())
@@ -105,6 +109,8 @@ class FaultTable:
                     e["error_rate"] = val
                 elif key == "hang_rate":
                     e["hang_rate"] = float(val)
+                elif key == "noop":
+                    e["noop"] = -1 if val is True else int(val)
                 elif key == "oversize":
                     if val is not None and val.get("field", "node_id") not in ("node_id", "topology"):
                         raise ValueError("oversize.field must be node_id|topology")
@@ -147,6 +153,10 @@ class FaultTable:
             if not e:
                 return {}
             plan = {"delay": e["delay"], "crash": e["crash"], "oversize": e["oversize"]}
+            if e.get("noop"):
+                plan["noop"] = True
+                if e["noop"] > 0:
+                    e["noop"] -= 1
             if e["errors"]:
                 plan["error"] = e["errors"].popleft()
             elif e["error_rate"] and random.random() < e["error_rate"]["rate"]:

@@ -53,6 +53,8 @@ class MockCSI:
       allow_violations=False          do not fail teardown on recorded CO violations
       op_lock="volume"                concurrent calls refused per volume, or per volume and target
       boot_sessions=False             state per stage/publish that a reboot keeps (VolumeManager.session_open)
+      stage_mount=True                False: NodeStageVolume mounts nothing (CSI hostpath driver)
+      publish_mount=True              False: NodePublishVolume mounts nothing (a plain directory)
       extra_args=()                   more CLI arguments
     """
 
@@ -95,6 +97,10 @@ class MockCSI:
             a += ["--op-lock", o["op_lock"]]
         if o.get("boot_sessions"):
             a += ["--boot-sessions"]
+        if not o.get("stage_mount", True):
+            a += ["--stage-no-mount"]
+        if not o.get("publish_mount", True):
+            a += ["--publish-no-mount"]
         if o.get("max_volumes"):
             a += ["--max-volumes", str(o["max_volumes"])]
         if o.get("topology"):

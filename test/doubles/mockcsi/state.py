@@ -16,9 +16,10 @@ Layout (all paths absolute):
       "fs_type": "ext4" | "" (never formatted / block),
       "device": "/dev/loopN" | "<state>/tmpfs/<sha>" | null,   # while held
       "staged": null | {"path", "block", "fs_type", "mount_flags", "access_mode",
-                        "volume_mount_group", "created_dir"},
+                        "volume_mount_group", "created_dir", "mounted"},
       "published": {"<target>": {"readonly", "block", "fs_type", "mount_flags",
-                                 "access_mode", "staging_path", "direct", "created"}}
+                                 "access_mode", "staging_path", "direct", "created",
+                                 "mounted"?}}   # mounted: false for a plain directory
     }
   },
   "ephemeral": {"<volume_id>": {"target", "size", "created", "readonly"}},

@@ -343,7 +343,8 @@ class VolumeManager:
                 raise CSIError(grpc.StatusCode.ALREADY_EXISTS,
                                "staging path %s is in use by volume %s (%s)" % (path, owner, what))
             vol = self._get_or_create(vid, req.volume_context, block)
-            if vol["staged"] and not vol["staged"]["block"] and not mounts.is_mount_point(vol["staged"]["path"]):
+            if vol["staged"] and vol["staged"].get("mounted", not vol["staged"]["block"]) and \
+                    not mounts.is_mount_point(vol["staged"]["path"]):
                 # Someone unmounted it behind our back (a cleanup, the CO):
                 # like mount-utils' IsLikelyNotMountPoint check, trust the kernel.
                 vol["staged"] = None
@@ -370,9 +371,14 @@ class VolumeManager:
                 self.violation("NodeStageVolume %s: staging_target_path %s did not exist" % (vid, path))
                 os.makedirs(path, 0o750)
                 created = True
+            mount = not block and self.settings.stage_mount
             try:
                 self._acquire(vol)
-                if not block:
+                if not block and not mount:
+                    # The hostpath driver's stage: the volume is made ready
+                    # (here: formatted), nothing is mounted; publish mounts it.
+                    self._format(vol, rec["fs_type"])
+                elif not block:
                     self._mount_fs(vol, path, rec["fs_type"], rec["mount_flags"], False)
                     try:
                         self._apply_group(path, rec["volume_mount_group"])
@@ -384,7 +390,7 @@ class VolumeManager:
                 if created:
                     os.rmdir(path)
                 raise
-            vol["staged"] = dict(rec, path=path, created_dir=created)
+            vol["staged"] = dict(rec, path=path, created_dir=created, mounted=mount)
             self.save()
 
     # ---- NodeUnstageVolume -------------------------------------------------
@@ -400,7 +406,7 @@ class VolumeManager:
             users = [t for t, p in vol["published"].items() if p["staging_path"] == path]
             if users:
                 self.violation("NodeUnstageVolume %s while still published at %s" % (req.volume_id, users))
-            if not vol["staged"]["block"]:
+            if vol["staged"].get("mounted", not vol["staged"]["block"]):
                 mounts.umount(path)
             if vol["staged"]["created_dir"] and os.path.isdir(path):
                 os.rmdir(path)
@@ -449,7 +455,7 @@ class VolumeManager:
             else:
                 vol = self._get_or_create(vid, req.volume_context, block)
             old = vol["published"].get(target)
-            if old is not None and not mounts.is_mount_point(target):
+            if old is not None and old.get("mounted", True) and not mounts.is_mount_point(target):
                 del vol["published"][target]  # unmounted behind our back: publish again
                 old = None
             if old is not None:
@@ -484,10 +490,15 @@ class VolumeManager:
             elif not os.path.exists(target):
                 os.makedirs(target, 0o750)
                 created = "dir"
-            entry = dict(rec, direct=not stage, created=created)
+            # Staged without a mount: the publish mounts the device, which it
+            # then holds like a publish without staging does.
+            staged_mount = stage and vol["staged"].get("mounted", not block)
+            entry = dict(rec, direct=not stage or (not block and not staged_mount), created=created)
             vol["published"][target] = entry
             try:
-                if stage and not block:
+                if not block and not self.settings.publish_mount:
+                    entry["mounted"] = False  # a plain directory is all the pod gets
+                elif stage and not block and staged_mount:
                     mounts.bind(vol["staged"]["path"], target, req.readonly, rec["mount_flags"])
                 else:
                     dev = self._acquire(vol)
@@ -510,7 +521,7 @@ class VolumeManager:
         if block:
             raise CSIError(grpc.StatusCode.INVALID_ARGUMENT, "ephemeral volumes cannot be block volumes")
         old = self.st["ephemeral"].get(vid)
-        if old is not None and not mounts.is_mount_point(old["target"]):
+        if old is not None and old.get("mounted", True) and not mounts.is_mount_point(old["target"]):
             del self.st["ephemeral"][vid]  # unmounted behind our back
             old = None
         if old is not None:
@@ -535,6 +546,10 @@ class VolumeManager:
             created = "dir"
         self.st["ephemeral"][vid] = {"target": target, "size": size, "created": created,
                                      "readonly": req.readonly}
+        if not self.settings.publish_mount:
+            self.st["ephemeral"][vid]["mounted"] = False  # a plain directory
+            self.save()
+            return
         try:
             mounts.mount("tmpfs", target, "tmpfs", ["size=%d" % size, "mode=0755"])
             if req.readonly:

@@ -136,6 +136,36 @@ static void test_other_mounts_of_a_file_system(void **state) {
         mount_table_free(t);
 }
 
+/* A reference hidden under another mount still holds the file system:
+ * stacked mounts count on either side, each target once. */
+static void test_other_mounts_stacked(void **state) {
+        MountTable *t = NULL;
+        const char *refs[4];
+
+        if (geteuid() != 0)
+                skip();
+        assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(mount(a, b, NULL, MS_BIND, NULL), 0);
+        assert_int_equal(mount(a, b, NULL, MS_BIND, NULL), 0);              /* the same, twice */
+        assert_int_equal(mount("tmpfs", b, "tmpfs", 0, "size=1m"), 0);   /* something else on top */
+        assert_int_equal(mount_table_new(NULL, root, NULL, NULL, &t), 0);
+        assert_int_equal(mount_table_count(t), 2);
+        assert_int_equal(mount_table_other_mounts(t, a, refs, 4), 1);
+        assert_string_equal(refs[0], b);
+        /* And with another mount on top of the staged one. */
+        assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        assert_int_equal(mount_table_other_mounts(t, a, refs, 4), 1);
+        assert_string_equal(refs[0], b);
+        assert_int_equal(mount_table_other_mounts(t, a, refs, 0), 1); /* counted, none filled */
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(umount2(i < 2 ? a : b, 0), 0);
+        assert_int_equal(umount2(b, 0), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        assert_int_equal(mount_table_count(t), 0);
+        mount_table_free(t);
+}
+
 static void parse(const char *line, int expect_r, int expect_id, dev_t expect_devno, const char *expect_target) {
         char *target = NULL;
         dev_t devno = 0;
@@ -184,6 +214,7 @@ static void test_parse_mountinfo_lines(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = { cmocka_unit_test(test_tracks_mounts_under_root),
                                             cmocka_unit_test(test_other_mounts_of_a_file_system),
+                                            cmocka_unit_test(test_other_mounts_stacked),
                                             cmocka_unit_test(test_parse_mountinfo_lines) };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -33,6 +33,7 @@ VolumeSpec *volume_spec_free(VolumeSpec *s) {
         free(s->fs_type);
         k8s_strv_free(s->mount_flags);
         free(s->access_mode);
+        k8s_strv_free(s->access_modes);
         k8s_string_map_done(&s->attributes);
         free(s->stage_secret.name);
         free(s->stage_secret.namespace);
@@ -64,6 +65,7 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
             strdup_or_null(from->handle, &s->handle) < 0 || strdup_or_null(from->unique_name, &s->unique_name) < 0 ||
             strdup_or_null(from->fs_type, &s->fs_type) < 0 || copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
             strdup_or_null(from->access_mode, &s->access_mode) < 0 ||
+            copy_strv(from->access_modes, &s->access_modes) < 0 ||
             copy_string_map(&from->attributes, &s->attributes) < 0 ||
             copy_secret_ref(from->stage_secret.namespace, from->stage_secret.name, &s->stage_secret) < 0 ||
             copy_secret_ref(from->publish_secret.namespace, from->publish_secret.name, &s->publish_secret) < 0)
@@ -176,6 +178,23 @@ const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, 
         if (s->rwop || (mount_all && streq_ptr(s->selinux_change_policy, "MountOption")))
                 return s->selinux_label;
         return NULL;
+}
+
+bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_policy, bool has_fs_group) {
+        const char *policy = fs_group_policy ?: "ReadWriteOnceWithFSType";
+
+        if (!has_fs_group || s->read_only || streq(policy, "None"))
+                return false;
+        if (streq(policy, "File"))
+                return true;
+        if (isempty(s->fs_type))
+                return false;
+        /* Inline volumes are always published ReadWriteOnce. */
+        if (s->lifecycle == VOLUME_EPHEMERAL)
+                return true;
+        /* hasReadWriteOnce: anywhere in the list, and a PV without modes gets
+         * none (the CSI access mode still defaults to RWO: another rule). */
+        return k8s_strv_contains(s->access_modes, "ReadWriteOnce");
 }
 
 static int set_text(char **field, const char *format, ...) _printf_(2, 3);
@@ -328,6 +347,8 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
                 return -ENOMEM;
         if (!(s->access_mode = strdup(pv->access_modes && pv->access_modes[0] ? pv->access_modes[0]
                                                                                : "ReadWriteOnce")))
+                return -ENOMEM;
+        if (copy_strv(pv->access_modes, &s->access_modes) < 0)
                 return -ENOMEM;
         /* kubelet enforces ReadWriteOncePod (and mounts it with context=) only
          * when it is the volume's one mode: with more it cannot tell which one

@@ -28,6 +28,7 @@ typedef struct VolumeSpec {
         char *fs_type;       /* NULL: the driver's default */
         char **mount_flags;  /* PV mountOptions; NULL-terminated, may be NULL */
         char *access_mode;   /* PV accessModes[0] (ReadWriteOnce when absent); inline: ReadWriteOnce */
+        char **access_modes; /* PV accessModes as they are (NULL: none); inline: NULL */
         bool read_only;      /* the pod's persistentVolumeClaim.readOnly, or inline csi.readOnly */
         K8sStringMap attributes;
         K8sSecretRef stage_secret;   /* namespace/name */
@@ -107,6 +108,13 @@ int desired_selinux_label(const K8sPod *pod, char **ret);
  * seLinuxChangePolicy MountOption. */
 const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, bool driver_selinux_mount,
                                         bool mount_all);
+
+/* kubelet's supportsFSGroup (csi_mounter.go): whether kvolumed applies the
+ * pod's fsGroup to the volume itself, for a driver without VOLUME_MOUNT_GROUP
+ * and the CSIDriver's fsGroupPolicy (NULL: no CSIDriver, the default).  For
+ * ReadWriteOnceWithFSType a PV needs an fsType and ReadWriteOnce anywhere in
+ * its accessModes (none: no fsGroup), an inline volume only an fsType. */
+bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_policy, bool has_fs_group);
 
 VolumeSpec *volume_spec_copy(const VolumeSpec *s);
 VolumeSpec *volume_spec_free(VolumeSpec *s);

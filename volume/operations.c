@@ -473,18 +473,10 @@ static CsiAccessMode access_mode(const Operation *op) {
         return CSI_ACCESS_MODE_UNKNOWN;
 }
 
-/* kubelet's supportsFSGroup (csi_mounter.go). */
+/* kubelet's supportsFSGroup (csi_mounter.go): whether kvolumed chowns. */
 static bool fs_group_applies(const Operation *op) {
         const K8sCSIDriver *d = manager_csidriver(op->m, op->av->driver);
-        const char *policy = d ? d->fs_group_policy : "ReadWriteOnceWithFSType";
-
-        if (!op->pod.has_fs_group || op->spec->read_only || streq_ptr(policy, "None"))
-                return false;
-        if (streq_ptr(policy, "File"))
-                return true;
-        if (isempty(op->spec->fs_type))
-                return false;
-        return op->av->lifecycle == VOLUME_EPHEMERAL || streq_ptr(op->spec->access_mode, "ReadWriteOnce");
+        return volume_spec_fs_group_applies(op->spec, d ? d->fs_group_policy : NULL, op->pod.has_fs_group);
 }
 
 static void on_call_done(const CsiStatus *status, void *userdata) {
@@ -661,8 +653,12 @@ static void step_call(Operation *op) {
         if (context_flag)
                 flags[n_flags++] = context_flag;
 
-        /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed does not chown. */
-        bool mount_group = op->mount_group_capable && fs_group_applies(op);
+        /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed
+         * does not chown.  kubelet passes the pod's fsGroup then whatever
+         * fsGroupPolicy, access modes, fsType or readOnly say (csi_attacher.go
+         * MountDevice, csi_mounter.go SetUpAt): azurefile and smb make it the
+         * SMB gid= option, which a read-only or RWX volume needs as much. */
+        bool mount_group = op->mount_group_capable && op->pod.has_fs_group;
         if (mount_group)
                 snprintf(group, sizeof group, "%" PRIi64, op->pod.fs_group);
         CsiVolumeCapability cap = {

@@ -372,6 +372,62 @@ static void test_selinux_label(void **state) {
         assert_null(label_of("{\"seLinuxOptions\":{\"user\":\"a b\",\"level\":\"s0\"}}"));
 }
 
+/* kubelet's supportsFSGroup: ReadWriteOnce anywhere in the PV's modes; a PV
+ * without modes gets no fsGroup (its CSI access mode still defaults to RWO). */
+static void test_fs_group_rule(void **state) {
+        static const struct {
+                const char *modes; /* JSON, or NULL: no accessModes */
+                const char *policy;
+                bool applies;
+        } cases[] = {
+                { "[\"ReadWriteOnce\"]", NULL, true },
+                { "[\"ReadOnlyMany\",\"ReadWriteOnce\"]", NULL, true },
+                { "[\"ReadOnlyMany\",\"ReadWriteOnce\"]", "ReadWriteOnceWithFSType", true },
+                { "[\"ReadWriteMany\"]", NULL, false },
+                { "[\"ReadWriteOncePod\"]", NULL, false },
+                { NULL, NULL, false },
+                { NULL, "File", true },
+                { "[\"ReadWriteOnce\"]", "None", false },
+        };
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
+                               "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char json[1024];
+                DesiredPod *p = NULL;
+
+                snprintf(json, sizeof json,
+                         "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},"
+                         "\"spec\":{\"csi\":{\"driver\":\"d.example.com\",\"volumeHandle\":\"h\","
+                         "\"fsType\":\"ext4\"}%s%s}}",
+                         cases[i].modes ? ",\"accessModes\":" : "", cases[i].modes ?: "");
+                f.pvs[0] = decode(&k8s_kind_pv, json);
+                assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+                VolumeSpec *s = p->volumes[0].spec;
+                assert_non_null(s);
+                if (cases[i].applies != volume_spec_fs_group_applies(s, cases[i].policy, true))
+                        fail_msg("case %zu: modes %s policy %s", i, cases[i].modes ?: "none",
+                                 cases[i].policy ?: "default");
+                /* The CSI access mode is another rule: RWO when there are none. */
+                if (!cases[i].modes)
+                        assert_string_equal(s->access_mode, "ReadWriteOnce");
+                VolumeSpec *copy = volume_spec_copy(s);
+                assert_true(volume_spec_fs_group_applies(copy, cases[i].policy, true) == cases[i].applies);
+                assert_false(volume_spec_fs_group_applies(copy, cases[i].policy, false));
+                volume_spec_free(copy);
+                s->read_only = true;
+                assert_false(volume_spec_fs_group_applies(s, cases[i].policy, true));
+                desired_pod_free(p);
+                k8s_pv_free(f.pvs[0]);
+                f.pvs[0] = NULL;
+        }
+        fake_free(&f);
+        k8s_pod_free(pod);
+}
+
 static void test_selinux_context_and_rwop(void **state) {
         Fake f = {};
         ClusterView view = { get_pvc, get_pv, &f, lookup_error };
@@ -464,6 +520,7 @@ int main(void) {
                 cmocka_unit_test(test_pod_volumes_wanted),
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
+                cmocka_unit_test(test_fs_group_rule),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

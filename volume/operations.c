@@ -689,7 +689,10 @@ static void step_call(Operation *op) {
                                           },
                                           on_call_done, op, &op->call);
         } else {
-                if (op->av->lifecycle == VOLUME_PERSISTENT && op->stage_capable) {
+                /* kubelet: a file system's staging path only when the driver
+                 * stages (csi_mounter.go), a block volume's always
+                 * (csi_block.go publishVolumeForBlock). */
+                if (op->av->lifecycle == VOLUME_PERSISTENT && (op->stage_capable || op->av->block)) {
                         r = op->av->block ? path_block_staging(op->av->spec_name, &staging_rel)
                                           : path_staging_target(op->av->driver, op->av->handle, &staging_rel);
                         staging = r >= 0 ? abs_path(op, staging_rel) : NULL;

@@ -814,7 +814,11 @@ void reconciler_pass(VolumeManager *m) {
                 log_debug("Reconcile pass (%s) started %zu operations", full ? "full" : "scoped", started);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
-        if (!full && m->verify_incremental) {
+        /* An operation that ended inside this pass (one with no CSI call to
+         * wait for, say an unstage for a driver without STAGE_UNSTAGE) has
+         * scheduled the pass that follows it up: not missed, only not yet due. */
+        if (!full && m->verify_incremental && !m->full_pass_wanted && hashmap_size(m->dirty_pods) == 0 &&
+            hashmap_size(m->dirty_volumes) == 0) {
                 PassState check = { .now = ps.now, .next_retry = UINT64_MAX, .verify = true };
                 m->verifying = true;
                 plan_everything(m, &check);

@@ -404,7 +404,10 @@ static void step_publish_context(Operation *op) {
 
 static const K8sSecretRef *secret_ref(const Operation *op) {
         const K8sSecretRef *ref = NULL;
-        if (op->kind == OP_STAGE)
+        /* kubelet reads nodeStageSecretRef only for a driver that stages
+         * (csi_attacher.go MountDevice, csi_block.go stageVolumeForBlock):
+         * a stale reference must not fail a volume no NodeStageVolume needs. */
+        if (op->kind == OP_STAGE && op->stage_capable)
                 ref = &op->spec->stage_secret;
         else if (op->kind == OP_PUBLISH)
                 ref = &op->spec->publish_secret;

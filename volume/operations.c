@@ -358,26 +358,19 @@ static void step_capabilities(Operation *op) {
                 op_fail(op, r, false, "kubernetes.io/csi: failed to call NodeGetCapabilities: %s", strerror(-r));
 }
 
-static void step_publish_context(Operation *op) {
-        const K8sVolumeAttachment *va = NULL;
-        char name[CSI_HASH_NAME_MAX];
-        int r;
+static void on_attachment(K8sClient *c, int error, long status, const char *message, void *obj, void *userdata) {
+        _cleanup_(k8s_volume_attachment_freep) K8sVolumeAttachment *va = obj;
+        Operation *op = userdata;
+        char name[CSI_HASH_NAME_MAX] = "";
 
-        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH) {
-                op_continue(op);
+        (void) csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
+        if (!va) {
+                op_fail(op, error < 0 ? error : -ENOENT, false, "kubernetes.io/csi: failed to fetch publishContext: "
+                        "volume attachment %s: %s", name, message ?: "not found");
                 return;
         }
-        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
-                op_continue(op);
-                return;
-        }
-        r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
-        if (r >= 0)
-                r = object_watches_get(op->m->watches, &k8s_kind_volume_attachment, NULL, name,
-                                       (const void **) &va);
-        if (r < 0 || !va || !va->attached) {
-                op_fail(op, r < 0 ? r : -ENOENT, false, "kubernetes.io/csi: volume attachment %s is not attached",
-                        name);
+        if (!va->attached) {
+                op_fail(op, -ENOENT, false, "kubernetes.io/csi: volume attachment %s is not attached", name);
                 return;
         }
         k8s_string_map_done(&op->publish_context);
@@ -400,6 +393,30 @@ static void step_publish_context(Operation *op) {
                 op->publish_context.n = i + 1;
         }
         op_continue(op);
+}
+
+/* kubelet's getPublishContext: a GET of the VolumeAttachment before every
+ * NodeStageVolume and NodePublishVolume, not the copy the attach wait
+ * cached, which is read again only when the Node changes or at the resync:
+ * after a re-attach the attachment's metadata (azuredisk's LUN, aws-ebs's
+ * device path) is another one, and a stale one mounts the wrong disk. */
+static void step_publish_context(Operation *op) {
+        char name[CSI_HASH_NAME_MAX];
+        int r;
+
+        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH) {
+                op_continue(op);
+                return;
+        }
+        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
+                op_continue(op);
+                return;
+        }
+        r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
+        if (r >= 0)
+                r = k8s_get_object(op->m->k8s, &k8s_kind_volume_attachment, NULL, name, on_attachment, op);
+        if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to fetch publishContext: %s", strerror(-r));
 }
 
 static const K8sSecretRef *secret_ref(const Operation *op) {

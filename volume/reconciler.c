@@ -218,6 +218,16 @@ static bool selinux_context_allows(VolumeManager *m, PodEntry *e, const DesiredP
 
         if (av->lifecycle != VOLUME_PERSISTENT || av->block)
                 return true;
+        /* Two containers of the pod mount it with different labels: one
+         * mount cannot carry both.  kubelet's desired state refuses the pod
+         * then, when the volume would be mounted with context= at all. */
+        if (want && dv->spec->selinux_conflict) {
+                snprintf(message, sizeof message, "MountVolume.SetUp failed for volume \"%s\" : volume %s is used "
+                         "with two different SELinux contexts in the same pod: \"%s\", \"%s\"",
+                         dv->spec->spec_name, dv->spec->spec_name, want, dv->spec->selinux_conflict);
+                manager_report_once(m, e, p, dv->name, "FailedMount", message);
+                return false;
+        }
         if (av->stage == STAGE_NONE && hashmap_size(av->publishes) == 0 && !actual_volume_busy(av))
                 return true; /* nothing of it on the node: this pod's stage sets the context */
         if (streq_ptr(want, av->selinux_context))

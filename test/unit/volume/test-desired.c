@@ -428,6 +428,44 @@ static void test_fs_group_rule(void **state) {
         k8s_pod_free(pod);
 }
 
+/* kubelet's GetPodVolumeNames + GetMountSELinuxLabel: the effective options
+ * of the containers that mount the volume, a container's over the pod's. */
+static void test_volume_selinux_label_from_containers(void **state) {
+        K8sPod *pod = decode(&k8s_kind_pod,
+                "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\"},"
+                "\"spec\":{\"securityContext\":{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"}},"
+                "\"volumes\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"name\":\"c\"}],"
+                "\"initContainers\":[{\"name\":\"i\",\"volumeMounts\":[{\"name\":\"c\",\"mountPath\":\"/c\"}]}],"
+                "\"containers\":[{\"name\":\"x\",\"volumeMounts\":[{\"name\":\"a\",\"mountPath\":\"/a\"},"
+                "{\"name\":\"b\",\"mountPath\":\"/b\"}],\"securityContext\":{\"seLinuxOptions\":"
+                "{\"user\":\"staff_u\",\"level\":\"s0:c3,c4\"}}},"
+                "{\"name\":\"y\",\"volumeMounts\":[{\"name\":\"b\",\"mountPath\":\"/b\"},"
+                "{\"name\":\"c\",\"mountPath\":\"/c\"}]}]}}");
+        char *label = NULL, *conflict = NULL;
+
+        /* a: only container x, whose options replace the pod's whole. */
+        assert_int_equal(desired_volume_selinux_label(pod, "a", &label, &conflict), 0);
+        assert_string_equal(label, "staff_u:object_r:container_file_t:s0:c3,c4");
+        assert_null(conflict);
+        free(label);
+        /* b: x and y (the pod's options) disagree. */
+        assert_int_equal(desired_volume_selinux_label(pod, "b", &label, &conflict), 0);
+        assert_string_equal(label, "staff_u:object_r:container_file_t:s0:c3,c4");
+        assert_string_equal(conflict, "system_u:object_r:container_file_t:s0:c1,c2");
+        free(label);
+        free(conflict);
+        /* c: the init container and y, both with the pod's options. */
+        assert_int_equal(desired_volume_selinux_label(pod, "c", &label, &conflict), 0);
+        assert_string_equal(label, "system_u:object_r:container_file_t:s0:c1,c2");
+        assert_null(conflict);
+        free(label);
+        /* A volume no container mounts has no label. */
+        assert_int_equal(desired_volume_selinux_label(pod, "none", &label, &conflict), 0);
+        assert_null(label);
+        assert_null(conflict);
+        k8s_pod_free(pod);
+}
+
 static void test_selinux_context_and_rwop(void **state) {
         Fake f = {};
         ClusterView view = { get_pvc, get_pv, &f, lookup_error };
@@ -521,6 +559,7 @@ int main(void) {
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
                 cmocka_unit_test(test_fs_group_rule),
+                cmocka_unit_test(test_volume_selinux_label_from_containers),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@ enum {
         STEP_CALL,
         STEP_MAP,       /* raw block publish: expose the device to the pod */
         STEP_OWNERSHIP,
+        STEP_EXPAND,    /* publish: grow the file system before the publish counts as done */
         STEP_FINISH,
 };
 
@@ -871,6 +872,33 @@ static void step_ownership(Operation *op) {
                    target, (int) fsgroup_walk_pid(op->fsgroup));
 }
 
+static void on_expand_done(Operation *op, int error, const char *message) {
+        if (error < 0) {
+                /* Published, but not at the size the claim asks: uncertain, and
+                 * tried again (kubelet marks it so and keeps the pod waiting). */
+                op_fail(op, error, true, "MountVolume.Setup failed while expanding volume: %s",
+                        strempty(message));
+                return;
+        }
+        op_continue(op);
+}
+
+/* kubelet's expandVolumeDuringMount: after SetUp (and the fsGroup change),
+ * before the volume counts as mounted; expand.c has the rest. */
+static void step_expand(Operation *op) {
+        int r;
+
+        if (op->kind != OP_PUBLISH) {
+                op_continue(op);
+                return;
+        }
+        r = expand_during_publish(op, on_expand_done);
+        if (r == 0)
+                op_continue(op);
+        else if (r < 0)
+                op_fail(op, r, true, "MountVolume.Setup failed while expanding volume: %s", strerror(-r));
+}
+
 static void op_run(Operation *op) {
         switch (op->step) {
         case STEP_CAPABILITIES:
@@ -896,6 +924,9 @@ static void op_run(Operation *op) {
                 return;
         case STEP_OWNERSHIP:
                 step_ownership(op);
+                return;
+        case STEP_EXPAND:
+                step_expand(op);
                 return;
         default:
                 op_finish(op, true);

@@ -155,9 +155,9 @@ static void check_soon(ExpandTable *t) {
 
 /* ---- the end of an attempt --------------------------------------------------- */
 
-/* Ends the publish an in-mount attempt runs inside (see internal.h). */
 static void entry_fetch(ExpandEntry *e);
 
+/* Ends the publish an in-mount attempt runs inside (see internal.h). */
 static void mount_finish(ExpandEntry *e, int error, const char *message) {
         _cleanup_free_ char *text = strdup(strempty(message));
         Operation *op = e->mount_op;
@@ -911,16 +911,27 @@ int expand_during_publish(Operation *op, expand_mount_done_t done) {
         if (object_watches_get(m->watches, &k8s_kind_pv, NULL, av->spec_name, (const void **) &pv) < 0 || !pv ||
             isempty(pv->claim_namespace) || isempty(pv->claim_name))
                 return 0;
+        /* Published for another pod already: its claim is watched for a new
+         * size by the checks (every interval, and at each update of a pod
+         * using it), as for the running pod.  Not read again for every pod
+         * that comes: 20 pods on one claim cost one read, not 20 (kubelet
+         * reads the claim at every MountVolume). */
+        const char *key;
+        void *value;
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, &key, &value);)
+                if (!streq(key, op->pod.uid) && ((ActualPublish *) value)->state == PUBLISH_DONE)
+                        return 0;
         e = hashmap_get(t->entries, av->unique_name);
         if (e && (e->busy || e->mount_op))
-                return 0; /* an expansion of it runs already, which this publish does not wait for */
+                return 0; /* a read or an expansion of it runs already, which this publish does not wait for */
         if (!e) {
                 e = calloc(1, sizeof *e);
                 if (!e)
                         return -ENOMEM;
                 e->t = t;
                 e->refs = 1;
-                if (!(e->unique_name = strdup(av->unique_name)) || hashmap_put(t->entries, e->unique_name, e, NULL) < 0) {
+                if (!(e->unique_name = strdup(av->unique_name)) ||
+                    hashmap_put(t->entries, e->unique_name, e, NULL) < 0) {
                         free(e->unique_name);
                         free(e);
                         return -ENOMEM;

@@ -334,8 +334,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                         return;
         }
         if (actual_volume_pod_busy(av, p->uid)) {
-                /* Keep the VolumeAttachment's cached answer while the stage or
-                 * publish in flight reads its publish context. */
+                /* Keep the VolumeAttachment's cached answer (the attach wait's)
+                 * while a stage or publish runs; the operation reads its
+                 * publish context with a GET of its own. */
                 char va_name[CSI_HASH_NAME_MAX];
                 const void *va;
                 if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver) &&

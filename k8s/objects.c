@@ -188,6 +188,10 @@ static void containers_free(K8sContainer *c, size_t n) {
                         free(c[i].devices[k].path);
                 }
                 free(c[i].devices);
+                free(c[i].selinux_user);
+                free(c[i].selinux_role);
+                free(c[i].selinux_type);
+                free(c[i].selinux_level);
         }
         free(c);
 }
@@ -291,6 +295,29 @@ static int mounts_decode(JsonPath *p, const cJSON *j, const char *key, const cha
         return 0;
 }
 
+/* A container's securityContext.seLinuxOptions: the volumes it mounts get
+ * their SELinux label from them (kubelet's GetPodVolumeNames). */
+static int container_selinux_decode(JsonPath *p, const cJSON *container, K8sContainer *c) {
+        const cJSON *sc, *se;
+
+        TRY(k8s_json_get_object(p, container, "securityContext", JSON_OPTIONAL, &sc));
+        if (!sc)
+                return 0;
+        size_t s1 = k8s_json_path_push(p, "securityContext");
+        TRY(k8s_json_get_object(p, sc, "seLinuxOptions", JSON_OPTIONAL, &se));
+        if (se) {
+                size_t s2 = k8s_json_path_push(p, "seLinuxOptions");
+                c->has_selinux = true;
+                TRY(k8s_json_get_string(p, se, "user", JSON_OPTIONAL, &c->selinux_user));
+                TRY(k8s_json_get_string(p, se, "role", JSON_OPTIONAL, &c->selinux_role));
+                TRY(k8s_json_get_string(p, se, "type", JSON_OPTIONAL, &c->selinux_type));
+                TRY(k8s_json_get_string(p, se, "level", JSON_OPTIONAL, &c->selinux_level));
+                k8s_json_path_pop(p, s2);
+        }
+        k8s_json_path_pop(p, s1);
+        return 0;
+}
+
 static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8sContainer **ret,
                              size_t *ret_n) {
         const cJSON *a;
@@ -311,6 +338,7 @@ static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8
                 TRY(k8s_json_get_string(p, e, "name", JSON_REQUIRED, &c->name));
                 TRY(mounts_decode(p, e, "volumeMounts", "mountPath", &c->mounts, &c->n_mounts));
                 TRY(mounts_decode(p, e, "volumeDevices", "devicePath", &c->devices, &c->n_devices));
+                TRY(container_selinux_decode(p, e, c));
                 k8s_json_path_pop(p, s2);
         }
         return 0;

@@ -63,6 +63,11 @@ typedef struct K8sContainer {
         size_t n_mounts;
         K8sVolumeMount *devices; /* volumeDevices */
         size_t n_devices;
+        /* securityContext.seLinuxOptions: has_selinux when the object is
+         * there (it replaces the pod's whole, as kubelet's
+         * DetermineEffectiveSecurityContext has it). */
+        bool has_selinux;
+        char *selinux_user, *selinux_role, *selinux_type, *selinux_level;
 } K8sContainer;
 
 typedef struct K8sContainerStatus {

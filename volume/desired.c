@@ -50,12 +50,14 @@ VolumeSpec *volume_spec_free(VolumeSpec *s) {
         free(s->fs_type);
         k8s_strv_free(s->mount_flags);
         free(s->access_mode);
+        k8s_strv_free(s->access_modes);
         k8s_string_map_done(&s->attributes);
         free(s->stage_secret.name);
         free(s->stage_secret.namespace);
         free(s->publish_secret.name);
         free(s->publish_secret.namespace);
         free(s->selinux_label);
+        free(s->selinux_conflict);
         free(s->selinux_change_policy);
         free(s);
         return NULL;
@@ -75,12 +77,14 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
         s->read_only = from->read_only;
         s->rwop = from->rwop;
         if (strdup_or_null(from->selinux_label, &s->selinux_label) < 0 ||
+            strdup_or_null(from->selinux_conflict, &s->selinux_conflict) < 0 ||
             strdup_or_null(from->selinux_change_policy, &s->selinux_change_policy) < 0)
                 return NULL;
         if (strdup_or_null(from->spec_name, &s->spec_name) < 0 || strdup_or_null(from->driver, &s->driver) < 0 ||
             strdup_or_null(from->handle, &s->handle) < 0 || strdup_or_null(from->unique_name, &s->unique_name) < 0 ||
             strdup_or_null(from->fs_type, &s->fs_type) < 0 || copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
             strdup_or_null(from->access_mode, &s->access_mode) < 0 ||
+            copy_strv(from->access_modes, &s->access_modes) < 0 ||
             copy_string_map(&from->attributes, &s->attributes) < 0 ||
             copy_secret_ref(from->stage_secret.namespace, from->stage_secret.name, &s->stage_secret) < 0 ||
             copy_secret_ref(from->publish_secret.namespace, from->publish_secret.name, &s->publish_secret) < 0)
@@ -170,15 +174,63 @@ static bool selinux_part_valid(const char *s) {
         return true;
 }
 
-int desired_selinux_label(const K8sPod *pod, char **ret) {
-        const char *user = isempty(pod->selinux_user) ? "system_u" : pod->selinux_user;
+static int selinux_file_label(const char *user_in, const char *level, char **ret) {
+        const char *user = isempty(user_in) ? "system_u" : user_in;
 
         *ret = NULL;
-        if (isempty(pod->selinux_level))
+        if (isempty(level))
                 return 0;
-        if (!selinux_part_valid(user) || !selinux_part_valid(pod->selinux_level))
+        if (!selinux_part_valid(user) || !selinux_part_valid(level))
                 return 0;
-        return asprintf(ret, "%s:object_r:container_file_t:%s", user, pod->selinux_level) < 0 ? -ENOMEM : 0;
+        return asprintf(ret, "%s:object_r:container_file_t:%s", user, level) < 0 ? -ENOMEM : 0;
+}
+
+int desired_selinux_label(const K8sPod *pod, char **ret) {
+        return selinux_file_label(pod->selinux_user, pod->selinux_level, ret);
+}
+
+static bool container_mounts(const K8sContainer *c, const char *name) {
+        for (size_t m = 0; m < c->n_mounts; m++)
+                if (streq_ptr(c->mounts[m].name, name))
+                        return true;
+        return false;
+}
+
+int desired_volume_selinux_label(const K8sPod *pod, const char *name, char **ret, char **ret_conflict) {
+        _cleanup_free_ char *first = NULL, *other = NULL;
+        bool pod_has = pod->selinux_user || pod->selinux_role || pod->selinux_type || pod->selinux_level;
+        bool any = false;
+        const struct {
+                const K8sContainer *c;
+                size_t n;
+        } lists[] = { { pod->init_containers, pod->n_init_containers }, { pod->containers, pod->n_containers } };
+        int r;
+
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++) {
+                        const K8sContainer *c = &lists[l].c[i];
+                        _cleanup_free_ char *label = NULL;
+
+                        if (!container_mounts(c, name) || !(c->has_selinux || pod_has))
+                                continue;
+                        /* The container's options replace the pod's whole. */
+                        r = c->has_selinux ? selinux_file_label(c->selinux_user, c->selinux_level, &label)
+                                           : selinux_file_label(pod->selinux_user, pod->selinux_level, &label);
+                        if (r < 0)
+                                return r;
+                        if (!any) {
+                                any = true;
+                                first = TAKE_PTR(label);
+                        } else if (!other && !streq(strempty(first), strempty(label))) {
+                                /* "": a container whose label kvolumed cannot know */
+                                other = label ? TAKE_PTR(label) : strdup("");
+                                if (!other)
+                                        return -ENOMEM;
+                        }
+                }
+        *ret = TAKE_PTR(first);
+        *ret_conflict = TAKE_PTR(other);
+        return 0;
 }
 
 const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, bool driver_selinux_mount,
@@ -188,11 +240,32 @@ const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, 
         /* kubelet: only volumes with a PV (no inline ones), and no mount for a device. */
         if (s->lifecycle != VOLUME_PERSISTENT || s->block)
                 return NULL;
+        /* VolumeSupportsSELinuxMount: with several modes kubelet cannot tell
+         * which one the pods use, and mounts with no context. */
+        if (k8s_strv_length(s->access_modes) != 1)
+                return NULL;
         if (streq_ptr(s->selinux_change_policy, "Recursive"))
                 return NULL;
         if (s->rwop || (mount_all && streq_ptr(s->selinux_change_policy, "MountOption")))
                 return s->selinux_label;
         return NULL;
+}
+
+bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_policy, bool has_fs_group) {
+        const char *policy = fs_group_policy ?: "ReadWriteOnceWithFSType";
+
+        if (!has_fs_group || s->read_only || streq(policy, "None"))
+                return false;
+        if (streq(policy, "File"))
+                return true;
+        if (isempty(s->fs_type))
+                return false;
+        /* Inline volumes are always published ReadWriteOnce. */
+        if (s->lifecycle == VOLUME_EPHEMERAL)
+                return true;
+        /* hasReadWriteOnce: anywhere in the list, and a PV without modes gets
+         * none (the CSI access mode still defaults to RWO: another rule). */
+        return k8s_strv_contains(s->access_modes, "ReadWriteOnce");
 }
 
 static int set_text(char **field, const char *format, ...) _printf_(2, 3);
@@ -396,11 +469,13 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         if (!(s->access_mode = strdup(pv->access_modes && pv->access_modes[0] ? pv->access_modes[0]
                                                                                : "ReadWriteOnce")))
                 return -ENOMEM;
+        if (copy_strv(pv->access_modes, &s->access_modes) < 0)
+                return -ENOMEM;
         /* kubelet enforces ReadWriteOncePod (and mounts it with context=) only
          * when it is the volume's one mode: with more it cannot tell which one
          * the pod means. */
         s->rwop = k8s_strv_length(pv->access_modes) == 1 && streq(pv->access_modes[0], "ReadWriteOncePod");
-        if (desired_selinux_label(pod, &s->selinux_label) < 0 ||
+        if (desired_volume_selinux_label(pod, v->name, &s->selinux_label, &s->selinux_conflict) < 0 ||
             strdup_or_null(pod->selinux_change_policy, &s->selinux_change_policy) < 0)
                 return -ENOMEM;
         if (strdup_or_null(pv->csi->fs_type, &s->fs_type) < 0 || copy_strv(pv->mount_options, &s->mount_flags) < 0 ||

@@ -28,6 +28,7 @@ typedef struct VolumeSpec {
         char *fs_type;       /* NULL: the driver's default */
         char **mount_flags;  /* PV mountOptions; NULL-terminated, may be NULL */
         char *access_mode;   /* PV accessModes[0] (ReadWriteOnce when absent); inline: ReadWriteOnce */
+        char **access_modes; /* PV accessModes as they are (NULL: none); inline: NULL */
         bool read_only;      /* the pod's persistentVolumeClaim.readOnly, or inline csi.readOnly */
         K8sStringMap attributes;
         K8sSecretRef stage_secret;   /* namespace/name */
@@ -36,6 +37,10 @@ typedef struct VolumeSpec {
          * here because whether a mount gets context= depends on the volume
          * too; see volume_spec_selinux_context(). */
         char *selinux_label;         /* NULL: the pod has none kvolumed can know */
+        /* Another label some other container of the pod mounting the volume
+         * has (NULL: they agree): the volume cannot be mounted with context=
+         * for both (kubelet's "used with two different SELinux contexts"). */
+        char *selinux_conflict;
         char *selinux_change_policy; /* the pod's seLinuxChangePolicy; NULL: unset */
         bool rwop;                   /* PV accessModes is exactly [ReadWriteOncePod] */
 } VolumeSpec;
@@ -99,15 +104,31 @@ const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *na
  * has (the label goes into a mount option). */
 int desired_selinux_label(const K8sPod *pod, char **ret);
 
+/* The SELinux file label of the volume "name" of the pod: the effective
+ * seLinuxOptions (a container's own, else the pod's) of the containers that
+ * mount it, as kubelet's GetPodVolumeNames and GetMountSELinuxLabel collect
+ * them; containers with no options at all do not count.  *ret NULL: no label
+ * kvolumed can know; *ret_conflict: another label of another container
+ * (NULL: they agree). */
+int desired_volume_selinux_label(const K8sPod *pod, const char *name, char **ret, char **ret_conflict);
+
 /* The context= mount option value a stage or publish of the volume for this
  * pod passes (kubelet's GetMountSELinuxLabel and VolumeSupportsSELinuxMount),
  * or NULL: only on a host with SELinux, for a driver with seLinuxMount, a
- * persistent file system volume, a pod with a label and without
+ * persistent file system volume with exactly one access mode
+ * (VolumeSupportsSELinuxMount), a pod with a label and without
  * seLinuxChangePolicy Recursive, and either a ReadWriteOncePod volume or,
  * with "mount_all" ([volumes] selinux-mount-all), a pod asking for
  * seLinuxChangePolicy MountOption. */
 const char *volume_spec_selinux_context(const VolumeSpec *s, bool host_selinux, bool driver_selinux_mount,
                                         bool mount_all);
+
+/* kubelet's supportsFSGroup (csi_mounter.go): whether kvolumed applies the
+ * pod's fsGroup to the volume itself, for a driver without VOLUME_MOUNT_GROUP
+ * and the CSIDriver's fsGroupPolicy (NULL: no CSIDriver, the default).  For
+ * ReadWriteOnceWithFSType a PV needs an fsType and ReadWriteOnce anywhere in
+ * its accessModes (none: no fsGroup), an inline volume only an fsType. */
+bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_policy, bool has_fs_group);
 
 VolumeSpec *volume_spec_copy(const VolumeSpec *s);
 VolumeSpec *volume_spec_free(VolumeSpec *s);

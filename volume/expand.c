@@ -23,8 +23,21 @@
  * jitter, so that nodes do not read in step) and at once when a pod using
  * one is updated.  While an expansion runs, the volume has no other
  * operation (ActualVolume.expanding), as kubelet serializes ExpandInUseVolume
- * with the volume's mounts. */
+ * with the volume's mounts.
+ *
+ * Two protocols are accepted.  The claim's allocatedResourceStatuses (KEP-1790
+ * with RecoverVolumeExpansionFailure) as above; or, from an API server or
+ * external-resizer that does not set it, the older one: status.capacity
+ * below the PV's is the request (kubelet's legacyCallNodeExpandOnPlugin),
+ * answered by the new capacity and the resize conditions dropped, and no
+ * allocatedResourceStatuses that the resizer would not know.
+ *
+ * A volume whose claim asks for expansion when a pod's publish of it is made
+ * is grown then, inside the publish operation and before the publish counts
+ * as done (expand_during_publish, kubelet's expandVolumeDuringMount): an
+ * application that reads its free space at start sees the new size. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "k8s/backoff.h"
@@ -75,6 +88,13 @@ struct ExpandEntry {
         CsiCall *call;
         K8sSecret *secret;
         uint64_t start_usec;
+        bool legacy;               /* the attempt follows the older protocol: no allocatedResourceStatuses */
+
+        /* expand_during_publish: the publish this attempt runs inside. */
+        Operation *mount_op;
+        expand_mount_done_t mount_done;
+        char *mount_message;       /* why the attempt failed, for the publish's error */
+        bool due_after_mount;      /* a check asked for its claim meanwhile: read it once the publish is done */
 };
 
 static ExpandEntry *entry_unref(ExpandEntry *e) {
@@ -92,6 +112,7 @@ static ExpandEntry *entry_unref(ExpandEntry *e) {
         free(e->pv_name);
         free(e->spec_name);
         free(e->new_size_text);
+        free(e->mount_message);
         free(e);
         return NULL;
 }
@@ -134,10 +155,64 @@ static void check_soon(ExpandTable *t) {
 
 /* ---- the end of an attempt --------------------------------------------------- */
 
+static void entry_fetch(ExpandEntry *e);
+
+/* Ends the publish an in-mount attempt runs inside (see internal.h). */
+static void mount_finish(ExpandEntry *e, int error, const char *message) {
+        _cleanup_free_ char *text = strdup(strempty(message));
+        Operation *op = e->mount_op;
+        expand_mount_done_t done = e->mount_done;
+
+        e->mount_op = NULL;
+        e->mount_done = NULL;
+        e->mount_message = mfree_str(e->mount_message);
+        /* An update of the pod while the publish read the claim may have come
+         * with a new size the publish's read predates. */
+        if (e->due_after_mount && !e->dropped) {
+                e->due_after_mount = false;
+                entry_fetch(e);
+        }
+        if (op && done)
+                done(op, error, text ?: "out of memory");
+}
+
+static void mount_note_failure(ExpandEntry *e, const char *format, ...) _printf_(2, 3);
+static void mount_note_failure(ExpandEntry *e, const char *format, ...) {
+        va_list ap;
+
+        if (!e->mount_op)
+                return;
+        free(e->mount_message);
+        va_start(ap, format);
+        if (vasprintf(&e->mount_message, format, ap) < 0)
+                e->mount_message = NULL;
+        va_end(ap);
+}
+
 static void attempt_end(ExpandEntry *e, bool success, bool retry) {
         VolumeManager *m = e->t->m;
         ActualVolume *av = hashmap_get(m->volumes, e->unique_name);
         uint64_t now = now_usec(m);
+
+        if (e->mount_op) {
+                /* Inside a publish: the publish's operation accounts for it.  A
+                 * final error was reported on the claim and is not tried again
+                 * at this size: the mount goes on without it, as kubelet's
+                 * next MountVolume does; anything else fails the publish. */
+                bool final = !success && e->new_size > 0 && e->failed_size == e->new_size;
+                e->busy = false;
+                e->secret = k8s_secret_free(e->secret);
+                if (success)
+                        backoff_reset(&e->backoff);
+                if (m->metrics_hook && av) {
+                        char plugin[128];
+                        snprintf(plugin, sizeof plugin, CSI_PLUGIN_NAME ":%s", av->driver);
+                        m->metrics_hook(plugin, "volume_fs_resize", success, now - e->start_usec,
+                                        m->metrics_userdata);
+                }
+                mount_finish(e, success || final ? 0 : -EIO, e->mount_message ?: "the expansion did not finish");
+                return;
+        }
 
         e->busy = false;
         e->secret = k8s_secret_free(e->secret);
@@ -200,9 +275,12 @@ static void on_patched(K8sClient *c, int error, const char *message, void *userd
         LogFields f = entry_fields(e, av);
 
         free(ctx);
-        if (error < 0)
+        if (error < 0) {
                 log_fields(LOG_WARNING, &f, "Failed to update the status of claim %s/%s: %s", e->claim_namespace,
                            e->claim_name, strempty(message));
+                mount_note_failure(e, "kubernetes.io/csi: failed to update the status of claim %s/%s: %s",
+                                   e->claim_namespace, e->claim_name, strempty(message));
+        }
         switch (stage) {
         case PATCH_IN_PROGRESS:
                 if (error < 0)
@@ -279,6 +357,8 @@ static void on_expanded(const CsiStatus *status, const CsiExpandResult *result, 
         if (asprintf(&message, "MountVolume.NodeExpandVolume failed for volume \"%s\" : kubernetes.io/csi: "
                      "Expander.NodeExpand failed to expand the volume : %s", e->spec_name, strempty(error)) >= 0)
                 claim_event(e, "Warning", "FileSystemResizeFailed", message);
+        mount_note_failure(e, "MountVolume.NodeExpandVolume failed: kubernetes.io/csi: Expander.NodeExpand failed "
+                           "to expand the volume : %s", strempty(error));
         if (!csi_code_is_final(status->code)) {
                 /* The driver may still be at it: try again after the backoff. */
                 log_fields(LOG_WARNING, &f, "NodeExpandVolume of %s to %" PRIi64 " bytes failed, retrying: %s",
@@ -292,10 +372,13 @@ static void on_expanded(const CsiStatus *status, const CsiExpandResult *result, 
         log_fields(LOG_WARNING, &f, "NodeExpandVolume of %s to %" PRIi64 " bytes failed for good (%s): %s",
                    e->spec_name, e->new_size, code_infeasible(status->code) ? "infeasible" : "final error",
                    strempty(error));
-        r = patch_status(e, PATCH_FAILED,
-                         &(K8sPvcResizeUpdate){ .resize_status = code_infeasible(status->code) ? "NodeResizeInfeasible"
-                                                                                               : "NodeResizeInProgress",
-                                                .error = error ? error : "unknown error" });
+        /* The older protocol has no place for it: the Event says it. */
+        r = e->legacy ? -EOPNOTSUPP
+                      : patch_status(e, PATCH_FAILED,
+                                     &(K8sPvcResizeUpdate){ .resize_status = code_infeasible(status->code)
+                                                                                     ? "NodeResizeInfeasible"
+                                                                                     : "NodeResizeInProgress",
+                                                            .error = error ? error : "unknown error" });
         if (r < 0)
                 attempt_end(e, false, false);
         entry_unref(e);
@@ -327,13 +410,17 @@ static void start_call(ExpandEntry *e) {
         int r;
 
         f.csi_method = "NodeExpandVolume";
-        if (!av || !pub || pub->state != PUBLISH_DONE || !pv || !pv->csi || !dc) {
+        /* Inside a publish, its target: the publish is not recorded yet. */
+        const char *target_rel = e->mount_op ? e->mount_op->target : pub && pub->state == PUBLISH_DONE ? pub->target
+                                                                                                       : NULL;
+        if (!av || !target_rel || !pv || !pv->csi || !dc) {
                 log_fields(LOG_INFO, &f, "Volume %s is no longer published for pod %s; not expanding it now",
                            e->spec_name, strempty(e->pod.key));
+                mount_note_failure(e, "kubernetes.io/csi: volume %s is not published", e->spec_name);
                 attempt_end(e, false, false);
                 return;
         }
-        if (asprintf(&target, "%s/%s", m->root->path, pub->target) < 0) {
+        if (asprintf(&target, "%s/%s", m->root->path, target_rel) < 0) {
                 attempt_end(e, false, true);
                 return;
         }
@@ -389,6 +476,8 @@ static void on_secret(K8sClient *c, int error, long status, const char *message,
                 const K8sSecretRef *ref = &e->pv->csi->node_expand_secret;
                 log_fields(LOG_WARNING, &f, "Cannot expand volume %s: failed to get secret %s/%s: %s", e->spec_name,
                            strempty(ref->namespace), strempty(ref->name), message ? message : "not found");
+                mount_note_failure(e, "kubernetes.io/csi: failed to get secret %s/%s: %s", strempty(ref->namespace),
+                                   strempty(ref->name), message ? message : "not found");
                 attempt_end(e, false, true);
         } else {
                 e->secret = obj;
@@ -421,6 +510,41 @@ static void after_in_progress(ExpandEntry *e) {
 static void on_capabilities(const CsiStatus *status, const CsiNodeCapabilities *caps, void *userdata);
 
 static void evaluate(ExpandEntry *e);
+static void start_attempt(ExpandEntry *e);
+static bool want_expansion(ExpandEntry *e, const ActualVolume *av, int64_t *ret_size);
+
+/* Inside a publish (expand_during_publish): the claim and PV were just read.
+ * No backoff of the periodic check and no wait for the volume's other
+ * operations: the publish is one of them, and has its own backoff. */
+static void evaluate_for_mount(ExpandEntry *e) {
+        VolumeManager *m = e->t->m;
+        ActualVolume *av = hashmap_get(m->volumes, e->unique_name);
+        DriverCaps *dc = av ? hashmap_get(m->caps, av->driver) : NULL;
+        int64_t size;
+
+        if (e->busy || e->gets > 0)
+                return; /* started already, or its answers are still coming */
+        if (!e->answered_pvc || !e->answered_pv) {
+                /* kubelet: "mountVolume.NodeExpandVolume get PVC failed", and the mount is tried again. */
+                mount_finish(e, -EIO, "kubernetes.io/csi: failed to read the claim and volume for their sizes");
+                return;
+        }
+        if (m->stopping || !av || !want_expansion(e, av, &size) || !dc || !dc->known ||
+            !csi_node_capabilities_has(&dc->caps, CSI_NODE_CAP_EXPAND_VOLUME)) {
+                mount_finish(e, 0, NULL);
+                return;
+        }
+        free(e->new_size_text);
+        e->new_size_text = strdup(e->pv->capacity);
+        if (!e->new_size_text) {
+                mount_finish(e, -ENOMEM, "out of memory");
+                return;
+        }
+        e->new_size = size;
+        e->busy = true;
+        e->start_usec = now_usec(m);
+        start_attempt(e);
+}
 
 static bool want_expansion(ExpandEntry *e, const ActualVolume *av, int64_t *ret_size) {
         const K8sPersistentVolumeClaim *pvc = e->pvc;
@@ -442,6 +566,17 @@ static bool want_expansion(ExpandEntry *e, const ActualVolume *av, int64_t *ret_
                 return false;
         if (pv_size <= claim_size)
                 return false;
+        /* The older protocol (no allocatedResourceStatuses): the capacity
+         * below the PV's is the request (legacyCallNodeExpandOnPlugin).  A
+         * bound claim always has a capacity; without one its status is not
+         * written yet, and there is nothing to compare. */
+        e->legacy = !pvc->resize_status;
+        if (e->legacy && pvc->capacity) {
+                if (pv_size == e->failed_size)
+                        return false;
+                *ret_size = pv_size;
+                return true;
+        }
         /* The controller's part is done and the node's is wanted (kubelet's
          * runPreCheck); NodeResizeInfeasible waits for a new size. */
         if (!streq_ptr(pvc->resize_status, "NodeResizePending") &&
@@ -467,6 +602,10 @@ static void evaluate(ExpandEntry *e) {
         int64_t size;
         int r;
 
+        if (e->mount_op) {
+                evaluate_for_mount(e);
+                return;
+        }
         if (e->busy || e->dropped || m->stopping || !av || !want_expansion(e, av, &size))
                 return;
         if (!backoff_allows(&e->backoff, now)) {
@@ -502,6 +641,20 @@ static void evaluate(ExpandEntry *e) {
         e->start_usec = now;
         av->expanding = true;
         m->n_running++;
+        start_attempt(e);
+}
+
+/* The claim says NodeResizeInProgress (not in the older protocol, which has
+ * no such status), then the secret and the call. */
+static void start_attempt(ExpandEntry *e) {
+        ActualVolume *av = hashmap_get(e->t->m->volumes, e->unique_name);
+        LogFields f = entry_fields(e, av);
+        int r;
+
+        if (e->legacy) {
+                after_in_progress(e);
+                return;
+        }
         r = patch_status(e, PATCH_IN_PROGRESS, &(K8sPvcResizeUpdate){ .resize_status = "NodeResizeInProgress" });
         if (r < 0) {
                 log_fields_errno(LOG_WARNING, r, &f, "Cannot update the status of claim %s/%s: %m",
@@ -561,7 +714,7 @@ static void on_get(K8sClient *c, int error, long status, const char *message, vo
                 entry_fetch(e);
                 return;
         }
-        if (e->answered_pvc && e->answered_pv)
+        if ((e->answered_pvc && e->answered_pv) || e->mount_op)
                 evaluate(e);
 }
 
@@ -627,8 +780,14 @@ static void scan(ExpandTable *t) {
         const char *key;
         void *value;
 
-        for (size_t i = 0; hashmap_iterate(t->entries, &i, NULL, &value);)
-                ((ExpandEntry *) value)->pod.uid = mfree_str(((ExpandEntry *) value)->pod.uid);
+        /* An entry inside a publish keeps its pod: the publish is not recorded yet. */
+        for (size_t i = 0; hashmap_iterate(t->entries, &i, NULL, &value);) {
+                ExpandEntry *e = value;
+                if (!e->mount_op)
+                        e->pod.uid = mfree_str(e->pod.uid);
+                else if (t->due_all || hashmap_get(t->due_pods, e->pod.uid))
+                        e->due_after_mount = true;
+        }
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
                 PodEntry *pe = value;
                 const K8sPod *pod = k8s_informer_get(m->pods, pe->namespace, pe->name);
@@ -649,6 +808,10 @@ static void scan(ExpandTable *t) {
                         if (!pub || pub->state != PUBLISH_DONE || claim_of(pod, dv->name, &claim) <= 0)
                                 continue;
                         e = hashmap_get(t->entries, s->unique_name);
+                        if (e && e->mount_op) {
+                                e->due_after_mount = e->due_after_mount || due;
+                                continue; /* inside a publish, which reads the claim itself */
+                        }
                         if (e && e->pod.uid)
                                 continue; /* another pod has it too: one expansion per volume */
                         if (!e) {
@@ -730,6 +893,70 @@ void expand_volume_published(VolumeManager *m) {
          * (a scan reads only the claims it has not seen yet). */
         if (m->expand)
                 check_soon(m->expand);
+}
+
+int expand_during_publish(Operation *op, expand_mount_done_t done) {
+        VolumeManager *m = op->m;
+        ExpandTable *t = m->expand;
+        ActualVolume *av = op->av;
+        const K8sPersistentVolume *pv = NULL;
+        LogFields f = { .pod_uid = op->pod.uid, .pod = op->pod.key, .volume = op->spec_name, .driver = av->driver,
+                        .volume_handle = av->handle };
+        ExpandEntry *e;
+
+        if (!t || av->lifecycle != VOLUME_PERSISTENT || av->block || op->republish || m->stopping)
+                return 0;
+        /* kubelet finds the claim through the PV's claimRef; the PV is the
+         * one the pod's volume resolved to, in the lookup cache. */
+        if (object_watches_get(m->watches, &k8s_kind_pv, NULL, av->spec_name, (const void **) &pv) < 0 || !pv ||
+            isempty(pv->claim_namespace) || isempty(pv->claim_name))
+                return 0;
+        /* Published for another pod already: its claim is watched for a new
+         * size by the checks (every interval, and at each update of a pod
+         * using it), as for the running pod.  Not read again for every pod
+         * that comes: 20 pods on one claim cost one read, not 20 (kubelet
+         * reads the claim at every MountVolume). */
+        const char *key;
+        void *value;
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, &key, &value);)
+                if (!streq(key, op->pod.uid) && ((ActualPublish *) value)->state == PUBLISH_DONE)
+                        return 0;
+        e = hashmap_get(t->entries, av->unique_name);
+        if (e && (e->busy || e->mount_op))
+                return 0; /* a read or an expansion of it runs already, which this publish does not wait for */
+        if (!e) {
+                e = calloc(1, sizeof *e);
+                if (!e)
+                        return -ENOMEM;
+                e->t = t;
+                e->refs = 1;
+                if (!(e->unique_name = strdup(av->unique_name)) ||
+                    hashmap_put(t->entries, e->unique_name, e, NULL) < 0) {
+                        free(e->unique_name);
+                        free(e);
+                        return -ENOMEM;
+                }
+        }
+        pod_info_done(&e->pod);
+        if (pod_info_copy(&op->pod, &e->pod) < 0 || free_and_strdup(&e->claim_namespace, pv->claim_namespace) < 0 ||
+            free_and_strdup(&e->claim_name, pv->claim_name) < 0 || free_and_strdup(&e->pv_name, av->spec_name) < 0 ||
+            free_and_strdup(&e->spec_name, op->spec_name) < 0) {
+                entry_drop(t, e);
+                return -ENOMEM;
+        }
+        e->mount_op = op;
+        e->mount_done = done;
+        /* Read now, as kubelet does: not what a check read a minute ago. */
+        e->answered_pvc = e->answered_pv = false;
+        entry_fetch(e);
+        if (e->gets == 0) {
+                e->mount_op = NULL;
+                e->mount_done = NULL;
+                return -EIO;
+        }
+        log_fields(LOG_DEBUG, &f, "Reading claim %s/%s and volume %s for their sizes before the publish of %s counts "
+                   "as done", e->claim_namespace, e->claim_name, e->pv_name, op->spec_name);
+        return 1;
 }
 
 void expand_pod_changed(VolumeManager *m, const K8sPod *pod) {

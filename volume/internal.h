@@ -311,6 +311,17 @@ void expand_free(VolumeManager *m);
 void expand_pod_changed(VolumeManager *m, const K8sPod *pod);
 /* A file system PV was published for a pod: its claim is read now. */
 void expand_volume_published(VolumeManager *m);
+/* kubelet's expandVolumeDuringMount: after the first NodePublishVolume of a
+ * persistent file system volume for a pod, and before that publish counts as
+ * done, its claim and PV are read and, when the claim asks for it, the file
+ * system is grown inside the new target, so that the pod's containers see
+ * the new size from their start.  0: nothing to do ("done" is not called);
+ * 1: started, "done" is called once, never from inside; -errno.  "done" gets
+ * 0 when the publish may count as done (grown, nothing to grow, or a final
+ * error reported on the claim: the mount is not held back for it), or -errno
+ * and a message when it must be tried again. */
+typedef void (*expand_mount_done_t)(Operation *op, int error, const char *message);
+int expand_during_publish(Operation *op, expand_mount_done_t done);
 
 /* actual.c */
 ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,

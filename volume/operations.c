@@ -24,6 +24,7 @@ enum {
         STEP_CALL,
         STEP_MAP,       /* raw block publish: expose the device to the pod */
         STEP_OWNERSHIP,
+        STEP_EXPAND,    /* publish: grow the file system before the publish counts as done */
         STEP_FINISH,
 };
 
@@ -365,26 +366,19 @@ static void step_capabilities(Operation *op) {
                 op_fail(op, r, false, "kubernetes.io/csi: failed to call NodeGetCapabilities: %s", strerror(-r));
 }
 
-static void step_publish_context(Operation *op) {
-        const K8sVolumeAttachment *va = NULL;
-        char name[CSI_HASH_NAME_MAX];
-        int r;
+static void on_attachment(K8sClient *c, int error, long status, const char *message, void *obj, void *userdata) {
+        _cleanup_(k8s_volume_attachment_freep) K8sVolumeAttachment *va = obj;
+        Operation *op = userdata;
+        char name[CSI_HASH_NAME_MAX] = "";
 
-        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH) {
-                op_continue(op);
+        (void) csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
+        if (!va) {
+                op_fail(op, error < 0 ? error : -ENOENT, false, "kubernetes.io/csi: failed to fetch publishContext: "
+                        "volume attachment %s: %s", name, message ?: "not found");
                 return;
         }
-        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
-                op_continue(op);
-                return;
-        }
-        r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
-        if (r >= 0)
-                r = object_watches_get(op->m->watches, &k8s_kind_volume_attachment, NULL, name,
-                                       (const void **) &va);
-        if (r < 0 || !va || !va->attached) {
-                op_fail(op, r < 0 ? r : -ENOENT, false, "kubernetes.io/csi: volume attachment %s is not attached",
-                        name);
+        if (!va->attached) {
+                op_fail(op, -ENOENT, false, "kubernetes.io/csi: volume attachment %s is not attached", name);
                 return;
         }
         k8s_string_map_done(&op->publish_context);
@@ -409,9 +403,36 @@ static void step_publish_context(Operation *op) {
         op_continue(op);
 }
 
+/* kubelet's getPublishContext: a GET of the VolumeAttachment before every
+ * NodeStageVolume and NodePublishVolume, not the copy the attach wait
+ * cached, which is read again only when the Node changes or at the resync:
+ * after a re-attach the attachment's metadata (azuredisk's LUN, aws-ebs's
+ * device path) is another one, and a stale one mounts the wrong disk. */
+static void step_publish_context(Operation *op) {
+        char name[CSI_HASH_NAME_MAX];
+        int r;
+
+        if (op->kind != OP_STAGE && op->kind != OP_PUBLISH) {
+                op_continue(op);
+                return;
+        }
+        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
+                op_continue(op);
+                return;
+        }
+        r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, name);
+        if (r >= 0)
+                r = k8s_get_object(op->m->k8s, &k8s_kind_volume_attachment, NULL, name, on_attachment, op);
+        if (r < 0)
+                op_fail(op, r, false, "kubernetes.io/csi: failed to fetch publishContext: %s", strerror(-r));
+}
+
 static const K8sSecretRef *secret_ref(const Operation *op) {
         const K8sSecretRef *ref = NULL;
-        if (op->kind == OP_STAGE)
+        /* kubelet reads nodeStageSecretRef only for a driver that stages
+         * (csi_attacher.go MountDevice, csi_block.go stageVolumeForBlock):
+         * a stale reference must not fail a volume no NodeStageVolume needs. */
+        if (op->kind == OP_STAGE && op->stage_capable)
                 ref = &op->spec->stage_secret;
         else if (op->kind == OP_PUBLISH)
                 ref = &op->spec->publish_secret;
@@ -480,18 +501,10 @@ static CsiAccessMode access_mode(const Operation *op) {
         return CSI_ACCESS_MODE_UNKNOWN;
 }
 
-/* kubelet's supportsFSGroup (csi_mounter.go). */
+/* kubelet's supportsFSGroup (csi_mounter.go): whether kvolumed chowns. */
 static bool fs_group_applies(const Operation *op) {
         const K8sCSIDriver *d = manager_csidriver(op->m, op->av->driver);
-        const char *policy = d ? d->fs_group_policy : "ReadWriteOnceWithFSType";
-
-        if (!op->pod.has_fs_group || op->spec->read_only || streq_ptr(policy, "None"))
-                return false;
-        if (streq_ptr(policy, "File"))
-                return true;
-        if (isempty(op->spec->fs_type))
-                return false;
-        return op->av->lifecycle == VOLUME_EPHEMERAL || streq_ptr(op->spec->access_mode, "ReadWriteOnce");
+        return volume_spec_fs_group_applies(op->spec, d ? d->fs_group_policy : NULL, op->pod.has_fs_group);
 }
 
 /* NOT_FOUND from NodeUnpublishVolume or NodeUnstageVolume: the driver
@@ -719,8 +732,12 @@ static void step_call(Operation *op) {
         if (context_flag)
                 flags[n_flags++] = context_flag;
 
-        /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed does not chown. */
-        bool mount_group = op->mount_group_capable && fs_group_applies(op);
+        /* With VOLUME_MOUNT_GROUP the driver applies fsGroup, and kvolumed
+         * does not chown.  kubelet passes the pod's fsGroup then whatever
+         * fsGroupPolicy, access modes, fsType or readOnly say (csi_attacher.go
+         * MountDevice, csi_mounter.go SetUpAt): azurefile and smb make it the
+         * SMB gid= option, which a read-only or RWX volume needs as much. */
+        bool mount_group = op->mount_group_capable && op->pod.has_fs_group;
         if (mount_group)
                 snprintf(group, sizeof group, "%" PRIi64, op->pod.fs_group);
         CsiVolumeCapability cap = {
@@ -751,7 +768,10 @@ static void step_call(Operation *op) {
                                           },
                                           on_call_done, op, &op->call);
         } else {
-                if (op->av->lifecycle == VOLUME_PERSISTENT && op->stage_capable) {
+                /* kubelet: a file system's staging path only when the driver
+                 * stages (csi_mounter.go), a block volume's always
+                 * (csi_block.go publishVolumeForBlock). */
+                if (op->av->lifecycle == VOLUME_PERSISTENT && (op->stage_capable || op->av->block)) {
                         r = op->av->block ? path_block_staging(op->av->spec_name, &staging_rel)
                                           : path_staging_target(op->av->driver, op->av->handle, &staging_rel);
                         staging = r >= 0 ? abs_path(op, staging_rel) : NULL;
@@ -910,6 +930,33 @@ static void step_ownership(Operation *op) {
                    target, (int) fsgroup_walk_pid(op->fsgroup));
 }
 
+static void on_expand_done(Operation *op, int error, const char *message) {
+        if (error < 0) {
+                /* Published, but not at the size the claim asks: uncertain, and
+                 * tried again (kubelet marks it so and keeps the pod waiting). */
+                op_fail(op, error, true, "MountVolume.Setup failed while expanding volume: %s",
+                        strempty(message));
+                return;
+        }
+        op_continue(op);
+}
+
+/* kubelet's expandVolumeDuringMount: after SetUp (and the fsGroup change),
+ * before the volume counts as mounted; expand.c has the rest. */
+static void step_expand(Operation *op) {
+        int r;
+
+        if (op->kind != OP_PUBLISH) {
+                op_continue(op);
+                return;
+        }
+        r = expand_during_publish(op, on_expand_done);
+        if (r == 0)
+                op_continue(op);
+        else if (r < 0)
+                op_fail(op, r, true, "MountVolume.Setup failed while expanding volume: %s", strerror(-r));
+}
+
 static void op_run(Operation *op) {
         switch (op->step) {
         case STEP_CAPABILITIES:
@@ -935,6 +982,9 @@ static void op_run(Operation *op) {
                 return;
         case STEP_OWNERSHIP:
                 step_ownership(op);
+                return;
+        case STEP_EXPAND:
+                step_expand(op);
                 return;
         default:
                 op_finish(op, true);

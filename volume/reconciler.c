@@ -218,6 +218,16 @@ static bool selinux_context_allows(VolumeManager *m, PodEntry *e, const DesiredP
 
         if (av->lifecycle != VOLUME_PERSISTENT || av->block)
                 return true;
+        /* Two containers of the pod mount it with different labels: one
+         * mount cannot carry both.  kubelet's desired state refuses the pod
+         * then, when the volume would be mounted with context= at all. */
+        if (want && dv->spec->selinux_conflict) {
+                snprintf(message, sizeof message, "MountVolume.SetUp failed for volume \"%s\" : volume %s is used "
+                         "with two different SELinux contexts in the same pod: \"%s\", \"%s\"",
+                         dv->spec->spec_name, dv->spec->spec_name, want, dv->spec->selinux_conflict);
+                manager_report_once(m, e, p, dv->name, "FailedMount", message);
+                return false;
+        }
         if (av->stage == STAGE_NONE && hashmap_size(av->publishes) == 0 && !actual_volume_busy(av))
                 return true; /* nothing of it on the node: this pod's stage sets the context */
         if (streq_ptr(want, av->selinux_context))
@@ -324,8 +334,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                         return;
         }
         if (actual_volume_pod_busy(av, p->uid)) {
-                /* Keep the VolumeAttachment's cached answer while the stage or
-                 * publish in flight reads its publish context. */
+                /* Keep the VolumeAttachment's cached answer (the attach wait's)
+                 * while a stage or publish runs; the operation reads its
+                 * publish context with a GET of its own. */
                 char va_name[CSI_HASH_NAME_MAX];
                 const void *va;
                 if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver) &&
@@ -810,7 +821,11 @@ void reconciler_pass(VolumeManager *m) {
                 log_debug("Reconcile pass (%s) started %zu operations", full ? "full" : "scoped", started);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
-        if (!full && m->verify_incremental) {
+        /* An operation that ended inside this pass (one with no CSI call to
+         * wait for, say an unstage for a driver without STAGE_UNSTAGE) has
+         * scheduled the pass that follows it up: not missed, only not yet due. */
+        if (!full && m->verify_incremental && !m->full_pass_wanted && hashmap_size(m->dirty_pods) == 0 &&
+            hashmap_size(m->dirty_volumes) == 0) {
                 PassState check = { .now = ps.now, .next_retry = UINT64_MAX, .verify = true };
                 m->verifying = true;
                 plan_everything(m, &check);

@@ -34,7 +34,6 @@ typedef struct StatsEntry {
         char *spec_name;
         char *handle;
         char *target;  /* absolute */
-        char *staging; /* absolute; NULL: not staged */
         char *namespace;
         char *claim;
         unsigned generation; /* the last round that listed it */
@@ -88,7 +87,6 @@ static StatsEntry *entry_free(StatsEntry *e) {
         free(e->spec_name);
         free(e->handle);
         free(e->target);
-        free(e->staging);
         free(e->namespace);
         free(e->claim);
         free(e);
@@ -154,19 +152,14 @@ static int resolve_claim(VolumeManager *m, const ActualVolume *av, const ActualP
 
 /* Finds or makes the entry of one publish and brings its paths and labels
  * up to date; NULL when it is not to be sampled (no claim) or on ENOMEM. */
-static StatsEntry *entry_update(StatsDriver *d, const ActualVolume *av, const ActualPublish *pub,
-                                bool staged) {
+static StatsEntry *entry_update(StatsDriver *d, const ActualVolume *av, const ActualPublish *pub) {
         VolumeManager *m = d->stats->m;
-        _cleanup_free_ char *key = NULL, *namespace = NULL, *claim = NULL, *target = NULL, *staging = NULL;
-        _cleanup_free_ char *staging_rel = NULL;
+        _cleanup_free_ char *key = NULL, *namespace = NULL, *claim = NULL, *target = NULL;
         StatsEntry *e;
 
         if (resolve_claim(m, av, pub, &namespace, &claim) <= 0)
                 return NULL;
         if (asprintf(&target, "%s/%s", m->root->path, pub->target) < 0)
-                return NULL;
-        if (staged && path_staging_target(av->driver, av->handle, &staging_rel) >= 0 &&
-            asprintf(&staging, "%s/%s", m->root->path, staging_rel) < 0)
                 return NULL;
         key = entry_key(av->unique_name, pub->pod_uid);
         if (!key)
@@ -188,8 +181,6 @@ static StatsEntry *entry_update(StatsDriver *d, const ActualVolume *av, const Ac
         }
         free(e->target);
         e->target = TAKE_PTR(target);
-        free(e->staging);
-        e->staging = TAKE_PTR(staging);
         free(e->namespace);
         e->namespace = TAKE_PTR(namespace);
         free(e->claim);
@@ -313,7 +304,8 @@ static void pump(StatsDriver *d) {
                         s->m->csi, d->name,
                         &(CsiNodeGetVolumeStatsRequest){ .volume_id = e->handle,
                                                          .volume_path = e->target,
-                                                         .staging_target_path = e->staging,
+                                                         /* kubelet sends no staging path
+                                                          * (csi_client.go NodeGetVolumeStats) */
                                                          .timeout_usec = s->timeout_usec },
                         on_volume_stats, e, &e->call);
                 if (r < 0) {
@@ -346,7 +338,6 @@ static void drop_entries(StatsDriver *d) {
 /* Lists this round's work: every published volume of a claim. */
 static void round_plan(StatsDriver *d) {
         VolumeManager *m = d->stats->m;
-        bool known, staged_driver = driver_has(m, d->name, CSI_NODE_CAP_STAGE_UNSTAGE_VOLUME, &known);
         void *value, *pv;
         size_t n = 0;
 
@@ -366,7 +357,7 @@ static void round_plan(StatsDriver *d) {
                         StatsEntry *e;
                         if (pub->state != PUBLISH_DONE || pub->stale || d->n_queue >= n)
                                 continue;
-                        e = entry_update(d, av, pub, staged_driver && !av->block && av->stage == STAGE_DONE);
+                        e = entry_update(d, av, pub);
                         if (!e)
                                 continue;
                         e->generation = d->generation;

@@ -130,13 +130,14 @@ def test_families_as_kubelets_after_a_full_flow(fake_api, mock_csi_factory, star
     assert families["kubelet_volume_stats_capacity_bytes"].documentation == "[ALPHA] Capacity in bytes of the volume"
     assert value(families, HEALTH, namespace="default", persistentvolumeclaim="data") == 0
 
-    # The calls were what kubelet sends: the handle and the publish target,
-    # with the staging path of a staged volume.
+    # The calls were what kubelet sends (csi_client.go NodeGetVolumeStats):
+    # the handle and the publish target, never a staging path, even of a
+    # staged volume.
     stats_calls = env.calls("NodeGetVolumeStats")
     targets = {env.target(web, "pv-data"), env.target(other, "pv-data")}
     assert stats_calls and {c["request"]["volume_path"] for c in stats_calls} <= targets
     assert all(c["request"]["volume_id"] == "vol-data" for c in stats_calls)
-    assert all(c["request"]["staging_target_path"] == env.staging("vol-data") for c in stats_calls)
+    assert all(not c["request"].get("staging_target_path") for c in stats_calls)
 
     # kubelet's histograms: labels and buckets.
     csi_ops = families["csi_operations_seconds"]

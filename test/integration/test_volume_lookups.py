@@ -7,7 +7,7 @@ reported."""
 import hashlib
 import time
 
-from integration.agent_fixtures import DRIVER, wait_until, write_config
+from integration.agent_fixtures import DRIVER, answered_requests, wait_until, write_config
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
 PLURALS = ("persistentvolumeclaims", "persistentvolumes", "volumeattachments")
@@ -72,11 +72,15 @@ def test_pvc_volume_mounted_by_get_only(volume_env):
     start_as_node(env)
     pod = env.pod("web", [claim_volume("data", "c1")])
     env.wait_mounted(env.target(pod, "pv-1"))
+    # The mount is there before the publish is done: the publish still reads
+    # the claim for its size (kubelet's expandVolumeDuringMount).
+    env.agent.wait_for_log("Volume pv-1 published for pod default/web", timeout=10)
 
     assert lists_or_watches(env) == []
     assert refused(env) == []
-    assert [r["status"] for r in gets(env, PVC_PATH + "c1")][-1] == 200
-    assert [r["status"] for r in gets(env, PV_PATH + "pv-1")][-1] == 200
+    answered = answered_requests(env.api, lambda r: r["method"] == "GET")
+    assert [r["status"] for r in answered if r["path"] == PVC_PATH + "c1"][-1] == 200
+    assert [r["status"] for r in answered if r["path"] == PV_PATH + "pv-1"][-1] == 200
 
     # Steady state: nothing about the volume is read again.
     mounted = time.time()

@@ -376,6 +376,100 @@ static void test_selinux_label(void **state) {
         assert_null(label_of("{\"seLinuxOptions\":{\"user\":\"a b\",\"level\":\"s0\"}}"));
 }
 
+/* kubelet's supportsFSGroup: ReadWriteOnce anywhere in the PV's modes; a PV
+ * without modes gets no fsGroup (its CSI access mode still defaults to RWO). */
+static void test_fs_group_rule(void **state) {
+        static const struct {
+                const char *modes; /* JSON, or NULL: no accessModes */
+                const char *policy;
+                bool applies;
+        } cases[] = {
+                { "[\"ReadWriteOnce\"]", NULL, true },
+                { "[\"ReadOnlyMany\",\"ReadWriteOnce\"]", NULL, true },
+                { "[\"ReadOnlyMany\",\"ReadWriteOnce\"]", "ReadWriteOnceWithFSType", true },
+                { "[\"ReadWriteMany\"]", NULL, false },
+                { "[\"ReadWriteOncePod\"]", NULL, false },
+                { NULL, NULL, false },
+                { NULL, "File", true },
+                { "[\"ReadWriteOnce\"]", "None", false },
+        };
+        Fake f = {};
+        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
+                               "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-1"));
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char json[1024];
+                DesiredPod *p = NULL;
+
+                snprintf(json, sizeof json,
+                         "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},"
+                         "\"spec\":{\"csi\":{\"driver\":\"d.example.com\",\"volumeHandle\":\"h\","
+                         "\"fsType\":\"ext4\"}%s%s}}",
+                         cases[i].modes ? ",\"accessModes\":" : "", cases[i].modes ?: "");
+                f.pvs[0] = decode(&k8s_kind_pv, json);
+                assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+                VolumeSpec *s = p->volumes[0].spec;
+                assert_non_null(s);
+                if (cases[i].applies != volume_spec_fs_group_applies(s, cases[i].policy, true))
+                        fail_msg("case %zu: modes %s policy %s", i, cases[i].modes ?: "none",
+                                 cases[i].policy ?: "default");
+                /* The CSI access mode is another rule: RWO when there are none. */
+                if (!cases[i].modes)
+                        assert_string_equal(s->access_mode, "ReadWriteOnce");
+                VolumeSpec *copy = volume_spec_copy(s);
+                assert_true(volume_spec_fs_group_applies(copy, cases[i].policy, true) == cases[i].applies);
+                assert_false(volume_spec_fs_group_applies(copy, cases[i].policy, false));
+                volume_spec_free(copy);
+                s->read_only = true;
+                assert_false(volume_spec_fs_group_applies(s, cases[i].policy, true));
+                desired_pod_free(p);
+                k8s_pv_free(f.pvs[0]);
+                f.pvs[0] = NULL;
+        }
+        fake_free(&f);
+        k8s_pod_free(pod);
+}
+
+/* kubelet's GetPodVolumeNames + GetMountSELinuxLabel: the effective options
+ * of the containers that mount the volume, a container's over the pod's. */
+static void test_volume_selinux_label_from_containers(void **state) {
+        K8sPod *pod = decode(&k8s_kind_pod,
+                "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\"},"
+                "\"spec\":{\"securityContext\":{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"}},"
+                "\"volumes\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"name\":\"c\"}],"
+                "\"initContainers\":[{\"name\":\"i\",\"volumeMounts\":[{\"name\":\"c\",\"mountPath\":\"/c\"}]}],"
+                "\"containers\":[{\"name\":\"x\",\"volumeMounts\":[{\"name\":\"a\",\"mountPath\":\"/a\"},"
+                "{\"name\":\"b\",\"mountPath\":\"/b\"}],\"securityContext\":{\"seLinuxOptions\":"
+                "{\"user\":\"staff_u\",\"level\":\"s0:c3,c4\"}}},"
+                "{\"name\":\"y\",\"volumeMounts\":[{\"name\":\"b\",\"mountPath\":\"/b\"},"
+                "{\"name\":\"c\",\"mountPath\":\"/c\"}]}]}}");
+        char *label = NULL, *conflict = NULL;
+
+        /* a: only container x, whose options replace the pod's whole. */
+        assert_int_equal(desired_volume_selinux_label(pod, "a", &label, &conflict), 0);
+        assert_string_equal(label, "staff_u:object_r:container_file_t:s0:c3,c4");
+        assert_null(conflict);
+        free(label);
+        /* b: x and y (the pod's options) disagree. */
+        assert_int_equal(desired_volume_selinux_label(pod, "b", &label, &conflict), 0);
+        assert_string_equal(label, "staff_u:object_r:container_file_t:s0:c3,c4");
+        assert_string_equal(conflict, "system_u:object_r:container_file_t:s0:c1,c2");
+        free(label);
+        free(conflict);
+        /* c: the init container and y, both with the pod's options. */
+        assert_int_equal(desired_volume_selinux_label(pod, "c", &label, &conflict), 0);
+        assert_string_equal(label, "system_u:object_r:container_file_t:s0:c1,c2");
+        assert_null(conflict);
+        free(label);
+        /* A volume no container mounts has no label. */
+        assert_int_equal(desired_volume_selinux_label(pod, "none", &label, &conflict), 0);
+        assert_null(label);
+        assert_null(conflict);
+        k8s_pod_free(pod);
+}
+
 static void test_selinux_context_and_rwop(void **state) {
         Fake f = {};
         ClusterView view = { get_pvc, get_pv, &f, lookup_error };
@@ -597,6 +691,8 @@ int main(void) {
                 cmocka_unit_test(test_ephemeral_container_mounts_count),
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
+                cmocka_unit_test(test_fs_group_rule),
+                cmocka_unit_test(test_volume_selinux_label_from_containers),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -203,7 +203,12 @@ int desired_volume_selinux_label(const K8sPod *pod, const char *name, char **ret
         const struct {
                 const K8sContainer *c;
                 size_t n;
-        } lists[] = { { pod->init_containers, pod->n_init_containers }, { pod->containers, pod->n_containers } };
+        } lists[] = {
+                { pod->init_containers, pod->n_init_containers },
+                { pod->containers, pod->n_containers },
+                /* A debugging container that mounts the volume has a label too. */
+                { pod->ephemeral_containers, pod->n_ephemeral_containers },
+        };
         int r;
 
         for (size_t l = 0; l < ELEMENTSOF(lists); l++)

@@ -405,7 +405,7 @@ static void test_fs_group_rule(void **state) {
 
                 snprintf(json, sizeof json,
                          "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-1\",\"resourceVersion\":\"1\"},"
-                         "\"spec\":{\"csi\":{\"driver\":\"d.example.com\",\"volumeHandle\":\"h\","
+                         "\"spec\":{" REF_C1 "\"csi\":{\"driver\":\"d.example.com\",\"volumeHandle\":\"h\","
                          "\"fsType\":\"ext4\"}%s%s}}",
                          cases[i].modes ? ",\"accessModes\":" : "", cases[i].modes ?: "");
                 f.pvs[0] = decode(&k8s_kind_pv, json);
@@ -438,7 +438,9 @@ static void test_volume_selinux_label_from_containers(void **state) {
         K8sPod *pod = decode(&k8s_kind_pod,
                 "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\"},"
                 "\"spec\":{\"securityContext\":{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"}},"
-                "\"volumes\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"name\":\"c\"}],"
+                "\"volumes\":[{\"name\":\"a\"},{\"name\":\"b\"},{\"name\":\"c\"},{\"name\":\"d\"}],"
+                "\"ephemeralContainers\":[{\"name\":\"debug\",\"volumeMounts\":[{\"name\":\"d\","
+                "\"mountPath\":\"/d\"}],\"securityContext\":{\"seLinuxOptions\":{\"level\":\"s0:c9\"}}}],"
                 "\"initContainers\":[{\"name\":\"i\",\"volumeMounts\":[{\"name\":\"c\",\"mountPath\":\"/c\"}]}],"
                 "\"containers\":[{\"name\":\"x\",\"volumeMounts\":[{\"name\":\"a\",\"mountPath\":\"/a\"},"
                 "{\"name\":\"b\",\"mountPath\":\"/b\"}],\"securityContext\":{\"seLinuxOptions\":"
@@ -461,6 +463,11 @@ static void test_volume_selinux_label_from_containers(void **state) {
         /* c: the init container and y, both with the pod's options. */
         assert_int_equal(desired_volume_selinux_label(pod, "c", &label, &conflict), 0);
         assert_string_equal(label, "system_u:object_r:container_file_t:s0:c1,c2");
+        assert_null(conflict);
+        free(label);
+        /* d: only the ephemeral (kubectl debug) container mounts it. */
+        assert_int_equal(desired_volume_selinux_label(pod, "d", &label, &conflict), 0);
+        assert_string_equal(label, "system_u:object_r:container_file_t:s0:c9");
         assert_null(conflict);
         free(label);
         /* A volume no container mounts has no label. */

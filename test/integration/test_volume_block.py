@@ -323,7 +323,8 @@ def test_unstage_waits_for_a_mapping_of_the_volume_under_another_pv(volume_env):
     open(f"{twin}/dev/0b5e9c1e-2222-4333-8444-555566667777", "w").close()
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnpublishVolume")
-    wait_until(lambda: "is still published on this node" in env.agent.output() or env.calls("NodeUnstageVolume"),
+    held = ("is still published on this node", "is still referenced from other Pods")
+    wait_until(lambda: any(h in env.agent.output() for h in held) or env.calls("NodeUnstageVolume"),
                timeout=15, what="the unstage held or made")
     assert not env.calls("NodeUnstageVolume"), "unstaged while a mapping of the volume exists"
     os.unlink(f"{twin}/dev/0b5e9c1e-2222-4333-8444-555566667777")

@@ -245,8 +245,14 @@ int fsgroup_walk_start(sd_event *event, const char *path, gid_t gid, bool on_roo
                 return r;
         }
         if (w->pid == 0) {
-                /* The child touches nothing of the parent's loop or connections. */
+                /* The child touches nothing of the parent's loop or connections,
+                 * and keeps none of its descriptors but the pipe: above all not
+                 * root-dir's lock (volume/rootlock.c), which a child stuck in a
+                 * dead file system would otherwise hold after kvolumed is gone. */
                 (void) signal(SIGTERM, SIG_DFL);
+                if (write_fd > 3)
+                        (void) close_range(3, (unsigned) write_fd - 1, 0);
+                (void) close_range((unsigned) write_fd + 1, ~0U, 0);
                 _exit(apply(path, gid, on_root_mismatch, write_fd) == 0 ? 0 : 1);
         }
         close(TAKE_FD(write_fd));

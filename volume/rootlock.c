@@ -63,11 +63,14 @@ int root_dir_lock(const char *path, int *ret_fd) {
                         return log_error_errno(errno, "Failed to lock root-dir %s: %m", path);
                 holder = fstat(fd, &st) >= 0 ? flock_holder(&st) : 0;
                 if (holder > 0)
-                        log_error("root-dir %s is in use by another kvolumed (PID %d): one kvolumed per root-dir; "
-                                  "not starting", path, (int) holder);
+                        log_error("root-dir %s is in use by another kvolumed (PID %d): one kvolumed per "
+                                  "root-dir; "
+                                  "not starting",
+                                  path, (int) holder);
                 else
                         log_error("root-dir %s is locked by another process: one kvolumed per root-dir; "
-                                  "not starting", path);
+                                  "not starting",
+                                  path);
                 return -EBUSY;
         }
         *ret_fd = TAKE_FD(fd);

@@ -14,11 +14,11 @@ import json
 import time
 import urllib.request
 
-from integration.agent_fixtures import DRIVER, wait_until, write_config
+from integration.agent_fixtures import DRIVER, answered_requests, wait_until, write_config
 from integration.test_agent_metrics import SERVING
 
 REG = "reg.csi.kvolumed.io"
-PODS, VOLUMES_PER_POD = 20, 5  # 100 published volumes
+PODS, INLINE_PER_POD = 20, 4  # and one persistent volume each: 100 published volumes
 # volume/internal.h DRIVER_WAIT_GRACE_USEC
 GRACE = 20.0
 
@@ -51,9 +51,19 @@ def inline(name):
     return {"name": name, "csi": {"driver": REG, "volumeAttributes": {"size": "1Mi"}}}
 
 
+def persistent(env, i):
+    """PV pv<i> (staged, then published) bound to claim c<i>."""
+    env.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv{i}"},
+                    "spec": {"capacity": {"storage": "64Mi"}, "accessModes": ["ReadWriteOnce"],
+                             "claimRef": {"namespace": "default", "name": f"c{i}"},
+                             "csi": {"driver": REG, "volumeHandle": f"vol{i}"}}})
+    env.pvc(f"c{i}", f"pv{i}")
+    return {"name": "data", "persistentVolumeClaim": {"claimName": f"c{i}"}}
+
+
 def registered_driver(env, mock_csi_factory):
     env.api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": REG},
-                    "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
+                    "spec": {"attachRequired": False, "volumeLifecycleModes": ["Persistent", "Ephemeral"]}})
     return mock_csi_factory(name=REG, tmpfs=True, registration_dir=True, node_id="reg-node")
 
 
@@ -61,8 +71,8 @@ def registrations(drv):
     return sum(1 for n in drv.control.registration()["notifications"] if n["plugin_registered"])
 
 
-def publishes(drv):
-    return [c for c in drv.calls() if c["method"] == "NodePublishVolume"]
+def publishes(drv, method="NodePublishVolume"):
+    return [c for c in drv.calls() if c["method"] == method]
 
 
 def failed_mounts(env):
@@ -74,12 +84,22 @@ def test_restart_with_100_published_volumes_posts_no_event(volume_env, mock_csi_
     drv = registered_driver(env, mock_csi_factory)
     start(env, drv.registration_dir)
     wait_until(lambda: registrations(drv) == 1, 30, what="the driver registered")
-    pods = [env.pod(f"p{i}", [inline(f"v{j}") for j in range(VOLUMES_PER_POD)]) for i in range(PODS)]
-    targets = sorted(env.target(p, f"v{j}") for p in pods for j in range(VOLUMES_PER_POD))
+    pods = [env.pod(f"p{i}", [inline(f"v{j}") for j in range(INLINE_PER_POD)] + [persistent(env, i)])
+            for i in range(PODS)]
+    targets = sorted([env.target(p, f"v{j}") for p in pods for j in range(INLINE_PER_POD)]
+                     + [env.target(p, f"pv{i}") for i, p in enumerate(pods)])
+    assert len(targets) == 100
     for t in targets:
         env.wait_mounted(t, timeout=120)
     wait_until(lambda: len(publishes(drv)) == len(targets), 30, what="100 publishes logged")
+    assert len(publishes(drv, "NodeStageVolume")) == PODS
+    # Each publish has its Normal event (posted after it): all of them in,
+    # and every event request answered, before the restart.
+    wait_until(lambda: len([e for e in env.events() if e.get("reason") == "SuccessfulMountVolume"]) == 100, 30,
+               what="100 SuccessfulMountVolume events")
+    answered_requests(env.api, lambda r: "/events" in r["path"])
     assert failed_mounts(env) == []
+    events_before = env.events()
 
     # An upgrade: kvolumed stops and starts again; the registrar's socket
     # stays.  Its GetInfo answers only after kvolumed's first pass, as on a
@@ -93,19 +113,27 @@ def test_restart_with_100_published_volumes_posts_no_event(volume_env, mock_csi_
     assert published(volumes(address)) == targets
     env.agent.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
     assert published(volumes(address)) == targets
+    answered_requests(env.api, lambda r: "/events" in r["path"])
+    assert failed_mounts(env) == [], failed_mounts(env)[:3]
     # A pod created while the driver is not back yet waits for it, silently.
     late = env.pod("late", [inline("v")])
-    wait_until(lambda: any(p["pod_uid"] == late["metadata"]["uid"]
-                           for p in volumes(address).get("pending", [])) or
-               f"waits for CSI driver {REG}" in env.agent.output(), 30, what="the late pod waits for the driver")
+    env.agent.wait_for_log(f"Volume v of pod default/late waits for CSI driver {REG} to register", timeout=30)
     drv.control.clear_faults("GetInfo")
     wait_until(lambda: registrations(drv) == 2, 60, what="the driver registered again\n"
                + env.agent.output()[-3000:])
     env.wait_mounted(env.target(late, "v"), timeout=60)
-    assert published(volumes(address)) == sorted(targets + [env.target(late, "v")])
-    # Nothing set up was published again, nothing was reported.
+    # The driver mounts before it answers: kvolumed has it once the answer came.
+    wait_until(lambda: published(volumes(address)) == sorted(targets + [env.target(late, "v")]), 30,
+               what="the 101 volumes published in /volumes")
+    # Nothing set up was staged or published again, nothing was reported:
+    # not one Event on the running pods since the restart; the late pod has
+    # its volume's success, no warning.
     assert len(publishes(drv)) == len(targets) + 1
+    assert len(publishes(drv, "NodeStageVolume")) == PODS
     assert failed_mounts(env) == [], failed_mounts(env)[:3]
+    events = env.events()
+    assert [e for e in events if e["involvedObject"]["name"] != "late"] == events_before
+    assert [e["type"] for e in events if e["involvedObject"]["name"] == "late"] in ([], ["Normal"])
     assert "not found in the list of registered CSI drivers" not in env.agent.output()
 
 

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 
-from integration.agent_fixtures import DRIVER, wait_until
+from integration.agent_fixtures import DRIVER, wait_until, write_config
 
 EXIT_CONFIG_ERROR = 1
 
@@ -16,27 +16,30 @@ def inline(name):
     return {"name": name, "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}}
 
 
-def test_a_second_kvolumed_on_the_same_root_dir_refuses_to_start(volume_env, kvolumed_bin):
+def test_a_second_kvolumed_on_the_same_root_dir_refuses_to_start(volume_env, kvolumed_bin, mock_csi_factory):
     env = volume_env
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
     first = env.start()
     first.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
     pod = env.pod("web", [inline("scratch")])
     env.wait_mounted(env.target(pod, "scratch"))
-    wait_until(lambda: env.calls("NodePublishVolume"), what="the publish logged")
-    calls = len(env.calls())
-    writes = len([r for r in env.api.requests() if r["method"] != "GET"])
 
-    # The same configuration, in the foreground, as an operator would.
-    second = subprocess.run([kvolumed_bin, "--config", str(env.tmp_path / "kvolumed.conf")],
+    # The operator's copy, in the foreground, on the same root-dir.  It has
+    # an identity and a driver socket of its own, so that whatever it would
+    # do is told apart from what the first one does meanwhile.
+    own_driver = mock_csi_factory(name=DRIVER, tmpfs=True)
+    config = write_config(env.tmp_path / "debug.conf", env.root, env.api.kubeconfig_path,
+                          f'[driver "{DRIVER}"]\nendpoint = {own_driver.endpoint}\n')
+    second = subprocess.run([kvolumed_bin, "--config", config],
                             env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, timeout=60)
     assert second.returncode == EXIT_CONFIG_ERROR, second.stderr
     assert f"PID {first.proc.pid}" in second.stderr, second.stderr
     assert env.root in second.stderr, second.stderr
-    # It called no driver, wrote nothing to the API server; the first runs on.
-    assert len(env.calls()) == calls, env.calls()[calls:]
-    assert len([r for r in env.api.requests() if r["method"] != "GET"]) == writes
+    # It called no driver and asked nothing of the API server; the first runs on.
+    assert own_driver.calls() == []
+    node_user = "system:node:test-node"
+    assert [r for r in env.api.requests() if r["user"] != node_user] == []
     assert first.proc.poll() is None
     assert os.path.ismount(env.target(pod, "scratch"))
 

@@ -142,12 +142,15 @@ def test_a_volume_waiting_for_its_driver_says_so_after_the_grace_once(volume_env
     drv = registered_driver(env, mock_csi_factory)
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
     drv.control.stop_registration()  # the driver is not there
-    start(env, drv.registration_dir)
+    address = start(env, drv.registration_dir)
     env.agent.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
     created = time.monotonic()
     pod = env.pod("web", [inline("scratch")])
     env.agent.wait_for_log(f"waits for CSI driver {REG} to register", timeout=30)
     assert failed_mounts(env) == [], "reported before the grace period"
+    # /volumes says what it waits for meanwhile.
+    waiting = [v for v in volumes(address)["volumes"] if v["driver"] == REG]
+    assert len(waiting) == 1 and waiting[0]["driver_waiting_since"], waiting
     event = env.wait_event("FailedMount", f"driver name {REG} not found in the list of registered CSI drivers",
                            timeout=GRACE + 30)[0]
     assert time.monotonic() - created >= GRACE - 1, "reported before the grace period"
@@ -163,6 +166,8 @@ def test_a_volume_waiting_for_its_driver_says_so_after_the_grace_once(volume_env
     env.wait_mounted(env.target(other, "s"), timeout=60)
     drv.control.start_registration()
     env.wait_mounted(env.target(pod, "scratch"), timeout=60)
+    wait_until(lambda: [v["driver_waiting_since"] for v in volumes(address)["volumes"] if v["driver"] == REG]
+               == [None], what="/volumes: no longer waiting")
     events = failed_mounts(env)
     assert len(events) == 1 and events[0].get("count", 1) == 1, events
     assert events[0]["metadata"]["name"] == event["metadata"]["name"]

@@ -98,9 +98,9 @@ typedef struct Frame {
         char *name; /* in the parent; NULL for the root */
         dev_t dev;
         ino_t ino;
-        int fd;         /* -1: closed to bound the descriptors */
-        char **subdirs; /* its subdirectories still to walk, read at once */
-        Entry *subdir_ids;
+        int fd;             /* -1: closed to bound the descriptors */
+        char **subdirs;     /* its subdirectories still to walk, read at once */
+        ino_t *subdir_inos; /* all on the volume's st_dev */
         size_t n_subdirs, next;
 } Frame;
 
@@ -118,7 +118,7 @@ static void frame_done(Stack *k, Frame *f) {
         for (size_t i = 0; i < f->n_subdirs; i++)
                 free(f->subdirs[i]);
         free(f->subdirs);
-        free(f->subdir_ids);
+        free(f->subdir_inos);
         free(f->name);
 }
 
@@ -220,12 +220,12 @@ static int read_dir(Walker *w, Frame *f) {
                         char **names = reallocarray(f->subdirs, n, sizeof *names);
                         if (names)
                                 f->subdirs = names;
-                        Entry *ids = names ? reallocarray(f->subdir_ids, n, sizeof *ids) : NULL;
-                        if (!ids) {
+                        ino_t *inos = names ? reallocarray(f->subdir_inos, n, sizeof *inos) : NULL;
+                        if (!inos) {
                                 r = -ENOMEM;
                                 break;
                         }
-                        f->subdir_ids = ids;
+                        f->subdir_inos = inos;
                         allocated = n;
                 }
                 f->subdirs[f->n_subdirs] = strdup(de->d_name);
@@ -233,7 +233,7 @@ static int read_dir(Walker *w, Frame *f) {
                         r = -ENOMEM;
                         break;
                 }
-                f->subdir_ids[f->n_subdirs++] = e;
+                f->subdir_inos[f->n_subdirs++] = e.ino;
         }
         closedir(d);
         return r;
@@ -241,9 +241,9 @@ static int read_dir(Walker *w, Frame *f) {
 
 /* Without MNT_ID (kernels before 5.8), a bind mount of the volume's own
  * tree inside it is found as an ancestor met again. */
-static bool is_ancestor(const Stack *k, const Entry *e) {
+static bool is_ancestor(const Stack *k, ino_t ino) {
         for (size_t i = 0; i < k->n; i++)
-                if (k->frames[i].dev == e->dev && k->frames[i].ino == e->ino)
+                if (k->frames[i].ino == ino)
                         return true;
         return false;
 }
@@ -270,7 +270,7 @@ static int walk(Walker *w, int root_fd, const Entry *root) {
         while (r >= 0 && k.n > 0) {
                 Frame *top = &k.frames[k.n - 1];
                 const char *name;
-                Entry id;
+                ino_t ino;
                 int parent, fd;
 
                 if (top->next == top->n_subdirs) {
@@ -279,8 +279,8 @@ static int walk(Walker *w, int root_fd, const Entry *root) {
                         continue;
                 }
                 name = top->subdirs[top->next];
-                id = top->subdir_ids[top->next++];
-                if (!w->has_mnt_id && is_ancestor(&k, &id))
+                ino = top->subdir_inos[top->next++];
+                if (!w->has_mnt_id && is_ancestor(&k, ino))
                         continue;
                 parent = frame_fd(&k, k.n - 1);
                 if (parent == -ESTALE) { /* moved away meanwhile: its subtree with it */
@@ -291,7 +291,7 @@ static int walk(Walker *w, int root_fd, const Entry *root) {
                         r = parent;
                         break;
                 }
-                fd = open_subdir(parent, name, id.dev, id.ino);
+                fd = open_subdir(parent, name, w->dev, ino);
                 if (fd == -ESTALE)
                         continue;
                 if (fd < 0) {
@@ -308,7 +308,7 @@ static int walk(Walker *w, int root_fd, const Entry *root) {
                         k.frames = frames;
                         k.allocated *= 2;
                 }
-                k.frames[k.n] = (Frame){ .name = strdup(name), .dev = id.dev, .ino = id.ino, .fd = fd };
+                k.frames[k.n] = (Frame){ .name = strdup(name), .dev = w->dev, .ino = ino, .fd = fd };
                 k.n++;
                 k.n_open++;
                 if (!k.frames[k.n - 1].name) {

@@ -146,7 +146,10 @@ def test_a_volume_waiting_for_its_driver_says_so_after_the_grace_once(volume_env
     env.agent.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
     created = time.monotonic()
     pod = env.pod("web", [inline("scratch")])
-    env.agent.wait_for_log(f"waits for CSI driver {REG} to register", timeout=30)
+    # kvolumed has seen the pod once it says the volume waits (or, wrongly,
+    # once it reported it).
+    wait_until(lambda: f"waits for CSI driver {REG} to register" in env.agent.output() or failed_mounts(env), 30,
+               what="the pod's volume waiting for its driver")
     assert failed_mounts(env) == [], "reported before the grace period"
     # /volumes says what it waits for meanwhile.
     waiting = [v for v in volumes(address)["volumes"] if v["driver"] == REG]

@@ -6,6 +6,7 @@
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
+#include "volume/rootdir.h"
 
 /* Exit codes of DESIGN.md §2. */
 enum {
@@ -43,6 +44,7 @@ int main(int argc, char *argv[]) {
         _cleanup_(config_freep) Config *config = NULL;
         _cleanup_(agent_freep) Agent *agent = NULL;
         _cleanup_free_ char *error = NULL;
+        _cleanup_close_ int root_lock = -1;
         const char *config_path = CONFIG_DEFAULT_PATH;
         bool check_config = false;
         int c, r;
@@ -82,6 +84,16 @@ int main(int argc, char *argv[]) {
 
         log_setup();
         log_set_max_level(config->log_level);
+
+        /* Before anything reads root-dir or calls a driver; held until exit.
+         * Another kvolumed there is a setup error that a restart cannot fix:
+         * the configuration-error code stops systemd's restart loop
+         * (RestartPreventExitStatus=1). */
+        r = root_dir_lock(config->root_dir, &root_lock);
+        if (r == -EBUSY)
+                return EXIT_CONFIG_ERROR;
+        if (r < 0)
+                return EXIT_STARTUP_FAILURE;
 
         if (curl_loop_global_init() < 0)
                 return EXIT_STARTUP_FAILURE;

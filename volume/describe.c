@@ -201,6 +201,12 @@ static cJSON *volume_json(VolumeManager *m, const Clocks *c, const ActualVolume 
         cJSON_AddStringToObject(o, "mode", av->block ? "block" : "filesystem");
         cJSON_AddBoolToObject(o, "wanted", av->desired);
         cJSON_AddBoolToObject(o, "reconstructed", av->reconstructed);
+        /* What a volume waits for before its FailedMount is due (reconciler.c). */
+        cJSON_AddItemToObject(o, "driver_waiting_since",
+                              monotonic_json(c, av->driver_wait_since != 0 &&
+                                                                !csi_client_has_driver(m->csi, av->driver)
+                                                        ? av->driver_wait_since
+                                                        : 0));
         cJSON_AddItemToObject(o, "attach", attach_json(m, c, av));
         cJSON_AddItemToObject(o, "stage", stage_json(m, av));
         cJSON_AddItemToObject(o, "publishes", publishes_json(m, av, &uncertain));

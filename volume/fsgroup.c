@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +14,10 @@
 
 #define RW_MASK 0660
 #define EXEC_MASK 0110
-/* Deeper trees are refused rather than walked with unbounded descriptors. */
-#define MAX_DEPTH 256
+/* Directory descriptors the walk keeps open at most, whatever the depth:
+ * deeper ancestors are closed and opened again, down from the nearest one
+ * still open, when their other subdirectories come. */
+#define MAX_OPEN_DIRS 16
 /* The child tells the parent it is alive once per directory and once per
  * this many entries: a byte on a pipe, cheap beside the chown. */
 #define PROGRESS_EVERY 64
@@ -23,9 +26,21 @@
 typedef struct Walker {
         gid_t gid;
         dev_t dev;
+        uint64_t mnt_id; /* the volume's mount: a bind mount inside it is not walked */
+        bool has_mnt_id;
         int progress_fd;
         unsigned entries;
 } Walker;
+
+/* What the walk needs of an entry, from the descriptor opened. */
+typedef struct Entry {
+        mode_t mode;
+        gid_t gid;
+        dev_t dev;
+        ino_t ino;
+        uint64_t mnt_id;
+        bool has_mnt_id;
+} Entry;
 
 static void progress(Walker *w) {
         /* Non-blocking: a full pipe already says "alive". */
@@ -33,39 +48,140 @@ static void progress(Walker *w) {
                 (void) !write(w->progress_fd, "", 1);
 }
 
+static int examine(int fd, Entry *ret) {
+        struct statx sx;
+
+        if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+                  STATX_TYPE | STATX_MODE | STATX_GID | STATX_INO | STATX_MNT_ID, &sx) < 0)
+                return -errno;
+        *ret = (Entry){ .mode = sx.stx_mode,
+                        .gid = sx.stx_gid,
+                        .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
+                        .ino = sx.stx_ino,
+                        .mnt_id = sx.stx_mnt_id,
+                        .has_mnt_id = sx.stx_mask & STATX_MNT_ID };
+        return 0;
+}
+
 /* The volume belongs to a pod: its files can be swapped for symlinks while
  * we walk.  So nothing is ever changed by name after a check: each entry is
  * opened once (O_PATH|O_NOFOLLOW, relative to its directory's descriptor),
- * examined with fstat, and changed through that descriptor; a symlink only
- * ever has its own group changed, and a directory is walked through a
- * descriptor reopened from the one examined (kubelet's CVE-2017-1002101 is
- * the same race through a path name). */
-static int fix_opened(int fd, const struct stat *st, gid_t gid) {
+ * examined, and changed through that descriptor; a symlink only ever has
+ * its own group changed (kubelet's CVE-2017-1002101 is the same race
+ * through a path name).  A directory is later opened by name, O_NOFOLLOW,
+ * from its parent's descriptor, and walked only if it is the inode that
+ * was examined. */
+static int fix_opened(int fd, const Entry *e, gid_t gid) {
         char proc[64];
         mode_t mask = RW_MASK;
 
         if (fchownat(fd, "", (uid_t) -1, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
                 return -errno;
-        if (S_ISLNK(st->st_mode))
+        if (S_ISLNK(e->mode))
                 return 0;
-        if (S_ISDIR(st->st_mode))
+        if (S_ISDIR(e->mode))
                 mask |= EXEC_MASK | S_ISGID;
-        if ((st->st_mode & mask) == mask)
+        if ((e->mode & mask) == mask)
                 return 0;
         /* fchmod() refuses O_PATH descriptors; the magic link names exactly
          * the inode opened, whatever its name points to now. */
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        return chmod(proc, (st->st_mode & 07777) | mask) < 0 ? -errno : 0;
+        return chmod(proc, (e->mode & 07777) | mask) < 0 ? -errno : 0;
 }
 
-static int walk(Walker *w, int dir_fd, unsigned depth) {
-        int list_fd, r = 0;
+/* One directory on the way down from the volume's root.  The walk keeps
+ * these on the heap, not the stack, so a tree of any depth is walked; only
+ * MAX_OPEN_DIRS of them keep a descriptor.  Nothing ever goes up through
+ * "..": a pod could move a directory away mid-walk and make ".." lead out
+ * of its volume. */
+typedef struct Frame {
+        char *name; /* in the parent; NULL for the root */
+        dev_t dev;
+        ino_t ino;
+        int fd;             /* -1: closed to bound the descriptors */
+        char **subdirs;     /* its subdirectories still to walk, read at once */
+        ino_t *subdir_inos; /* all on the volume's st_dev */
+        size_t n_subdirs, next;
+} Frame;
+
+typedef struct Stack {
+        Frame *frames;
+        size_t n, allocated;
+        size_t n_open;
+} Stack;
+
+static void frame_done(Stack *k, Frame *f) {
+        if (f->fd >= 0) {
+                close(f->fd);
+                k->n_open--;
+        }
+        for (size_t i = 0; i < f->n_subdirs; i++)
+                free(f->subdirs[i]);
+        free(f->subdirs);
+        free(f->subdir_inos);
+        free(f->name);
+}
+
+/* Closes the shallowest descriptor but the root's while too many are open. */
+static void bound_open(Stack *k) {
+        for (size_t i = 1; k->n_open > MAX_OPEN_DIRS && i + 1 < k->n; i++)
+                if (k->frames[i].fd >= 0) {
+                        close(k->frames[i].fd);
+                        k->frames[i].fd = -1;
+                        k->n_open--;
+                }
+}
+
+/* Opens name below parent_fd as the directory examined before, or -ESTALE
+ * when something else is there now (moved, replaced: not walked). */
+static int open_subdir(int parent_fd, const char *name, dev_t dev, ino_t ino) {
+        _cleanup_close_ int fd = -1;
+        struct stat st;
+
+        fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? -ESTALE : -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (st.st_dev != dev || st.st_ino != ino)
+                return -ESTALE;
+        return TAKE_FD(fd);
+}
+
+/* A descriptor for frame i: its own, or opened again down from the nearest
+ * ancestor that has one (the root always has). */
+static int frame_fd(Stack *k, size_t i) {
+        size_t j = i;
+        int fd = -1;
+
+        while (k->frames[j].fd < 0)
+                j--;
+        for (size_t l = j + 1; l <= i; l++) {
+                int parent = fd >= 0 ? fd : k->frames[j].fd;
+                int next = open_subdir(parent, k->frames[l].name, k->frames[l].dev, k->frames[l].ino);
+                if (fd >= 0)
+                        close(fd);
+                if (next < 0)
+                        return next;
+                fd = next;
+        }
+        if (fd >= 0) {
+                k->frames[i].fd = fd;
+                k->n_open++;
+                bound_open(k);
+        }
+        return k->frames[i].fd;
+}
+
+/* Changes every entry of the directory open in f, and notes its
+ * subdirectories (on the volume's mount) to walk next. */
+static int read_dir(Walker *w, Frame *f) {
+        size_t allocated = 0;
         struct dirent *de;
         DIR *d;
+        int list_fd, r = 0;
 
-        if (depth > MAX_DEPTH)
-                return -ELOOP;
-        list_fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        list_fd = openat(f->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (list_fd < 0)
                 return -errno;
         d = fdopendir(list_fd);
@@ -76,52 +192,164 @@ static int walk(Walker *w, int dir_fd, unsigned depth) {
         progress(w);
         while (r >= 0 && (de = readdir(d))) {
                 _cleanup_close_ int fd = -1;
-                struct stat st;
+                Entry e;
 
                 if (streq(de->d_name, ".") || streq(de->d_name, ".."))
                         continue;
-                fd = openat(dir_fd, de->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+                fd = openat(f->fd, de->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
                 if (fd < 0) {
                         if (errno == ENOENT)
                                 continue; /* removed meanwhile */
                         r = -errno;
                         break;
                 }
-                if (fstat(fd, &st) < 0) {
-                        r = -errno;
+                r = examine(fd, &e);
+                if (r < 0)
                         break;
-                }
-                if (st.st_dev != w->dev)
-                        continue; /* another file system mounted inside: not the volume */
-                r = fix_opened(fd, &st, w->gid);
+                /* Another file system mounted inside, or a bind mount (of the
+                 * volume's own tree, maybe: a loop): not the volume. */
+                if (e.dev != w->dev || (w->has_mnt_id && e.has_mnt_id && e.mnt_id != w->mnt_id))
+                        continue;
+                r = fix_opened(fd, &e, w->gid);
                 if (++w->entries % PROGRESS_EVERY == 0)
                         progress(w);
-                if (r >= 0 && S_ISDIR(st.st_mode))
-                        r = walk(w, fd, depth + 1);
+                if (r < 0 || !S_ISDIR(e.mode))
+                        continue;
+                if (f->n_subdirs == allocated) {
+                        size_t n = allocated ? allocated * 2 : 8;
+                        char **names = reallocarray(f->subdirs, n, sizeof *names);
+                        if (names)
+                                f->subdirs = names;
+                        ino_t *inos = names ? reallocarray(f->subdir_inos, n, sizeof *inos) : NULL;
+                        if (!inos) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        f->subdir_inos = inos;
+                        allocated = n;
+                }
+                f->subdirs[f->n_subdirs] = strdup(de->d_name);
+                if (!f->subdirs[f->n_subdirs]) {
+                        r = -ENOMEM;
+                        break;
+                }
+                f->subdir_inos[f->n_subdirs++] = e.ino;
         }
         closedir(d);
+        return r;
+}
+
+/* Without MNT_ID (kernels before 5.8), a bind mount of the volume's own
+ * tree inside it is found as an ancestor met again. */
+static bool is_ancestor(const Stack *k, ino_t ino) {
+        for (size_t i = 0; i < k->n; i++)
+                if (k->frames[i].ino == ino)
+                        return true;
+        return false;
+}
+
+/* Depth first, iteratively: memory grows with the depth, descriptors do
+ * not (MAX_OPEN_DIRS and those of one directory being read). */
+static int walk(Walker *w, int root_fd, const Entry *root) {
+        Stack k = {};
+        int r;
+
+        k.frames = calloc(8, sizeof *k.frames);
+        if (!k.frames)
+                return -ENOMEM;
+        k.allocated = 8;
+        r = fcntl(root_fd, F_DUPFD_CLOEXEC, 3);
+        if (r < 0) {
+                free(k.frames);
+                return -errno;
+        }
+        k.frames[0] = (Frame){ .dev = root->dev, .ino = root->ino, .fd = r };
+        k.n = k.n_open = 1;
+        r = read_dir(w, &k.frames[0]);
+
+        while (r >= 0 && k.n > 0) {
+                Frame *top = &k.frames[k.n - 1];
+                const char *name;
+                ino_t ino;
+                int parent, fd;
+
+                if (top->next == top->n_subdirs) {
+                        frame_done(&k, top);
+                        k.n--;
+                        continue;
+                }
+                name = top->subdirs[top->next];
+                ino = top->subdir_inos[top->next++];
+                if (!w->has_mnt_id && is_ancestor(&k, ino))
+                        continue;
+                parent = frame_fd(&k, k.n - 1);
+                if (parent == -ESTALE) { /* moved away meanwhile: its subtree with it */
+                        top->next = top->n_subdirs;
+                        continue;
+                }
+                if (parent < 0) {
+                        r = parent;
+                        break;
+                }
+                fd = open_subdir(parent, name, w->dev, ino);
+                if (fd == -ESTALE)
+                        continue;
+                if (fd < 0) {
+                        r = fd;
+                        break;
+                }
+                if (k.n == k.allocated) {
+                        Frame *frames = reallocarray(k.frames, k.allocated * 2, sizeof *frames);
+                        if (!frames) {
+                                close(fd);
+                                r = -ENOMEM;
+                                break;
+                        }
+                        k.frames = frames;
+                        k.allocated *= 2;
+                }
+                k.frames[k.n] = (Frame){ .name = strdup(name), .dev = w->dev, .ino = ino, .fd = fd };
+                k.n++;
+                k.n_open++;
+                if (!k.frames[k.n - 1].name) {
+                        r = -ENOMEM;
+                        break;
+                }
+                bound_open(&k);
+                r = read_dir(w, &k.frames[k.n - 1]);
+        }
+        while (k.n > 0)
+                frame_done(&k, &k.frames[--k.n]);
+        free(k.frames);
         return r;
 }
 
 static int apply(const char *path, gid_t gid, bool on_root_mismatch, int progress_fd) {
         Walker w = { .gid = gid, .progress_fd = progress_fd };
         _cleanup_close_ int fd = -1;
-        struct stat st;
+        Entry root;
         int r;
 
         fd = open(path, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (on_root_mismatch && st.st_gid == gid && (st.st_mode & (RW_MASK | EXEC_MASK | S_ISGID)) ==
-                                                            (RW_MASK | EXEC_MASK | S_ISGID))
-                return 0;
-        r = fix_opened(fd, &st, gid);
+        r = examine(fd, &root);
         if (r < 0)
                 return r;
-        w.dev = st.st_dev;
-        return walk(&w, fd, 0);
+        if (on_root_mismatch && root.gid == gid &&
+            (root.mode & (RW_MASK | EXEC_MASK | S_ISGID)) == (RW_MASK | EXEC_MASK | S_ISGID))
+                return 0;
+        r = fix_opened(fd, &root, gid);
+        if (r < 0)
+                return r;
+        w.dev = root.dev;
+        w.mnt_id = root.mnt_id;
+        w.has_mnt_id = root.has_mnt_id;
+        /* The walk reads directories: from an O_PATH descriptor it cannot. */
+        _cleanup_close_ int dir_fd = open_subdir(fd, ".", root.dev, root.ino);
+        if (dir_fd < 0)
+                return dir_fd == -ESTALE ? -ENOENT : dir_fd;
+        return walk(&w, dir_fd, &root);
 }
 
 int fsgroup_apply(const char *path, gid_t gid, bool on_root_mismatch) {
@@ -245,8 +473,14 @@ int fsgroup_walk_start(sd_event *event, const char *path, gid_t gid, bool on_roo
                 return r;
         }
         if (w->pid == 0) {
-                /* The child touches nothing of the parent's loop or connections. */
+                /* The child touches nothing of the parent's loop or connections,
+                 * and keeps none of its descriptors but the pipe: above all not
+                 * root-dir's lock (volume/rootlock.c), which a child stuck in a
+                 * dead file system would otherwise hold after kvolumed is gone. */
                 (void) signal(SIGTERM, SIG_DFL);
+                if (write_fd > 3)
+                        (void) close_range(3, (unsigned) write_fd - 1, 0);
+                (void) close_range((unsigned) write_fd + 1, ~0U, 0);
                 _exit(apply(path, gid, on_root_mismatch, write_fd) == 0 ? 0 : 1);
         }
         close(TAKE_FD(write_fd));

@@ -4,9 +4,11 @@
 /* Applies a pod's fsGroup to a published volume as kubelet's
  * SetVolumeOwnership does: every file and directory gets the group, group
  * read-write (read-only for a read-only volume), and directories also
- * group-execute and setgid.  It can take long on a big volume, so it runs in
- * a child process and reports through an sd-event child source (SIGCHLD must
- * be blocked). */
+ * group-execute and setgid, at any depth (kubelet's filepath.Walk has no
+ * limit either), with a bounded number of descriptors, never up through "..",
+ * and leaving out whatever is mounted inside.  It can take long on a big
+ * volume, so it runs in a child process and reports through an sd-event child
+ * source (SIGCHLD must be blocked). */
 
 #include <sys/types.h>
 #include <systemd/sd-event.h>

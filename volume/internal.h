@@ -24,6 +24,13 @@
  * attachment gets a FailedAttachVolume event. */
 #define ATTACH_WAIT_WARNING_USEC (2 * USEC_PER_MINUTE + 3 * USEC_PER_SEC)
 
+/* A volume whose driver is not registered waits this long before a
+ * FailedMount says so: kubelet's budget for one plugin registration (dial
+ * 10 s, GetInfo 1 s, NotifyRegistrationStatus 5 s, kubelet-facts §7) and
+ * some slack.  The drivers in plugins_registry register again within it
+ * after a restart, and a driver's pod restarting usually does too. */
+#define DRIVER_WAIT_GRACE_USEC (20 * USEC_PER_SEC)
+
 typedef enum StageState {
         STAGE_NONE,      /* nothing at the staging path */
         STAGE_DONE,      /* NodeStageVolume succeeded (or no staging needed and the dirs are made) */
@@ -71,6 +78,7 @@ typedef struct ActualVolume {
         bool attachable;
         bool unstage_held;      /* the guard found other mounts of it: reported once */
         bool driver_wait_logged; /* "teardown waits for the driver" said once */
+        uint64_t driver_wait_since; /* CLOCK_MONOTONIC since a pod wants it and its driver is not registered; 0: not waiting */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
         bool attach_warned;
         Hashmap *publishes;     /* pod UID → ActualPublish */

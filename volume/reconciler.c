@@ -271,6 +271,38 @@ static const ActualVolume *restored_elsewhere(VolumeManager *m, const char *pod_
         return av && hashmap_get(av->publishes, pod_uid) ? av : NULL;
 }
 
+/* Whether the volume's driver is registered.  One that is not yet is
+ * waited for silently for DRIVER_WAIT_GRACE_USEC (registration of the
+ * drivers found at start-up, or of a driver whose pod restarts, takes that
+ * long at most), then reported once.  kubelet reports it at once, on every
+ * pod, after each of its restarts (kubernetes/kubernetes#72500). */
+static bool driver_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
+                         ActualVolume *av) {
+        const VolumeSpec *s = dv->spec;
+        char message[512];
+
+        if (csi_client_has_driver(m->csi, s->driver)) {
+                av->driver_wait_since = 0;
+                return true;
+        }
+        if (av->driver_wait_since == 0) {
+                LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name, .driver = s->driver,
+                                .volume_handle = s->handle };
+                av->driver_wait_since = ps->now;
+                log_fields(LOG_INFO, &f, "Volume %s of pod %s waits for CSI driver %s to register", dv->name, p->key,
+                           s->driver);
+        }
+        if (ps->now - av->driver_wait_since < DRIVER_WAIT_GRACE_USEC) {
+                /* Wake up when the report is due. */
+                ps->next_retry = MIN(ps->next_retry, av->driver_wait_since + DRIVER_WAIT_GRACE_USEC);
+                return false;
+        }
+        snprintf(message, sizeof message, "MountVolume.SetUp failed for volume \"%s\" : kubernetes.io/csi: driver "
+                 "name %s not found in the list of registered CSI drivers", s->spec_name, s->driver);
+        manager_report_once(m, e, p, dv->name, "FailedMount", message);
+        return false;
+}
+
 static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p,
                                 const DesiredVolume *dv) {
         const VolumeSpec *s = dv->spec;
@@ -320,12 +352,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         }
         av->desired = true;
 
-        if (!csi_client_has_driver(m->csi, s->driver)) {
-                snprintf(buf, sizeof buf, "MountVolume.SetUp failed for volume \"%s\" : kubernetes.io/csi: driver "
-                         "name %s not found in the list of registered CSI drivers", s->spec_name, s->driver);
-                manager_report_once(m, e, p, dv->name, "FailedMount", buf);
-                return;
-        }
+        /* A volume set up needs its driver only to change: after a restart
+         * the drivers in plugins_registry register again only after the
+         * first pass, and a running pod's volume is fine meanwhile. */
         pub = hashmap_get(av->publishes, p->uid);
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
                 manager_report_clear(e, dv->name);
@@ -333,6 +362,8 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                 if (!republish_due(m, av, pub, ps->now, &ps->next_retry))
                         return;
         }
+        if (!driver_ready(m, ps, e, p, dv, av))
+                return;
         if (actual_volume_pod_busy(av, p->uid)) {
                 /* Keep the VolumeAttachment's cached answer (the attach wait's)
                  * while a stage or publish runs; the operation reads its

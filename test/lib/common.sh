@@ -26,9 +26,30 @@ install_deps() {
         [ ${#missing[@]} -eq 0 ] && return 0
         say "installing Debian packages: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null || die "apt-get update failed"
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+        apt_get_waiting update -qq || die "apt-get update failed"
+        apt_get_waiting install -y -qq --no-install-recommends "${missing[@]}" ||
                 die "apt-get install failed for: ${missing[*]}"
+}
+
+# apt-get that waits (up to APT_LOCK_WAIT seconds, default 10 minutes) for
+# another apt-get to release its locks (unattended-upgrades, apt-daily, an
+# operator) instead of failing at once.  DPkg::Lock::Timeout makes apt wait
+# for dpkg's locks (apt-get install takes the frontend lock first, for its
+# whole run); the package lists' lock that apt-get update takes has no such
+# option in apt 2.6, so a run refused by a held lock is tried again.
+apt_get_waiting() {
+        local wait=${APT_LOCK_WAIT:-600} err said=
+        local deadline=$((SECONDS + wait))
+        while :; do
+                err=$(apt-get -o DPkg::Lock::Timeout="$wait" "$@" 2>&1 >/dev/null) && return 0
+                if ! grep -q -e 'Could not get lock' -e 'Unable to lock' <<<"$err" || [ "$SECONDS" -ge "$deadline" ]; then
+                        printf '%s\n' "$err" >&2
+                        return 1
+                fi
+                [ -n "$said" ] || say "another apt-get holds its lock; waiting for it"
+                said=1
+                sleep 2
+        done
 }
 
 # meson setup once, then ninja; "dir" and extra meson options.

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -228,6 +231,117 @@ static void test_a_walk_without_progress_times_out(void **state) {
         assert_int_equal(fsgroup_stall_usec(), FSGROUP_STALL_USEC);
 }
 
+/* Far deeper than any fixed limit, with side branches to come back to. */
+#define DEPTH 3000
+#define BRANCH_EVERY 100
+
+static int mkdir_open(int parent, const char *name) {
+        if (mkdirat(parent, name, 0700) < 0)
+                return -1;
+        return openat(parent, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+static void make_file(int dir, const char *name) {
+        int fd = openat(dir, name, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+}
+
+/* Every "f" and "s/f" of the chain has the group, down to the bottom. */
+static void check_deep_tree(int top, gid_t gid) {
+        int dir = dup(top);
+        struct stat st;
+
+        for (int i = 0; i < DEPTH; i++) {
+                assert_int_equal(fstatat(dir, "f", &st, AT_SYMLINK_NOFOLLOW), 0);
+                assert_int_equal(st.st_gid, gid);
+                if (i % BRANCH_EVERY == 0) {
+                        assert_int_equal(fstatat(dir, "s/f", &st, AT_SYMLINK_NOFOLLOW), 0);
+                        assert_int_equal(st.st_gid, gid);
+                }
+                int next = openat(dir, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(next >= 0);
+                assert_int_equal(fstat(next, &st), 0);
+                assert_int_equal(st.st_gid, gid);
+                close(dir);
+                dir = next;
+        }
+        close(dir);
+}
+
+/* A pod writes a tree 3000 levels deep: the walk goes to the bottom (no
+ * depth limit, issue 20 item 6) with a descriptor limit of 64, so it keeps
+ * a bounded number open, and comes back up to the side branches without
+ * "..". */
+static void test_a_deep_tree_is_walked_with_few_descriptors(void **state) {
+        char path[400];
+        int top, dir, status;
+        pid_t pid;
+
+        if (geteuid() != 0)
+                skip();
+        snprintf(path, sizeof path, "%s/deep", volume);
+        assert_int_equal(mkdir(path, 0700), 0);
+        top = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(top >= 0);
+        dir = dup(top);
+        for (int i = 0; i < DEPTH; i++) {
+                make_file(dir, "f");
+                if (i % BRANCH_EVERY == 0) {
+                        int side = mkdir_open(dir, "s");
+                        assert_true(side >= 0);
+                        make_file(side, "f");
+                        close(side);
+                }
+                int next = mkdir_open(dir, "d");
+                assert_true(next >= 0);
+                close(dir);
+                dir = next;
+        }
+        close(dir);
+
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                struct rlimit rl = { .rlim_cur = 64, .rlim_max = 64 };
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                        _exit(2);
+                _exit(fsgroup_apply(volume, GID + 2, false) == 0 ? 0 : 1);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        check_deep_tree(top, GID + 2);
+        close(top);
+}
+
+/* The volume's own tree bind-mounted inside it (same file system, same
+ * st_dev): a loop the walk must not follow, however deep it may go. */
+static void test_a_bind_mount_loop_inside_the_volume_ends(void **state) {
+        char path[400];
+        int status;
+        pid_t pid;
+
+        if (geteuid() != 0)
+                skip();
+        snprintf(path, sizeof path, "%s/loop", volume);
+        assert_int_equal(mkdir(path, 0700), 0);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                /* A private mount namespace: nothing leaks to the host. */
+                if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                        _exit(3);
+                if (mount(volume, path, NULL, MS_BIND, NULL) < 0)
+                        _exit(4);
+                alarm(60);
+                _exit(fsgroup_apply(volume, GID + 3, false) == 0 ? 0 : 1);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_applies_group_and_modes),
@@ -235,6 +349,8 @@ int main(void) {
                 cmocka_unit_test(test_walk_in_a_child_reports_done),
                 cmocka_unit_test(test_a_walk_given_up_is_killed_and_reaped),
                 cmocka_unit_test(test_a_walk_without_progress_times_out),
+                cmocka_unit_test(test_a_deep_tree_is_walked_with_few_descriptors),
+                cmocka_unit_test(test_a_bind_mount_loop_inside_the_volume_ends),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

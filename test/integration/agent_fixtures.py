@@ -349,10 +349,16 @@ class VolumeEnv:
         return wait_until(find, timeout, what=f"event {reason} containing {contains!r}")
 
 
+# KVOLUMED_TEST_STAGE_MOUNT=0: every volume_env's driver stages without a
+# mount (the CSI hostpath driver), so whole suites run in that mode too
+# (test/check runs the persistent and block suites so).
+STAGE_MOUNT_DEFAULT = os.environ.get("KVOLUMED_TEST_STAGE_MOUNT", "1") != "0"
+
+
 @pytest.fixture
 def volume_env(fake_api, mock_csi_factory, start_agent, tmp_path):
     """The node; the mock driver runs in tmpfs mode unless a test starts its own."""
-    driver = mock_csi_factory(name=DRIVER, tmpfs=True)
+    driver = mock_csi_factory(name=DRIVER, tmpfs=True, stage_mount=STAGE_MOUNT_DEFAULT)
     return VolumeEnv(fake_api, driver, start_agent, tmp_path)
 
 

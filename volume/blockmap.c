@@ -326,43 +326,6 @@ bool block_mapped(RootDir *root, const char *spec_name, const char *pod_uid) {
         return bind_in_place(root, bind) && loop_find(abs_bind, found) > 0;
 }
 
-int block_volume_map_refs(RootDir *root, const char *driver, const char *handle) {
-        struct dirent *de;
-        int fd, r, n = 0;
-        DIR *d;
-
-        r = root_dir_open_dir(root, BLOCK_DIR, &fd);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0)
-                return r;
-        d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return -errno;
-        }
-        while ((de = readdir(d))) {
-                _cleanup_free_ char *data = NULL, *file = NULL, *text = NULL;
-                VolData vd = {};
-                if (de->d_name[0] == '.' || path_block_data_dir(de->d_name, &data) < 0 ||
-                    asprintf(&file, "%s/" VOL_DATA_FILE, data) < 0 ||
-                    root_dir_read_file(root, file, 64 * 1024, &text, NULL) < 0 || vol_data_parse(text, &vd) < 0)
-                        continue;
-                if (streq_ptr(vd.driver_name, driver) && streq_ptr(vd.volume_handle, handle)) {
-                        r = block_map_refs(root, de->d_name, NULL);
-                        if (r < 0) {
-                                vol_data_done(&vd);
-                                closedir(d);
-                                return r;
-                        }
-                        n += r;
-                }
-                vol_data_done(&vd);
-        }
-        closedir(d);
-        return n;
-}
-
 int block_map_refs(RootDir *root, const char *spec_name, const char *except_pod_uid) {
         _cleanup_free_ char *map_dir = NULL;
         struct dirent *de;

@@ -59,6 +59,3 @@ bool block_mapped(RootDir *root, const char *spec_name, const char *pod_uid);
 /* Other pods' bind files in the volume's global map path (kubelet's
  * GetDeviceBindMountRefs): how many, not counting except_pod_uid. */
 int block_map_refs(RootDir *root, const char *spec_name, const char *except_pod_uid);
-/* The same over every PV whose data dir names this driver and handle: the
- * publishes of a volume that two PVs share hold its one staging. */
-int block_volume_map_refs(RootDir *root, const char *driver, const char *handle);

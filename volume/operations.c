@@ -601,6 +601,11 @@ static bool unstage_guard_on_disk(Operation *op) {
         if (r < 0)
                 op_fail(op, r, false, "kubernetes.io/csi: cannot look for publishes of volume %s under %s: %s",
                         op->av->handle, op->m->root->path, strerror(-r));
+        else if (op->av->block)
+                /* kubelet's UnmapDevice: not while a pod's bind file of it is
+                 * there, under any PV of the same handle. */
+                op_fail(op, -EBUSY, false, "the device %s is still referenced from other Pods: %s/%s%s",
+                        op->av->spec_name, op->m->root->path, strempty(first), r > 1 ? " and more" : "");
         else
                 op_fail(op, -EBUSY, false, "kubernetes.io/csi: volume %s is still published on this node: %s/%s%s",
                         op->av->handle, op->m->root->path, strempty(first), r > 1 ? " and more" : "");
@@ -638,13 +643,6 @@ static void step_call(Operation *op) {
                 }
                 if (!unstage_guard_passes(op, target))
                         return;
-                /* kubelet's UnmapDevice: not while another pod's bind file is there. */
-                r = op->av->block ? block_volume_map_refs(op->m->root, op->av->driver, op->av->handle) : 0;
-                if (r != 0) {
-                        op_fail(op, r < 0 ? r : -EBUSY, false, "the device %s is still referenced from other Pods",
-                                op->av->spec_name);
-                        return;
-                }
                 if (!unstage_guard_on_disk(op))
                         return;
                 r = csi_node_unstage_volume(op->m->csi, op->av->driver,

@@ -17,6 +17,7 @@
 #include "volume/manager.h"
 #include "volume/mounttable.h"
 #include "volume/rootdir.h"
+#include "volume/runtime.h"
 #include "volume/selinux.h"
 #include "volume/watches.h"
 
@@ -171,6 +172,7 @@ struct VolumeManager {
         bool selinux_enabled;   /* the host has SELinux (volume/selinux.h), read at start */
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
         RootDir *root;
+        RuntimeGate *runtime;   /* runtime.c: asked before any unpublish; NULL: not configured */
 
         K8sInformer *pods, *csidrivers, *node;
         ObjectWatches *watches;

@@ -16,6 +16,8 @@ typedef struct Waiter {
         uint64_t since;      /* when the pod's teardown first asked: answers from rounds started before do not do */
         uint64_t checked_at; /* last check; a waiter no pass asks about any more is dropped */
         bool running;        /* the last fresh answer named the pod */
+        bool allowed;        /* the last check said yes: not waiting, kept so that the answer serves
+                              * the pod's other volumes and a retry within ANSWER_TTL_USEC */
         bool logged;
 } Waiter;
 
@@ -66,14 +68,12 @@ static bool answer_names(RuntimeGate *g, const char *uid) {
 
 static void start_round(RuntimeGate *g);
 
-static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        RuntimeGate *g = userdata;
+/* Pods no pass asked about since the last answer no longer wait (their
+ * volumes went, or the pod is wanted again). */
+static void drop_unasked(RuntimeGate *g) {
         const char *key;
         void *value;
 
-        g->timer = sd_event_source_unref(g->timer);
-        /* Pods no pass asked about since the last answer no longer wait
-         * (their volume went, or the pod is wanted again). */
         for (size_t i = 0; hashmap_iterate(g->waiters, &i, &key, &value);) {
                 Waiter *w = value;
                 if (w->checked_at < g->answer_at) {
@@ -81,7 +81,23 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
                         free(w);
                 }
         }
-        if (hashmap_size(g->waiters) == 0) {
+}
+
+static unsigned count_waiting(RuntimeGate *g) {
+        unsigned n = 0;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(g->waiters, &i, NULL, &value);)
+                n += !((Waiter *) value)->allowed;
+        return n;
+}
+
+static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        RuntimeGate *g = userdata;
+
+        g->timer = sd_event_source_unref(g->timer);
+        drop_unasked(g);
+        if (count_waiting(g) == 0) {
                 g->backoff_usec = GATE_BACKOFF_MIN_USEC; /* at rest: nothing asks */
                 return 0;
         }
@@ -138,6 +154,7 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
                 arm_timer(g);
                 return;
         }
+        drop_unasked(g);
         names_free(g->running);
         g->running = copy;
         g->answer_asked = g->round_started;
@@ -148,6 +165,7 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
         for (size_t i = 0; hashmap_iterate(g->waiters, &i, &key, NULL);)
                 if (answer_names(g, key))
                         any_running = true;
+        /* Nothing waits: at rest, no timer, no call. */
         if (any_running)
                 arm_timer(g);
         else
@@ -195,10 +213,11 @@ bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f
                         log_fields(LOG_INFO, f, "Container runtime %s says no container of pod %s runs any more; "
                                    "tearing down its volume %s", cri_client_endpoint(g->cri),
                                    strempty(f->pod ?: pod_uid), strempty(f->volume));
-                hashmap_remove(g->waiters, pod_uid);
-                free(w);
+                w->logged = w->running = false;
+                w->allowed = true;
                 return true;
         }
+        w->allowed = false;
         if (fresh) {
                 w->running = true;
                 if (!w->logged)
@@ -223,7 +242,7 @@ bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f
 const char *runtime_gate_reason(RuntimeGate *g, const char *pod_uid) {
         Waiter *w = g ? hashmap_get(g->waiters, pod_uid) : NULL;
 
-        if (!w)
+        if (!w || w->allowed)
                 return NULL;
         if (g->unreachable)
                 return g->reason_unreachable ?: "the container runtime does not answer";
@@ -240,7 +259,7 @@ void runtime_gate_get_stats(RuntimeGate *g, RuntimeGateStats *ret) {
                                    .unreachable = g->unreachable,
                                    .errors = g->errors,
                                    .rounds = g->rounds,
-                                   .waiting = (unsigned) hashmap_size(g->waiters) };
+                                   .waiting = count_waiting(g) };
 }
 
 void volume_manager_get_runtime_stats(VolumeManager *m, VolumeRuntimeStats *ret) {

@@ -92,6 +92,7 @@ static int connect_clients(Agent *a) {
                                                         .expand_check_interval_usec = c->expand_check_interval_usec,
                                                         .attach_limit_refresh_usec = c->attach_limit_refresh_usec,
                                                         .selinux_mount_all = c->selinux_mount_all,
+                                                        .runtime_endpoint = c->runtime_endpoint,
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
                                                                 getenv("KVOLUMED_TEST_VERIFY_INCREMENTAL") != NULL },
@@ -269,6 +270,14 @@ static void collect_metrics(MetricsScrape *s, void *userdata) {
         volume_manager_count_volumes(a->volumes, collect_volume_count, s);
         volume_manager_count_watch_restarts(a->volumes, collect_watch_restarts, s);
         csi_client_foreach_driver_calls(a->csi, collect_csi_calls, s);
+
+        VolumeRuntimeStats rt;
+        volume_manager_get_runtime_stats(a->volumes, &rt);
+        if (rt.configured) {
+                (void) metrics_scrape_add(s, METRICS_RUNTIME_ERRORS, NULL, (double) rt.errors);
+                (void) metrics_scrape_add(s, METRICS_RUNTIME_UNREACHABLE, NULL, rt.unreachable ? 1 : 0);
+                (void) metrics_scrape_add(s, METRICS_RUNTIME_WAITING_PODS, NULL, rt.waiting);
+        }
 }
 
 static int serve_metrics(FILE *f, const char **content_type, void *userdata) {

@@ -79,6 +79,7 @@ int main(int argc, char *argv[]) {
         }
         if (check_config) {
                 config_print(config, stdout);
+                config_print_warnings(config, stderr);
                 return fflush(stdout) == 0 ? EXIT_CLEAN_STOP : EXIT_CONFIG_ERROR;
         }
 

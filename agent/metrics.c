@@ -76,6 +76,17 @@ static const ScrapedFamily scraped_families[_METRICS_SCRAPED_MAX] = {
                                        "CSI calls waiting for a free slot of their driver now (csi.max-parallel, "
                                        "or the limit of NodeGetVolumeStats calls)",
                                        "gauge", { "driver_name" }, 1 },
+        [METRICS_RUNTIME_ERRORS] = { "kvolumed_runtime_errors_total",
+                                     "Rounds of CRI calls to the container runtime ([runtime] endpoint) that failed; "
+                                     "while it does not answer, no volume is unpublished",
+                                     "counter", {}, 0 },
+        [METRICS_RUNTIME_UNREACHABLE] = { "kvolumed_runtime_unreachable",
+                                          "1 while the container runtime's last answer was an error, else 0",
+                                          "gauge", {}, 0 },
+        [METRICS_RUNTIME_WAITING_PODS] = { "kvolumed_runtime_waiting_pods",
+                                           "Pods whose volumes' unpublish waits for the container runtime (an "
+                                           "answer, or their containers to stop)",
+                                           "gauge", {}, 0 },
         [METRICS_VOLUME_MANAGER_TOTAL_VOLUMES] = { "volume_manager_total_volumes",
                                                    "[ALPHA] Number of volumes in Volume Manager", "gauge",
                                                    { "plugin_name", "state" }, 2 },
@@ -488,6 +499,8 @@ int metrics_write(Metrics *m, FILE *f) {
         for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_CSI_CALLS_QUEUED; i++)
                 write_scraped(f, &s, i);
         write_histogram_vec(f, &m->reconcile);
+        for (MetricsScraped i = METRICS_RUNTIME_ERRORS; i <= METRICS_RUNTIME_WAITING_PODS; i++)
+                write_scraped(f, &s, i);
         write_volumes_gauge(f, m);
         write_histogram_vec(f, &m->storage_operations);
         write_scraped(f, &s, METRICS_VOLUME_MANAGER_TOTAL_VOLUMES);

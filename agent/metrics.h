@@ -78,6 +78,9 @@ typedef enum MetricsScraped {
         METRICS_API_WATCH_RESTARTS, /* kvolumed_api_watch_restarts_total{resource}, counter */
         METRICS_CSI_CALLS_IN_FLIGHT, /* kvolumed_csi_calls_in_flight{driver_name} */
         METRICS_CSI_CALLS_QUEUED,    /* kvolumed_csi_calls_queued{driver_name} */
+        METRICS_RUNTIME_ERRORS,      /* kvolumed_runtime_errors_total, counter */
+        METRICS_RUNTIME_UNREACHABLE, /* kvolumed_runtime_unreachable */
+        METRICS_RUNTIME_WAITING_PODS, /* kvolumed_runtime_waiting_pods */
         METRICS_VOLUME_MANAGER_TOTAL_VOLUMES, /* volume_manager_total_volumes{plugin_name,state} */
         _METRICS_SCRAPED_MAX,
 } MetricsScraped;

@@ -24,6 +24,7 @@ typedef enum ValueType {
         VALUE_LISTEN,      /* empty: off */
         VALUE_LOG_LEVEL,   /* empty: default */
         VALUE_BOOL,        /* true | false; empty: default */
+        VALUE_UNIX_ENDPOINT, /* unix:///abs or /abs (a socket); empty: unset / off */
 } ValueType;
 
 typedef struct KeyDef {
@@ -56,6 +57,7 @@ static const KeyDef key_table[] = {
         { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 0, 0 },
         { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0 },
         { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 0, 0 },
+        { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0 },
         { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0 },
         { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0 },
 };
@@ -162,7 +164,8 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
 
         /* An empty value means the default, except where empty means "off". */
         if (!from_default && isempty(value)) {
-                if (k->type == VALUE_OPTIONAL_PATH || k->type == VALUE_HTTPS_URL || k->type == VALUE_LISTEN) {
+                if (k->type == VALUE_OPTIONAL_PATH || k->type == VALUE_HTTPS_URL || k->type == VALUE_LISTEN ||
+                    k->type == VALUE_UNIX_ENDPOINT) {
                         *str = mfree_str(*str);
                         return 0;
                 }
@@ -229,6 +232,20 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                 }
                 *(unsigned *) field = (unsigned) n;
                 return 0;
+        }
+
+        case VALUE_UNIX_ENDPOINT: {
+                /* crictl and kubelet's --container-runtime-endpoint take both forms;
+                 * kept as unix:// so that the listing shows one form. */
+                _cleanup_free_ char *url = NULL;
+                if (value[0] == '/' && asprintf(&url, "unix://%s", value) < 0)
+                        return -ENOMEM;
+                if (unix_endpoint_path(url ?: value, NULL) < 0) {
+                        fail(st, line, "%s: \"%s\" is neither a unix:// endpoint nor an absolute socket path "
+                             "(shorter than 108 bytes)", k->key, value);
+                        return -EINVAL;
+                }
+                return free_and_strdup(str, url ?: value);
         }
 
         case VALUE_LISTEN:
@@ -332,7 +349,7 @@ static int check_section_header(ParseState *st, const char *line, size_t len) {
                 _cleanup_free_ char *driver = driver_section_name(name);
                 if (!driver) {
                         fail(st, st->line, "unknown section [%s] (known: agent, kubernetes, csi, driver \"NAME\", "
-                             "volumes, metrics, log)", name);
+                             "volumes, runtime, metrics, log)", name);
                         return -EINVAL;
                 }
                 if (validate_csi_driver_name(driver) < 0) {
@@ -618,6 +635,7 @@ Config *config_free(Config *c) {
                 free(c->drivers[i].endpoint);
         }
         free(c->drivers);
+        free(c->runtime_endpoint);
         free(c->metrics_listen);
         free(c);
         return NULL;
@@ -628,6 +646,14 @@ const DriverConfig *config_find_driver(const Config *c, const char *name) {
                 if (streq(c->drivers[i].name, name))
                         return &c->drivers[i];
         return NULL;
+}
+
+void config_print_warnings(const Config *c, FILE *out) {
+        if (!c->runtime_endpoint)
+                fputs("warning: [runtime] endpoint is empty: kvolumed unpublishes a pod's volumes as soon as the API "
+                      "says the pod is gone or finished, without asking the container runtime; a pod force-deleted "
+                      "while its containers still run has its volumes unpublished under them\n",
+                      out);
 }
 
 void config_print(const Config *c, FILE *out) {
@@ -644,6 +670,7 @@ void config_print(const Config *c, FILE *out) {
                 case VALUE_OPTIONAL_PATH:
                 case VALUE_HTTPS_URL:
                 case VALUE_LISTEN:
+                case VALUE_UNIX_ENDPOINT:
                         fputs(strempty(*(char *const *) field), out);
                         break;
                 case VALUE_DURATION:

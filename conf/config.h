@@ -49,6 +49,9 @@ typedef struct Config {
         bool selinux_mount_all; /* context= for any volume whose pod asks MountOption, not only RWOP */
         uint64_t expand_check_interval_usec; /* published volumes' claims read for online expansion */
 
+        /* [runtime] */
+        char *runtime_endpoint; /* unix:///path of the CRI socket; NULL: the API alone decides teardown */
+
         /* [metrics] */
         char *metrics_listen; /* NULL: endpoint off */
 
@@ -69,6 +72,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
 /* Writes one "section.key = value" line per setting, defaults included. */
 void config_print(const Config *c, FILE *out);
+
+/* The settings that are valid but risky, one "warning: ..." line each
+ * (--check-config writes them to stderr, apart from the listing). */
+void config_print_warnings(const Config *c, FILE *out);
 
 const DriverConfig *config_find_driver(const Config *c, const char *name);
 

@@ -121,6 +121,9 @@ static cJSON *publishes_json(VolumeManager *m, const ActualVolume *av, bool *unc
                 cJSON_AddItemToObject(o, "path", path_json(m, pub->target));
                 cJSON_AddBoolToObject(o, "mount", !pub->not_a_mount);
                 cJSON_AddBoolToObject(o, "stale", pub->stale);
+                const char *why = runtime_gate_reason(m->runtime, pub->pod_uid);
+                if (why)
+                        cJSON_AddStringToObject(o, "teardown_waits", why);
                 cJSON_AddItemToArray(a, o);
                 *uncertain = *uncertain || pub->state == PUBLISH_UNCERTAIN;
         }

@@ -17,6 +17,7 @@
 #include "volume/manager.h"
 #include "volume/mounttable.h"
 #include "volume/rootdir.h"
+#include "volume/runtime.h"
 #include "volume/selinux.h"
 #include "volume/watches.h"
 
@@ -180,6 +181,7 @@ struct VolumeManager {
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
         bool warned_other_node; /* a pod of another node came from the API: said once */
         RootDir *root;
+        RuntimeGate *runtime;   /* runtime.c: asked before any unpublish; NULL: not configured */
 
         K8sInformer *pods, *csidrivers, *node;
         ObjectWatches *watches;

@@ -36,6 +36,12 @@ static void schedule_scoped(VolumeManager *m, Hashmap *set, const char *key) {
         (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
 }
 
+/* The runtime answered: a full pass, as the pods it frees may be gone from
+ * the informer (a scoped pass finds those only through their publishes). */
+static void on_runtime_answer(void *userdata) {
+        manager_schedule_pass(userdata);
+}
+
 void manager_schedule_pod_pass(VolumeManager *m, const char *pod_uid) {
         schedule_scoped(m, m->dirty_pods, pod_uid);
 }
@@ -627,6 +633,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = mount_table_new(event, m->root->path, on_mounts_changed, m, &m->mounts);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the mount table: %m");
+        r = runtime_gate_new(event, o->runtime_endpoint, on_runtime_answer, m, &m->runtime);
+        if (r < 0)
+                return r;
         r = boot_id_read(m->boot_id);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the boot ID: %m");
@@ -719,6 +728,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         expand_free(m);
         drivers_free(m);
         publish_refs_free(m);
+        runtime_gate_free(m->runtime);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
                 actual_volume_free_ops(av);

@@ -24,6 +24,7 @@ typedef struct VolumeManagerOptions {
         uint64_t expand_check_interval_usec; /* [agent] expand-check-interval; 0: 1 min */
         uint64_t attach_limit_refresh_usec;  /* [csi] attach-limit-refresh-interval; 0: off */
         bool selinux_mount_all;       /* [volumes] selinux-mount-all */
+        const char *runtime_endpoint; /* [runtime] endpoint; NULL: teardown on the API's word alone */
         /* Tests (KVOLUMED_TEST_VERIFY_INCREMENTAL): after every scoped pass, a
          * full one checks that it would start nothing more, and logs
          * "Incremental pass missed" if it would. */
@@ -73,6 +74,17 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);
+
+/* For kvolumed_runtime_*: the runtime gate's counters (volume/runtime.c);
+ * all zero when no runtime is configured. */
+typedef struct VolumeRuntimeStats {
+        bool configured;
+        bool unreachable;
+        uint64_t errors;  /* rounds of CRI calls that failed */
+        uint64_t rounds;  /* rounds started */
+        unsigned waiting; /* pods whose unpublish waits for the runtime */
+} VolumeRuntimeStats;
+void volume_manager_get_runtime_stats(VolumeManager *m, VolumeRuntimeStats *ret);
 /* What /volumes serves (volume/describe.c): the counters of
  * volume_manager_get_stats() and every volume the manager tracks, with its
  * attach, stage and publish state, uncertainty, last error and next retry,

@@ -519,6 +519,12 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 namespace = slash ? strndup(pub->pod_key, slash - pub->pod_key) : NULL;
                 info = (PodInfo){ .uid = pub->pod_uid, .key = pub->pod_key, .namespace = namespace,
                                   .name = slash ? (char *) slash + 1 : NULL };
+                /* Not while the runtime may still run a container of the pod. */
+                if (!runtime_gate_allows(m->runtime, pub->pod_uid,
+                                         &(LogFields){ .pod_uid = pub->pod_uid, .pod = pub->pod_key,
+                                                       .volume = pub->spec_name, .driver = av->driver,
+                                                       .volume_handle = av->handle }))
+                        continue;
                 /* Each pod's unpublish on its own: they run side by side. */
                 want_op(m, ps, OP_UNPUBLISH, av, NULL, &info, pub->spec_name);
         }

@@ -25,6 +25,7 @@ csi.stats-interval = 1m
 csi.attach-limit-refresh-interval = 0
 volumes.selinux-mount-all = false
 volumes.expand-check-interval = 1m
+runtime.endpoint = unix:///run/containerd/containerd.sock
 metrics.listen = 127.0.0.1:10284
 log.level = info
 """
@@ -90,7 +91,13 @@ def test_readme_reference_matches_check_config(kvolumed_bin):
     [
         ("[agent]\nnode-name = n\n\nfoo = 1\n", 'k.conf:4: unknown key "foo" in section [agent]'),
         ("[agent]\nnode-name = n\n[kubelet]\n",
-         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", volumes, metrics, log)'),
+         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", volumes, runtime, metrics, log)'),
+        ("[agent]\nnode-name = n\n[runtime]\nendpoint = tcp://h:1\n",
+         'k.conf:4: endpoint: "tcp://h:1" is neither a unix:// endpoint nor an absolute socket path '
+         "(shorter than 108 bytes)"),
+        ("[agent]\nnode-name = n\n[runtime]\nendpoint = run/crio.sock\n",
+         'k.conf:4: endpoint: "run/crio.sock" is neither a unix:// endpoint nor an absolute socket path '
+         "(shorter than 108 bytes)"),
         ("[agent]\nnode-name = n\n[log]\n[agent]\n", "k.conf:4: section [agent] repeated (first on line 1)"),
         ("[agent]\nnode-name = n\n[csi]\ncall-timeout = soon\n",
          'k.conf:4: call-timeout: "soon" is not a positive duration (an integer with ms, s, m or h, e.g. 90s)'),
@@ -135,3 +142,21 @@ def test_effective_settings_include_defaults(kvolumed_bin, tmp_path):
     assert "log.level = debug" in lines
     assert "agent.resync-interval = 5m" in lines
     assert len(lines) == len(DEFAULT_LISTING.splitlines())  # every key, set or not
+    assert "runtime.endpoint = " in lines  # absent: off
+
+
+def test_runtime_endpoint_forms_and_warning(kvolumed_bin, tmp_path):
+    """[runtime] endpoint takes a unix:// URL or an absolute path (listed as a
+    URL); empty, --check-config still passes but says on stderr what it risks."""
+    for value in ("unix:///run/crio/crio.sock", "/run/crio/crio.sock"):
+        r = run(kvolumed_bin, "--check-config", "--config",
+                write(tmp_path, f"[agent]\nnode-name = n\n[runtime]\nendpoint = {value}\n"))
+        assert r.returncode == 0, r.stderr
+        assert "runtime.endpoint = unix:///run/crio/crio.sock" in r.stdout.splitlines()
+        assert r.stderr == ""
+    for text in ("[agent]\nnode-name = n\n", "[agent]\nnode-name = n\n[runtime]\nendpoint =\n"):
+        r = run(kvolumed_bin, "--check-config", "--config", write(tmp_path, text))
+        assert r.returncode == 0
+        assert "runtime.endpoint = " in r.stdout.splitlines()
+        assert r.stderr.startswith("warning: [runtime] endpoint is empty")
+        assert "force-deleted while its containers still run has its volumes unpublished" in r.stderr

@@ -165,6 +165,10 @@ def test_unit_under_real_systemd(container, fake_api, driver):
     # The unit as installed is what systemd-analyze accepts (man: the rootfs has no man).
     r = container.sh("systemd-analyze verify --man=no kvolumed.service")
     assert r.returncode == 0 and r.stdout + r.stderr == "", r.stdout + r.stderr
+    # Not ordered against the container runtime: neither holds the other back at boot.
+    for prop in ("Before", "After", "Requires", "Wants", "BindsTo"):
+        value = container.show(prop)
+        assert "containerd" not in value and "crio" not in value, f"{prop}={value}"
     # What a package's trigger does after installing the catalog.
     assert container.sh("journalctl --update-catalog").returncode == 0
 

@@ -47,8 +47,24 @@ static void test_defaults(void **state) {
         assert_int_equal(c->stats_interval_usec, USEC_PER_MINUTE);
         assert_int_equal(c->n_drivers, 0);
         assert_string_equal(c->metrics_listen, "127.0.0.1:10284");
+        assert_null(c->runtime_endpoint); /* off unless configured: today's teardown */
         assert_int_equal(c->log_level, LOG_INFO);
         config_free(c);
+}
+
+static void test_runtime_endpoint(void **state) {
+        Config *c = parse_ok("[agent]\nnode-name = n\n[runtime]\nendpoint = /run/containerd/containerd.sock\n");
+        assert_string_equal(c->runtime_endpoint, "unix:///run/containerd/containerd.sock");
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[runtime]\nendpoint = unix:///run/crio/crio.sock\n");
+        assert_string_equal(c->runtime_endpoint, "unix:///run/crio/crio.sock");
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[runtime]\nendpoint =\n");
+        assert_null(c->runtime_endpoint);
+        config_free(c);
+        parse_fails("[agent]\nnode-name = n\n[runtime]\nendpoint = unix://rel.sock\n",
+                    "t.conf:4: endpoint: \"unix://rel.sock\" is neither a unix:// endpoint nor an absolute socket "
+                    "path (shorter than 108 bytes)");
 }
 
 static void test_every_key(void **state) {
@@ -72,6 +88,8 @@ static void test_every_key(void **state) {
                              "endpoint = unix:///run/hp/csi.sock ; static\n"
                              "[driver \"other.example.com\"]\n"
                              "endpoint = unix:///run/o.sock\n"
+                             "[runtime]\n"
+                             "endpoint = unix:///run/containerd/containerd.sock\n"
                              "[metrics]\n"
                              "listen = [::1]:9000\n"
                              "[log]\n"
@@ -121,6 +139,7 @@ static void test_every_key(void **state) {
                                   "csi.attach-limit-refresh-interval = 0\n"
                                   "volumes.selinux-mount-all = false\n"
                                   "volumes.expand-check-interval = 1m\n"
+                                  "runtime.endpoint = unix:///run/containerd/containerd.sock\n"
                                   "metrics.listen = [::1]:9000\n"
                                   "log.level = debug\n"
                                   "driver \"hostpath.csi.k8s.io\".endpoint = unix:///run/hp/csi.sock\n"
@@ -167,7 +186,7 @@ static void test_indented_key_and_bom(void **state) {
 static void test_errors_name_file_and_line(void **state) {
         parse_fails("[agent]\nnode-name = n\nbogus = 1\n", "t.conf:3: unknown key \"bogus\" in section [agent]");
         parse_fails("# c\n[agnet]\n", "t.conf:2: unknown section [agnet] (known: agent, kubernetes, csi, "
-                                      "driver \"NAME\", volumes, metrics, log)");
+                                      "driver \"NAME\", volumes, runtime, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[csi]\n[agent]\n", "t.conf:4: section [agent] repeated (first on line 1)");
         parse_fails("[agent]\nnode-name = n\nnode-name = m\n",
                     "t.conf:3: key \"node-name\" repeated in section [agent] (first on line 2)");
@@ -227,7 +246,7 @@ static void test_more_errors(void **state) {
                     "t.conf:1: \"bad/name\" is not a valid CSI driver name (at most 63 alphanumerics, '-' and '.', "
                     "alphanumeric at both ends)");
         parse_fails("[driver hostpath]\n", "t.conf:1: unknown section [driver hostpath] (known: agent, kubernetes, "
-                                           "csi, driver \"NAME\", volumes, metrics, log)");
+                                           "csi, driver \"NAME\", volumes, runtime, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\n[driver \"d\"]\n",
                     "t.conf:5: section [driver \"d\"] repeated (first on line 3)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\nendpoint = unix:///b\n",
@@ -327,6 +346,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_defaults),
                 cmocka_unit_test(test_every_key),
+                cmocka_unit_test(test_runtime_endpoint),
                 cmocka_unit_test(test_empty_means_default_or_off),
                 cmocka_unit_test(test_hostname_default),
                 cmocka_unit_test(test_indented_key_and_bom),

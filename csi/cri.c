@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdlib.h>
+
+#include "csi/cri.h"
+#include "csi/cri.pb-c.h"
+#include "csi/grpc.h"
+#include "systemd/log.h"
+#include "systemd/validate.h"
+
+#define CRI_LIST_CONTAINERS "/runtime.v1.RuntimeService/ListContainers"
+#define CRI_LIST_SANDBOXES "/runtime.v1.RuntimeService/ListPodSandbox"
+/* kubelet's label on every container it creates; another runner may not set it. */
+#define CRI_POD_UID_LABEL "io.kubernetes.pod.uid"
+/* A node with thousands of exited containers answers large lists. */
+#define CRI_MAX_RECEIVE (16u * 1024u * 1024u)
+
+struct CriClient {
+        GrpcTransport *transport;
+        GrpcChannel *channel;
+        char *endpoint;
+        uint64_t timeout_usec;
+
+        /* The round in flight. */
+        GrpcCall *call;
+        uint8_t *containers; /* the first answer, kept for the second */
+        size_t containers_size;
+        cri_answer_t done;
+        void *userdata;
+};
+
+static void strv_free(char **v) {
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static const char *label(size_t n, Runtime__V1__Container__LabelsEntry **labels, const char *key) {
+        for (size_t i = 0; i < n; i++)
+                if (labels[i]->key && streq(labels[i]->key, key))
+                        return labels[i]->value;
+        return NULL;
+}
+
+int cri_running_pods(const uint8_t *containers, size_t containers_size, const uint8_t *sandboxes,
+                     size_t sandboxes_size, char ***ret) {
+        Runtime__V1__ListContainersResponse *cl = NULL;
+        Runtime__V1__ListPodSandboxResponse *sl = NULL;
+        char **uids = NULL;
+        size_t n = 0;
+        int r = 0;
+
+        cl = runtime__v1__list_containers_response__unpack(NULL, containers_size, containers);
+        sl = cl ? runtime__v1__list_pod_sandbox_response__unpack(NULL, sandboxes_size, sandboxes) : NULL;
+        if (!cl || !sl) {
+                r = -EBADMSG;
+                goto finish;
+        }
+        uids = calloc(cl->n_containers + 1, sizeof *uids);
+        if (!uids) {
+                r = -ENOMEM;
+                goto finish;
+        }
+        for (size_t i = 0; i < cl->n_containers; i++) {
+                const Runtime__V1__Container *ct = cl->containers[i];
+                const char *uid = NULL;
+
+                /* Only an exit is an answer: a container being created will run,
+                 * and one in an unknown state may. */
+                if (ct->state == RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED)
+                        continue;
+                for (size_t j = 0; j < sl->n_items && !uid; j++) {
+                        const Runtime__V1__PodSandbox *sb = sl->items[j];
+                        if (sb->id && ct->pod_sandbox_id && streq(sb->id, ct->pod_sandbox_id) && sb->metadata)
+                                uid = sb->metadata->uid;
+                }
+                /* The sandbox went between the two calls, or never named its pod. */
+                if (isempty(uid))
+                        uid = label(ct->n_labels, ct->labels, CRI_POD_UID_LABEL);
+                if (isempty(uid))
+                        continue;
+                uids[n] = strdup(uid);
+                if (!uids[n]) {
+                        r = -ENOMEM;
+                        goto finish;
+                }
+                n++;
+        }
+        qsort(uids, n, sizeof *uids, cmp_str);
+        /* Distinct: a pod has several containers. */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+                char *u = TAKE_PTR(uids[i]);
+                if (k > 0 && streq(uids[k - 1], u))
+                        free(u);
+                else
+                        uids[k++] = u;
+        }
+        *ret = TAKE_PTR(uids);
+finish:
+        strv_free(uids);
+        if (cl)
+                runtime__v1__list_containers_response__free_unpacked(cl, NULL);
+        if (sl)
+                runtime__v1__list_pod_sandbox_response__free_unpacked(sl, NULL);
+        return r;
+}
+
+int cri_client_new(sd_event *event, const char *endpoint, uint64_t timeout_usec, CriClient **ret) {
+        _cleanup_(cri_client_freep) CriClient *c = NULL;
+        const char *path;
+        int r;
+
+        r = unix_endpoint_path(endpoint, &path);
+        if (r < 0)
+                return r;
+        c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->timeout_usec = timeout_usec ?: CRI_DEFAULT_TIMEOUT_USEC;
+        c->endpoint = strdup(endpoint);
+        if (!c->endpoint)
+                return -ENOMEM;
+        /* Its own transport: a runtime is not a CSI driver, and its calls
+         * must never queue behind a driver's. */
+        r = grpc_transport_new(event, &(GrpcTransportOptions){ .max_receive_bytes = CRI_MAX_RECEIVE }, &c->transport);
+        if (r < 0)
+                return r;
+        r = grpc_channel_new(c->transport, path, 2, &c->channel);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+CriClient *cri_client_free(CriClient *c) {
+        if (!c)
+                return NULL;
+        if (c->call)
+                grpc_call_cancel(c->call);
+        free(c->containers);
+        grpc_channel_unref(c->channel);
+        grpc_transport_free(c->transport);
+        free(c->endpoint);
+        free(c);
+        return NULL;
+}
+
+const char *cri_client_endpoint(CriClient *c) {
+        return c->endpoint;
+}
+
+bool cri_client_busy(CriClient *c) {
+        return c->done != NULL;
+}
+
+static void finish_round(CriClient *c, const CriAnswer *a) {
+        cri_answer_t done = c->done;
+        void *userdata = c->userdata;
+
+        c->call = NULL;
+        c->done = NULL;
+        c->userdata = NULL;
+        free(c->containers);
+        c->containers = NULL;
+        c->containers_size = 0;
+        done(c, a, userdata);
+}
+
+static void fail_round(CriClient *c, const char *method, CsiCode code, const char *message) {
+        LogFields f = { .csi_method = method, .csi_code = csi_code_name(code) };
+        log_fields(LOG_DEBUG, &f, "%s on container runtime %s: %s: %s", method, c->endpoint, csi_code_name(code),
+                   message);
+        finish_round(c, &(CriAnswer){ .code = code, .message = message, .method = method });
+}
+
+static void on_sandboxes(GrpcCall *call, const GrpcResult *r, void *userdata) {
+        CriClient *c = userdata;
+        char **uids = NULL;
+        int k;
+
+        c->call = NULL;
+        if (r->code != CSI_CODE_OK)
+                return fail_round(c, "ListPodSandbox", r->code, r->message);
+        k = cri_running_pods(c->containers, c->containers_size, r->data, r->size, &uids);
+        if (k < 0)
+                return fail_round(c, "ListPodSandbox", CSI_CODE_INTERNAL,
+                                  k == -ENOMEM ? "out of memory" : "error unmarshalling the runtime's answer");
+        LogFields f = { .csi_method = "ListPodSandbox", .csi_code = "OK" };
+        size_t n = 0;
+        while (uids[n])
+                n++;
+        log_fields(LOG_DEBUG, &f, "Container runtime %s: %zu pods have a container created or running", c->endpoint,
+                   n);
+        finish_round(c, &(CriAnswer){ .code = CSI_CODE_OK, .message = "", .running_uids = uids });
+        strv_free(uids);
+}
+
+static int call(CriClient *c, const char *path, const ProtobufCMessage *req, grpc_call_done_t done) {
+        uint8_t buf[64];
+        size_t size = protobuf_c_message_get_packed_size(req);
+
+        if (size > sizeof buf)
+                return -EINVAL;
+        (void) protobuf_c_message_pack(req, buf);
+        return grpc_channel_call(c->channel, path, buf, size, c->timeout_usec, done, c, &c->call);
+}
+
+static void on_containers(GrpcCall *g, const GrpcResult *r, void *userdata) {
+        CriClient *c = userdata;
+        Runtime__V1__ListPodSandboxRequest req = RUNTIME__V1__LIST_POD_SANDBOX_REQUEST__INIT;
+        int k;
+
+        c->call = NULL;
+        if (r->code != CSI_CODE_OK)
+                return fail_round(c, "ListContainers", r->code, r->message);
+        c->containers = malloc(MAX(r->size, (size_t) 1));
+        if (!c->containers)
+                return fail_round(c, "ListContainers", CSI_CODE_RESOURCE_EXHAUSTED, "out of memory");
+        memcpy(c->containers, r->data, r->size);
+        c->containers_size = r->size;
+        /* Sandboxes second: every container listed had its sandbox created
+         * before it, so the sandbox list cannot miss one that still exists. */
+        k = call(c, CRI_LIST_SANDBOXES, &req.base, on_sandboxes);
+        if (k < 0)
+                fail_round(c, "ListPodSandbox", CSI_CODE_INTERNAL, strerror(-k));
+}
+
+int cri_client_list_running_pods(CriClient *c, cri_answer_t done, void *userdata) {
+        /* No filter: one round answers for every pod, however many wait. */
+        Runtime__V1__ListContainersRequest req = RUNTIME__V1__LIST_CONTAINERS_REQUEST__INIT;
+        int r;
+
+        if (c->done)
+                return -EBUSY;
+        r = call(c, CRI_LIST_CONTAINERS, &req.base, on_containers);
+        if (r < 0)
+                return r;
+        c->done = done;
+        c->userdata = userdata;
+        return 0;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* A client of the container runtime's CRI RuntimeService (containerd, CRI-O),
+ * for one question only: which pods have a container that is created,
+ * running or in an unknown state.  kvolumed asks it before it unpublishes a
+ * pod's volume (DESIGN.md §3, the runtime rule).
+ *
+ * It sits in csi/ beside the CSI client because both are gRPC to a node-local
+ * unix socket and share the transport (csi/grpc.c); it includes nothing of
+ * k8s/.  One round is two calls whatever the number of pods: ListContainers
+ * (all of them) and ListPodSandbox (all of them), grouped here. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "csi/csi.h"
+#include "systemd/macro.h"
+
+#define CRI_DEFAULT_TIMEOUT_USEC (10 * USEC_PER_SEC)
+
+typedef struct CriClient CriClient;
+
+/* The answer of one round.  On success code is CSI_CODE_OK and running_uids
+ * the sorted pod UIDs (NULL-terminated, owned by the client, valid during the
+ * callback only) of the pods with a container that is not known to have
+ * exited; otherwise running_uids is NULL and code/message say what failed
+ * (a missing socket is UNAVAILABLE). */
+typedef struct CriAnswer {
+        CsiCode code;
+        const char *message;
+        const char *method; /* the call that failed, or NULL */
+        char *const *running_uids;
+} CriAnswer;
+
+typedef void (*cri_answer_t)(CriClient *c, const CriAnswer *answer, void *userdata);
+
+/* endpoint: unix:///path. */
+int cri_client_new(sd_event *event, const char *endpoint, uint64_t timeout_usec, CriClient **ret);
+/* Cancels a round in flight (no callback). */
+CriClient *cri_client_free(CriClient *c);
+DEFINE_TRIVIAL_CLEANUP_FUNC(CriClient *, cri_client_free);
+const char *cri_client_endpoint(CriClient *c);
+
+/* Starts a round; the callback comes from the loop, never from here.
+ * -EBUSY while one is in flight. */
+int cri_client_list_running_pods(CriClient *c, cri_answer_t done, void *userdata);
+bool cri_client_busy(CriClient *c);
+
+/* ---- pure, for the unit tests --------------------------------------------- */
+
+/* From packed ListContainersResponse and ListPodSandboxResponse messages: the
+ * sorted, distinct UIDs of the pods with a container in state CREATED,
+ * RUNNING or UNKNOWN (EXITED alone does not count).  A container names its
+ * sandbox by pod_sandbox_id, the sandbox its pod by metadata.uid; a container
+ * whose sandbox is not listed falls back to its io.kubernetes.pod.uid label.
+ * 0 and a NULL-terminated array, or -EBADMSG / -ENOMEM. */
+int cri_running_pods(const uint8_t *containers, size_t containers_size, const uint8_t *sandboxes,
+                     size_t sandboxes_size, char ***ret);

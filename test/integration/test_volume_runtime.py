@@ -1,0 +1,236 @@
+"""The runtime gate (DESIGN.md §3): no volume of a pod is unpublished while the
+container runtime, asked over CRI at [runtime] endpoint, says a container of
+the pod is created or running, whatever the API says.  Against the mock CRI
+runtime of test/doubles/mockcri."""
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from doubles.mockcri import MockRuntime
+from integration.agent_fixtures import DRIVER, wait_until, write_config
+
+WAIT_LINE = "container runtime"  # part of every gate log line
+
+
+@pytest.fixture
+def mock_cri():
+    # A short directory: a socket path must fit in 107 bytes.
+    d = tempfile.mkdtemp(prefix="cri-", dir="/tmp")
+    rt = MockRuntime(os.path.join(d, "cri.sock"))
+    rt.start()
+    yield rt
+    rt.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(env, cri, metrics_port=None):
+    """kvolumed with the runtime gate on, optionally with /volumes."""
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    if metrics_port is None:
+        return env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
+    path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
+                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
+                        f"[runtime]\nendpoint = {cri.endpoint}\n")
+    text = open(path).read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{metrics_port}\n")
+    open(path, "w").write(text)
+    env.agent = env.start_agent(path)
+    return env.agent
+
+
+def running_pod(env, cri, name):
+    """A pod whose inline volume is published and whose container runs."""
+    pod = env.pod(name, [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    cri.add_pod(pod["metadata"]["uid"], name=name)
+    return pod, target
+
+
+def unpublished(env, target):
+    return [c for c in env.calls("NodeUnpublishVolume") if c["request"]["target_path"] == target]
+
+
+def volumes_json(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/volumes", timeout=5) as r:
+        return json.load(r)
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def wait_held(env, cri, pod, target, since):
+    """The gate has asked the runtime since `since`, been told the container
+    runs, and said so; the volume is still there."""
+    uid = pod["metadata"]["uid"]
+    env.agent.wait_for_log(f"Not unpublishing volume scratch of pod default/{pod['metadata']['name']}", timeout=15)
+    assert any(m == "ListContainers" for _, m in cri.requests(since))
+    assert os.path.ismount(target)
+    assert not unpublished(env, target)
+    assert f"POD_UID={uid}" in env.agent.output()
+
+
+def release_and_time(env, cri, pod, target):
+    t0 = time.monotonic()
+    cri.stop_pod(pod["metadata"]["uid"])
+    wait_until(lambda: unpublished(env, target), timeout=15, interval=0.01, what="NodeUnpublishVolume")
+    return time.monotonic() - t0
+
+
+def test_force_deleted_pod_keeps_volume_while_its_container_runs(volume_env, mock_cri):
+    env, cri = volume_env, mock_cri
+    port = free_port()
+    start(env, cri, metrics_port=port)
+    pod, target = running_pod(env, cri, "web")
+    uid = pod["metadata"]["uid"]
+    since = time.monotonic()
+    env.api.remove("pods", "default", "web")  # force delete: gone from the API at once
+    wait_held(env, cri, pod, target, since)
+    # /volumes says why; the metric counts the waiting pod.
+    pubs = [p for v in volumes_json(port)["volumes"] for p in v.get("publishes", []) if p["pod_uid"] == uid]
+    assert pubs and "still created or running" in pubs[0]["teardown_waits"]
+    assert metric(port, "kvolumed_runtime_waiting_pods") == 1
+    assert metric(port, "kvolumed_runtime_errors_total") == 0
+    # Still held after several more rounds of the runtime saying so.
+    n = len(cri.requests(since))
+    wait_until(lambda: len(cri.requests(since)) >= n + 4, timeout=15, what="more rounds of the gate")
+    assert os.path.ismount(target) and not unpublished(env, target)
+    assert env.agent.output().count("Not unpublishing volume scratch") == 1  # once per wait
+
+    elapsed = release_and_time(env, cri, pod, target)
+    env.wait_gone(os.path.dirname(target))
+    # The backoff is capped at 1 s; the slack is for a loaded machine.
+    assert elapsed < 3.0, f"unpublished {elapsed:.2f}s after the container stopped"
+    wait_until(lambda: metric(port, "kvolumed_runtime_waiting_pods") == 0, what="no pod waiting")
+
+
+def test_graceful_delete_terminated_in_api_but_running_in_runtime(volume_env, mock_cri):
+    """The API's status says the container terminated; the runtime knows
+    better.  The pod object stays (graceful deletion), with no sandbox label:
+    a runner that is not kubelet may set none, the sandbox's metadata.uid is
+    what counts."""
+    env, cri = volume_env, mock_cri
+    start(env, cri)
+    pod = env.pod("job", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    cri.add_pod(pod["metadata"]["uid"], name="job", kubelet_labels=False)
+    since = time.monotonic()
+    pod = env.api.get("pods", "default", "job")
+    pod["status"]["containerStatuses"] = [{"name": "c", "ready": False, "restartCount": 0, "image": "busybox",
+                                           "imageID": "", "state": {"terminated": {
+                                               "exitCode": 0, "startedAt": "2026-11-22T00:00:00Z",
+                                               "finishedAt": "2026-11-22T00:01:00Z"}}}]
+    # (A terminal phase would make the API server delete the object at once.)
+    env.api.update(pod)
+    env.api.delete("pods", "default", "job", grace_period_seconds=30)
+    wait_held(env, cri, pod, target, since)
+    assert env.api.get("pods", "default", "job") is not None
+    elapsed = release_and_time(env, cri, pod, target)
+    env.wait_gone(os.path.dirname(target))
+    assert elapsed < 3.0, f"unpublished {elapsed:.2f}s after the container stopped"
+
+
+def test_runtime_unreachable_holds_every_teardown(volume_env, mock_cri):
+    env, cri = volume_env, mock_cri
+    port = free_port()
+    start(env, cri, metrics_port=port)
+    pod, target = running_pod(env, cri, "web")
+    cri.stop_pod(pod["metadata"]["uid"])  # even a stopped container: nobody can say so
+    cri.stop()
+    env.api.remove("pods", "default", "web")
+    env.agent.wait_for_log("does not answer", timeout=15)
+    # Several failed rounds, one warning.
+    wait_until(lambda: metric(port, "kvolumed_runtime_errors_total") >= 4, timeout=15, what="4 failed rounds")
+    assert env.agent.output().count("does not answer (") == 1
+    assert metric(port, "kvolumed_runtime_unreachable") == 1
+    assert os.path.ismount(target) and not unpublished(env, target)
+    uid = pod["metadata"]["uid"]
+    pubs = [p for v in volumes_json(port)["volumes"] for p in v.get("publishes", []) if p["pod_uid"] == uid]
+    assert pubs and "does not answer" in pubs[0]["teardown_waits"]
+
+    cri.start()
+    wait_until(lambda: unpublished(env, target), timeout=15, what="NodeUnpublishVolume once it answers")
+    env.wait_gone(os.path.dirname(target))
+    env.agent.wait_for_log("answers again")
+    assert env.agent.output().count("answers again") == 1
+    assert metric(port, "kvolumed_runtime_unreachable") == 0
+
+
+def test_no_endpoint_trusts_the_api(volume_env, mock_cri):
+    """Without [runtime] endpoint, today's behaviour: the API alone decides,
+    and the runtime is never asked."""
+    env, cri = volume_env, mock_cri
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pod, target = running_pod(env, cri, "web")
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target))
+    assert unpublished(env, target)
+    assert cri.requests() == []
+    env.agent.wait_for_log("[runtime] endpoint is empty")
+
+
+def test_burst_then_rest_asks_nothing(volume_env, mock_cri):
+    """A burst of teardowns costs a few rounds for all the pods together, not
+    one per pod; at rest the runtime is not asked at all."""
+    env, cri = volume_env, mock_cri
+    start(env, cri)
+    pods = []
+    for i in range(8):
+        pod = env.pod(f"p{i}", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+        pods.append((pod, env.target(pod, "scratch")))
+    for pod, target in pods:
+        env.wait_mounted(target)
+        cri.add_pod(pod["metadata"]["uid"], name=pod["metadata"]["name"], state="EXITED")
+    assert cri.requests() == []  # nothing asked while nothing is torn down
+    for pod, _ in pods:
+        env.api.remove("pods", "default", pod["metadata"]["name"])
+    for _, target in pods:
+        env.wait_gone(os.path.dirname(target))
+    burst = cri.requests()
+    assert 2 <= len(burst) <= 8, burst  # rounds of 2 calls, far fewer than one per pod
+    t = time.monotonic()
+    time.sleep(3)  # an observation window, not a wait for a condition
+    assert cri.requests(t) == []
+
+
+def test_teardown_found_at_restart_goes_through_the_gate(volume_env, mock_cri):
+    env, cri = volume_env, mock_cri
+    start(env, cri)
+    pod, target = running_pod(env, cri, "web")
+    env.agent.stop()
+    env.api.remove("pods", "default", "web")
+    since = time.monotonic()
+    env.agent = env.start_agent(str(env.tmp_path / "kvolumed.conf"))
+    wait_held(env, cri, pod, target, since)
+    release_and_time(env, cri, pod, target)
+    env.wait_gone(os.path.dirname(target))
+
+
+def test_reload_names_the_endpoint_as_needing_a_restart(volume_env, mock_cri):
+    env, cri = volume_env, mock_cri
+    start(env, cri)
+    env.agent.wait_for_log(" starting for node ")  # its signal handlers are set up
+    path = str(env.tmp_path / "kvolumed.conf")
+    text = open(path).read().replace(cri.endpoint, "unix:///run/crio/crio.sock")
+    open(path, "w").write(text)
+    env.agent.signal(signal.SIGHUP)
+    env.agent.wait_for_log('"runtime.endpoint = unix:///run/crio/crio.sock" takes effect at the next restart')

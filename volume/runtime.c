@@ -1,0 +1,320 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <stdlib.h>
+
+#include "csi/cri.h"
+#include "systemd/hashmap.h"
+#include "volume/internal.h"
+#include "volume/runtime.h"
+
+#define GATE_BACKOFF_MIN_USEC (100 * USEC_PER_MSEC)
+#define GATE_BACKOFF_MAX_USEC USEC_PER_SEC
+/* An answer older than this is asked again: a teardown retried later must
+ * not rely on what the runtime said before a container could be restarted. */
+#define ANSWER_TTL_USEC USEC_PER_SEC
+
+typedef struct Waiter {
+        uint64_t since;      /* when the pod's teardown first asked: answers from rounds started before do not do */
+        uint64_t checked_at; /* last check; a waiter no pass asks about any more is dropped */
+        bool running;        /* the last fresh answer named the pod */
+        bool allowed;        /* the last check said yes: not waiting, kept so that the answer serves
+                              * the pod's other volumes and a retry within ANSWER_TTL_USEC */
+        bool logged;
+} Waiter;
+
+struct RuntimeGate {
+        sd_event *event;
+        CriClient *cri;
+        runtime_gate_wake_t wake;
+        void *userdata;
+
+        Hashmap *waiters; /* pod UID → Waiter */
+
+        /* The last answer that came. */
+        char **running;        /* sorted UIDs */
+        uint64_t answer_asked; /* when its round started; 0: none */
+        uint64_t answer_at;    /* when it came */
+
+        uint64_t round_started; /* of the round in flight */
+        sd_event_source *timer; /* the next round while pods wait; NULL at rest */
+        uint64_t backoff_usec;
+
+        bool unreachable;
+        char *reason_unreachable;
+        uint64_t errors, rounds;
+};
+
+static uint64_t now(RuntimeGate *g) {
+        uint64_t t = 0;
+        (void) sd_event_now(g->event, CLOCK_MONOTONIC, &t);
+        return t;
+}
+
+static void names_free(char **v) {
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+static bool answer_names(RuntimeGate *g, const char *uid) {
+        size_t n = 0;
+        while (g->running && g->running[n])
+                n++;
+        return n > 0 && bsearch(&uid, g->running, n, sizeof(char *), cmp_str) != NULL;
+}
+
+static void start_round(RuntimeGate *g);
+
+/* Pods no pass asked about since the last answer no longer wait (their
+ * volumes went, or the pod is wanted again). */
+static void drop_unasked(RuntimeGate *g) {
+        const char *key;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(g->waiters, &i, &key, &value);) {
+                Waiter *w = value;
+                if (w->checked_at < g->answer_at) {
+                        hashmap_remove(g->waiters, key);
+                        free(w);
+                }
+        }
+}
+
+static unsigned count_waiting(RuntimeGate *g) {
+        unsigned n = 0;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(g->waiters, &i, NULL, &value);)
+                n += !((Waiter *) value)->allowed;
+        return n;
+}
+
+static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        RuntimeGate *g = userdata;
+
+        g->timer = sd_event_source_unref(g->timer);
+        drop_unasked(g);
+        if (count_waiting(g) == 0) {
+                g->backoff_usec = GATE_BACKOFF_MIN_USEC; /* at rest: nothing asks */
+                return 0;
+        }
+        start_round(g);
+        return 0;
+}
+
+static void arm_timer(RuntimeGate *g) {
+        if (g->timer)
+                return;
+        if (sd_event_add_time_relative(g->event, &g->timer, CLOCK_MONOTONIC, g->backoff_usec, 10 * USEC_PER_MSEC,
+                                       on_timer, g) < 0)
+                return;
+        g->backoff_usec = MIN(g->backoff_usec * 2, GATE_BACKOFF_MAX_USEC);
+}
+
+static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
+        RuntimeGate *g = userdata;
+        bool any_running = false;
+        const char *key;
+
+        if (a->code != CSI_CODE_OK) {
+                g->errors++;
+                if (!g->unreachable) {
+                        LogFields f = { .csi_method = a->method, .csi_code = csi_code_name(a->code) };
+                        log_fields(LOG_WARNING, &f, "Container runtime %s does not answer (%s: %s: %s); no volume is "
+                                   "unpublished until it does", cri_client_endpoint(c), strempty(a->method),
+                                   csi_code_name(a->code), strempty(a->message));
+                }
+                g->unreachable = true;
+                free(g->reason_unreachable);
+                if (asprintf(&g->reason_unreachable, "the container runtime %s does not answer: %s: %s",
+                             cri_client_endpoint(c), csi_code_name(a->code), strempty(a->message)) < 0)
+                        g->reason_unreachable = NULL;
+                arm_timer(g);
+                return;
+        }
+        if (g->unreachable)
+                log_notice("Container runtime %s answers again; teardowns that waited for it go on",
+                           cri_client_endpoint(c));
+        g->unreachable = false;
+
+        size_t n = 0;
+        while (a->running_uids[n])
+                n++;
+        char **copy = calloc(n + 1, sizeof(char *));
+        for (size_t i = 0; copy && i < n; i++)
+                if (!(copy[i] = strdup(a->running_uids[i]))) {
+                        names_free(copy);
+                        copy = NULL;
+                }
+        if (!copy) {
+                /* No answer kept: the waiters keep waiting, and ask again. */
+                arm_timer(g);
+                return;
+        }
+        drop_unasked(g);
+        names_free(g->running);
+        g->running = copy;
+        g->answer_asked = g->round_started;
+        g->answer_at = now(g);
+
+        /* Ask again later only for a waiting pod that still has a container;
+         * the others are decided by the pass this wakes. */
+        for (size_t i = 0; hashmap_iterate(g->waiters, &i, &key, NULL);)
+                if (answer_names(g, key))
+                        any_running = true;
+        /* Nothing waits: at rest, no timer, no call. */
+        if (any_running)
+                arm_timer(g);
+        else
+                g->backoff_usec = GATE_BACKOFF_MIN_USEC;
+        g->wake(g->userdata);
+}
+
+static void start_round(RuntimeGate *g) {
+        int r;
+
+        if (cri_client_busy(g->cri))
+                return;
+        g->round_started = now(g);
+        r = cri_client_list_running_pods(g->cri, on_answer, g);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to ask container runtime %s: %m", cri_client_endpoint(g->cri));
+                g->errors++;
+                arm_timer(g);
+                return;
+        }
+        g->rounds++;
+}
+
+bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f) {
+        uint64_t t;
+        Waiter *w;
+
+        if (!g)
+                return true; /* no runtime configured: the API alone decides */
+        t = now(g);
+        w = hashmap_get(g->waiters, pod_uid);
+        if (!w) {
+                w = calloc(1, sizeof *w);
+                if (!w || hashmap_put(g->waiters, pod_uid, w, NULL) < 0) {
+                        free(w);
+                        return false;
+                }
+                w->since = t;
+        }
+        w->checked_at = t;
+
+        bool fresh = g->answer_asked >= w->since && g->answer_at + ANSWER_TTL_USEC > t && !g->unreachable;
+        if (fresh && !answer_names(g, pod_uid)) {
+                if (w->logged)
+                        log_fields(LOG_INFO, f, "Container runtime %s says no container of pod %s runs any more; "
+                                   "tearing down its volume %s", cri_client_endpoint(g->cri),
+                                   strempty(f->pod ?: pod_uid), strempty(f->volume));
+                w->logged = w->running = false;
+                w->allowed = true;
+                return true;
+        }
+        w->allowed = false;
+        if (fresh) {
+                w->running = true;
+                if (!w->logged)
+                        log_fields(LOG_NOTICE, f, "Not unpublishing volume %s of pod %s: container runtime %s says a "
+                                   "container of the pod is still created or running", strempty(f->volume),
+                                   strempty(f->pod ?: pod_uid), cri_client_endpoint(g->cri));
+                w->logged = true;
+                /* The timer asks again; on_answer() armed it. */
+                if (!g->timer && !cri_client_busy(g->cri))
+                        arm_timer(g);
+                return false;
+        }
+        /* No answer from a round started since the pod waits, or too old. */
+        /* Unreachable: the timer's backoff paces the rounds, not the passes. */
+        if (!g->unreachable)
+                start_round(g);
+        else if (!g->timer && !cri_client_busy(g->cri))
+                arm_timer(g);
+        return false;
+}
+
+const char *runtime_gate_reason(RuntimeGate *g, const char *pod_uid) {
+        Waiter *w = g ? hashmap_get(g->waiters, pod_uid) : NULL;
+
+        if (!w || w->allowed)
+                return NULL;
+        if (g->unreachable)
+                return g->reason_unreachable ?: "the container runtime does not answer";
+        if (w->running)
+                return "a container of the pod is still created or running in the container runtime";
+        return "asking the container runtime whether a container of the pod still runs";
+}
+
+void runtime_gate_get_stats(RuntimeGate *g, RuntimeGateStats *ret) {
+        *ret = (RuntimeGateStats){};
+        if (!g)
+                return;
+        *ret = (RuntimeGateStats){ .configured = true,
+                                   .unreachable = g->unreachable,
+                                   .errors = g->errors,
+                                   .rounds = g->rounds,
+                                   .waiting = count_waiting(g) };
+}
+
+void volume_manager_get_runtime_stats(VolumeManager *m, VolumeRuntimeStats *ret) {
+        RuntimeGateStats s;
+
+        runtime_gate_get_stats(m->runtime, &s);
+        *ret = (VolumeRuntimeStats){ .configured = s.configured,
+                                     .unreachable = s.unreachable,
+                                     .errors = s.errors,
+                                     .rounds = s.rounds,
+                                     .waiting = s.waiting };
+}
+
+int runtime_gate_new(sd_event *event, const char *endpoint, runtime_gate_wake_t wake, void *userdata,
+                     RuntimeGate **ret) {
+        _cleanup_(runtime_gate_freep) RuntimeGate *g = NULL;
+        int r;
+
+        *ret = NULL;
+        if (isempty(endpoint)) {
+                log_warning("[runtime] endpoint is empty: volumes are unpublished on the API's word alone; a pod "
+                            "force-deleted while its containers run loses its volumes under them");
+                return 0;
+        }
+        g = calloc(1, sizeof *g);
+        if (!g)
+                return -ENOMEM;
+        g->event = sd_event_ref(event);
+        g->wake = wake;
+        g->userdata = userdata;
+        g->backoff_usec = GATE_BACKOFF_MIN_USEC;
+        g->waiters = hashmap_new();
+        if (!g->waiters)
+                return -ENOMEM;
+        r = cri_client_new(event, endpoint, CRI_DEFAULT_TIMEOUT_USEC, &g->cri);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the CRI client for %s: %m", endpoint);
+        log_info("Asking container runtime %s before any volume is unpublished", endpoint);
+        *ret = TAKE_PTR(g);
+        return 0;
+}
+
+RuntimeGate *runtime_gate_free(RuntimeGate *g) {
+        void *value;
+
+        if (!g)
+                return NULL;
+        cri_client_free(g->cri);
+        sd_event_source_disable_unref(g->timer);
+        for (size_t i = 0; hashmap_iterate(g->waiters, &i, NULL, &value);)
+                free(value);
+        hashmap_free(g->waiters);
+        names_free(g->running);
+        free(g->reason_unreachable);
+        sd_event_unref(g->event);
+        free(g);
+        return NULL;
+}

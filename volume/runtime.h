@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The runtime gate (DESIGN.md §3): before any volume of a pod is unpublished
+ * (or its block device unmapped), the container runtime must have said,
+ * recently and after the teardown was first wanted, that no container of the
+ * pod is created, running or unknown.  Until then the volume stays, whatever
+ * the API says of the pod: a pod force-deleted while its containers run keeps
+ * its volumes.  A runtime that does not answer holds every unpublish, as an
+ * API server that does not answer holds every teardown.
+ *
+ * The runtime is asked only while some pod waits for teardown: a round (two
+ * CRI calls for all the pods) when a pod starts waiting, then again with a
+ * backoff (100 ms doubling to 1 s) while a waiting pod's containers run or the
+ * runtime does not answer; never at rest.  A container that stops frees its
+ * pod's volumes within about a second, as in kubelet, which learns it from
+ * PLEG's relist of every container every second, whether anything waits or
+ * not (pkg/kubelet/pleg/generic.go; ShouldPodRuntimeBeRemoved in
+ * pod_workers.go gates the volume manager's removal of the pod). */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "systemd/log.h"
+#include "systemd/macro.h"
+
+typedef struct RuntimeGate RuntimeGate;
+
+/* An answer came: the pods waiting may go on (the reconciler's next pass). */
+typedef void (*runtime_gate_wake_t)(void *userdata);
+
+/* endpoint NULL or empty: no gate (*ret NULL); every check says yes. */
+int runtime_gate_new(sd_event *event, const char *endpoint, runtime_gate_wake_t wake, void *userdata,
+                     RuntimeGate **ret);
+RuntimeGate *runtime_gate_free(RuntimeGate *g);
+DEFINE_TRIVIAL_CLEANUP_FUNC(RuntimeGate *, runtime_gate_free);
+
+/* Whether the pod's volume may be unpublished now: true with a fresh "no
+ * container runs" answer; false otherwise, after starting or joining a
+ * round.  f names the volume in the log line said once per wait. */
+bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f);
+
+/* Why the pod's teardown waits for the runtime, for /volumes; NULL when it does not. */
+const char *runtime_gate_reason(RuntimeGate *g, const char *pod_uid);
+
+typedef struct RuntimeGateStats {
+        bool configured;
+        bool unreachable;   /* the last round failed */
+        uint64_t errors;    /* rounds that failed */
+        uint64_t rounds;    /* rounds that were started */
+        unsigned waiting;   /* pods whose teardown waits for an answer or for their containers */
+} RuntimeGateStats;
+void runtime_gate_get_stats(RuntimeGate *g, RuntimeGateStats *ret);

@@ -554,6 +554,11 @@ void manager_operation_done(VolumeManager *m, Operation *op, bool success) {
                 if (op->pod.uid)
                         manager_schedule_pod_pass(m, op->pod.uid);
                 drivers_volume_changed(m, op->av); /* an attach limit may have room now */
+                /* An unpublish removed a publish from disk: the unstage that
+                 * may follow in this loop iteration must not see it in the
+                 * scan made before (a false hold, a backoff and a warning). */
+                if (op->kind == OP_UNPUBLISH)
+                        publish_refs_free(m);
                 actual_volume_remove_op(op->av, op);
                 operation_free(op);
         } else

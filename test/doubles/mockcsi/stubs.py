@@ -32,7 +32,7 @@ import tempfile
 GRPC_PLUGIN = "/usr/bin/grpc_python_plugin"
 PROTO_INCLUDE = "/usr/include"  # google/protobuf/*.proto from libprotobuf-dev
 # Bump when the preprocessing below changes, so old caches are not reused.
-_GENERATOR_VERSION = "1"
+_GENERATOR_VERSION = "2"
 
 
 def reference_dir():
@@ -58,38 +58,34 @@ def strip_gogo(text):
     return re.sub(r'\s*\[([^\]]*\(gogoproto\.[^\]]*)\]', fix_brackets, text)
 
 
-def _cache_root():
-    base = os.environ.get("XDG_CACHE_HOME")
-    if base:
-        return os.path.join(base, "kvolumed-mockcsi-stubs")
-    return os.path.join(tempfile.gettempdir(), "kvolumed-mockcsi-stubs")
+def _cache_root(name):
+    base = os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir()
+    return os.path.join(base, name)
 
 
-def stub_dir():
-    """Return the directory holding the generated modules, generating if needed."""
-    ref = reference_dir()
-    csi_src = os.path.join(ref, "csi.proto")
-    reg_src = os.path.join(ref, "pluginregistration-v1.proto")
-    with open(csi_src, "rb") as f:
-        csi_text = f.read()
-    with open(reg_src, "rb") as f:
-        reg_text = strip_gogo(f.read().decode()).encode()
-    key = hashlib.sha256(csi_text + b"\0" + reg_text + b"\0" + _GENERATOR_VERSION.encode()).hexdigest()
-    final = os.path.join(_cache_root(), key[:32])
-    if os.path.exists(os.path.join(final, "pluginregistration_v1_pb2_grpc.py")):
+def generate(cache_name, sources, includes=()):
+    """Runs protoc on sources ({file name: text as bytes}) into a cache dir
+    under cache_name keyed by their sha256, unless it is there already, and
+    returns that dir.  Shared with the other doubles' stubs (mockcri)."""
+    digest = hashlib.sha256(_GENERATOR_VERSION.encode())
+    for name in sorted(sources):
+        digest.update(b"\0" + name.encode() + b"\0" + sources[name])
+    root = _cache_root(cache_name)
+    final = os.path.join(root, digest.hexdigest()[:32])
+    if os.path.exists(os.path.join(final, ".complete")):
         return final
-    os.makedirs(_cache_root(), exist_ok=True)
-    work = tempfile.mkdtemp(prefix=".gen-", dir=_cache_root())
+    os.makedirs(root, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".gen-", dir=root)
     try:
-        with open(os.path.join(work, "csi.proto"), "wb") as f:
-            f.write(csi_text)
-        with open(os.path.join(work, "pluginregistration_v1.proto"), "wb") as f:
-            f.write(reg_text)
+        for name, text in sources.items():
+            with open(os.path.join(work, name), "wb") as f:
+                f.write(text)
         subprocess.run(
             ["protoc", "--python_out=" + work, "--grpc_python_out=" + work,
-             "--plugin=protoc-gen-grpc_python=" + GRPC_PLUGIN,
-             "-I" + work, "-I" + PROTO_INCLUDE, "csi.proto", "pluginregistration_v1.proto"],
+             "--plugin=protoc-gen-grpc_python=" + GRPC_PLUGIN, "-I" + work]
+            + ["-I" + i for i in includes] + sorted(sources),
             check=True, cwd=work, capture_output=True)
+        open(os.path.join(work, ".complete"), "w").close()
         try:
             os.rename(work, final)
         except OSError:
@@ -102,6 +98,25 @@ def stub_dir():
     return final
 
 
+def import_from(directory, modules):
+    """The generated *_grpc modules do `import x_pb2`, so the dir itself
+    must be on sys.path (not a package)."""
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return tuple(importlib.import_module(m) for m in modules)
+
+
+def stub_dir():
+    """Return the directory holding the generated modules, generating if needed."""
+    ref = reference_dir()
+    with open(os.path.join(ref, "csi.proto"), "rb") as f:
+        csi_text = f.read()
+    with open(os.path.join(ref, "pluginregistration-v1.proto"), "rb") as f:
+        reg_text = strip_gogo(f.read().decode()).encode()
+    return generate("kvolumed-mockcsi-stubs", {"csi.proto": csi_text, "pluginregistration_v1.proto": reg_text},
+                    includes=(PROTO_INCLUDE,))
+
+
 _loaded = None
 
 
@@ -109,11 +124,6 @@ def load():
     """Import and return (csi_pb2, csi_pb2_grpc, reg_pb2, reg_pb2_grpc)."""
     global _loaded
     if _loaded is None:
-        d = stub_dir()
-        # The generated *_grpc modules do `import csi_pb2`, so the dir itself
-        # must be on sys.path (not a package).
-        if d not in sys.path:
-            sys.path.insert(0, d)
-        _loaded = tuple(importlib.import_module(m) for m in (
-            "csi_pb2", "csi_pb2_grpc", "pluginregistration_v1_pb2", "pluginregistration_v1_pb2_grpc"))
+        _loaded = import_from(stub_dir(), ("csi_pb2", "csi_pb2_grpc", "pluginregistration_v1_pb2",
+                                           "pluginregistration_v1_pb2_grpc"))
     return _loaded

@@ -129,6 +129,16 @@ def test_expansion_without_allocated_resource_statuses(volume_env):
     assert "allocatedResourceStatuses" not in status
 
 
+def grown_pv(env):
+    """A claim "grow" bound to a PV the controller grew to 128Mi while no pod used it."""
+    env.pv("pv-grow", "vol-grow", claim="grow", fsType="ext4")
+    pv = env.api.get("persistentvolumes", None, "pv-grow")
+    pv["spec"]["capacity"] = {"storage": "128Mi"}
+    pv["metadata"].pop("resourceVersion", None)
+    env.api.update(pv)
+    env.pvc("grow", "pv-grow")
+
+
 def test_expansion_happens_before_the_publish_counts_as_done(volume_env):
     """kubelet expands inside MountVolume, after SetUp and before the volume
     counts as mounted (operation_generator.go expandVolumeDuringMount): the
@@ -138,12 +148,7 @@ def test_expansion_happens_before_the_publish_counts_as_done(volume_env):
     from integration.test_agent_volumes_json import by_name, start, volumes
     env = volume_env
     env.csidriver(attachRequired=False)
-    env.pv("pv-grow", "vol-grow", claim="grow", fsType="ext4")
-    pv = env.api.get("persistentvolumes", None, "pv-grow")
-    pv["spec"]["capacity"] = {"storage": "128Mi"}
-    pv["metadata"].pop("resourceVersion", None)
-    env.api.update(pv)
-    env.pvc("grow", "pv-grow")
+    grown_pv(env)
     claim = env.api.get("persistentvolumeclaims", "default", "grow")
     claim["spec"]["resources"]["requests"]["storage"] = "128Mi"
     claim["status"]["capacity"] = {"storage": "64Mi"}
@@ -182,12 +187,7 @@ def test_expansion_failing_inside_the_publish_holds_it_and_is_retried(volume_env
     uncertain); the retry publishes again and grows it."""
     env = volume_env
     env.csidriver(attachRequired=False)
-    env.pv("pv-grow", "vol-grow", claim="grow", fsType="ext4")
-    pv = env.api.get("persistentvolumes", None, "pv-grow")
-    pv["spec"]["capacity"] = {"storage": "128Mi"}
-    pv["metadata"].pop("resourceVersion", None)
-    env.api.update(pv)
-    env.pvc("grow", "pv-grow")
+    grown_pv(env)
     claim = env.api.get("persistentvolumeclaims", "default", "grow")
     claim["status"]["capacity"] = {"storage": "64Mi"}  # the older protocol: no allocatedResourceStatuses
     claim["metadata"].pop("resourceVersion", None)

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "csi/cri.h"
+#include "k8s/json.h"
 #include "systemd/hashmap.h"
 #include "volume/internal.h"
 #include "volume/runtime.h"
@@ -49,20 +50,12 @@ static uint64_t now(RuntimeGate *g) {
         return t;
 }
 
-static void names_free(char **v) {
-        for (size_t i = 0; v && v[i]; i++)
-                free(v[i]);
-        free(v);
-}
-
 static int cmp_str(const void *a, const void *b) {
         return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
 static bool answer_names(RuntimeGate *g, const char *uid) {
-        size_t n = 0;
-        while (g->running && g->running[n])
-                n++;
+        size_t n = strv_length(g->running);
         return n > 0 && bsearch(&uid, g->running, n, sizeof(char *), cmp_str) != NULL;
 }
 
@@ -146,7 +139,7 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
         char **copy = calloc(n + 1, sizeof(char *));
         for (size_t i = 0; copy && i < n; i++)
                 if (!(copy[i] = strdup(a->running_uids[i]))) {
-                        names_free(copy);
+                        strv_free(copy);
                         copy = NULL;
                 }
         if (!copy) {
@@ -155,7 +148,7 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
                 return;
         }
         drop_unasked(g);
-        names_free(g->running);
+        strv_free(g->running);
         g->running = copy;
         g->answer_asked = g->round_started;
         g->answer_at = now(g);
@@ -312,7 +305,7 @@ RuntimeGate *runtime_gate_free(RuntimeGate *g) {
         for (size_t i = 0; hashmap_iterate(g->waiters, &i, NULL, &value);)
                 free(value);
         hashmap_free(g->waiters);
-        names_free(g->running);
+        strv_free(g->running);
         free(g->reason_unreachable);
         sd_event_unref(g->event);
         free(g);

@@ -8,6 +8,19 @@
 #include "volume/desired.h"
 #include "volume/paths.h"
 
+/* Every container kind of a pod, init containers first: kubelet's
+ * GetPodVolumeNames visits them all, and a debugging (ephemeral) container
+ * that mounts a volume uses it and has a label for it like any other. */
+typedef struct ContainerList {
+        const K8sContainer *c;
+        size_t n;
+} ContainerList;
+#define POD_CONTAINER_LISTS(pod)                                                                                 \
+        {                                                                                                        \
+                { (pod)->init_containers, (pod)->n_init_containers }, { (pod)->containers, (pod)->n_containers }, \
+                { (pod)->ephemeral_containers, (pod)->n_ephemeral_containers },                                 \
+        }
+
 /* Whether the status shows a container of any kind running: an app, init
  * or ephemeral (kubectl debug) container may all hold the pod's volumes. */
 static bool pod_container_running(const K8sPod *pod) {
@@ -200,15 +213,7 @@ int desired_volume_selinux_label(const K8sPod *pod, const char *name, char **ret
         _cleanup_free_ char *first = NULL, *other = NULL;
         bool pod_has = pod->selinux_user || pod->selinux_role || pod->selinux_type || pod->selinux_level;
         bool any = false;
-        const struct {
-                const K8sContainer *c;
-                size_t n;
-        } lists[] = {
-                { pod->init_containers, pod->n_init_containers },
-                { pod->containers, pod->n_containers },
-                /* A debugging container that mounts the volume has a label too. */
-                { pod->ephemeral_containers, pod->n_ephemeral_containers },
-        };
+        const ContainerList lists[] = POD_CONTAINER_LISTS(pod);
         int r;
 
         for (size_t l = 0; l < ELEMENTSOF(lists); l++)
@@ -287,15 +292,7 @@ static int set_text(char **field, const char *format, ...) {
 /* How containers use the volume: 0 not at all, 1 mounted, 2 as a device, 3 both. */
 static unsigned volume_usage(const K8sPod *pod, const char *name) {
         unsigned usage = 0;
-        const struct {
-                const K8sContainer *c;
-                size_t n;
-        } lists[] = {
-                { pod->containers, pod->n_containers },
-                { pod->init_containers, pod->n_init_containers },
-                /* kubelet's GetPodVolumeNames visits every container kind. */
-                { pod->ephemeral_containers, pod->n_ephemeral_containers },
-        };
+        const ContainerList lists[] = POD_CONTAINER_LISTS(pod);
 
         for (size_t l = 0; l < ELEMENTSOF(lists); l++)
                 for (size_t i = 0; i < lists[l].n; i++) {

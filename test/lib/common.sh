@@ -62,3 +62,10 @@ build_in() {
         fi
         ninja -C "$dir" >/dev/null || { ninja -C "$dir" >&2; die "build failed in $dir"; }
 }
+
+# The daemon's integration tests that test/check runs again under ASan+UBSan
+# (test/lib/asan-slice.txt, one pytest node id per line, relative to the
+# repository); test/asan runs all of them.
+asan_slice() {
+        sed -e 's/#.*//' -e '/^[[:space:]]*$/d' -e "s#^#$REPO_DIR/#" "$REPO_DIR/test/lib/asan-slice.txt"
+}

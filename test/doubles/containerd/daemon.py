@@ -1,0 +1,293 @@
+"""A real containerd (Debian's 1.6, with runc) for the tests, kept off the
+machine (reference/containerd-here.md):
+
+  * it runs in the test's private mount namespace (refused otherwise), with
+    its own root, state, socket and config.toml in a temporary directory;
+  * containerd 1.6 puts its shims' sockets and runc's state under
+    /run/containerd whatever `state` says: a tmpfs is mounted there, in that
+    namespace only, for the harness's life;
+  * runc uses cgroupfs under a cgroup parent of the harness's own, removed
+    (in every hierarchy) at the end, with the shims it leaves: shims outlive
+    containerd, so the containers are stopped through containerd first, then
+    whatever is left is killed by the PIDs in the runtime's state;
+  * the CRI plugin: restrict_oom_score_adj (processes here may not lower an
+    oom_score_adj, which runc asks for the sandbox), no SELinux, empty CNI
+    directories (the pods use the host network), the local busybox image as
+    the sandbox image.
+
+`kill()` SIGKILLs containerd (its shims and containers keep running, as on a
+node whose containerd crashed) and `start()` brings it back on the same state.
+The log runs at trace level: every CRI request is a line of it, which is how
+`cri_requests()` counts them exactly, whoever sent them."""
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+RUN_DIR = "/run/containerd"
+# Plugins the tests do not need; listed so that they neither log nor make
+# directories outside root (the "opt" plugin would make /opt/containerd).
+DISABLED = ("io.containerd.internal.v1.opt", "io.containerd.internal.v1.tracing",
+            "io.containerd.tracing.processor.v1.otlp", "io.containerd.snapshotter.v1.aufs",
+            "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+            "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.native")
+# containerd's CRI service logs every request it receives at trace level
+# (debug or info for the ones that change something) as `msg="<Method> ...`,
+# and its answer on another line with "returns" or "failed".
+CRI_LINE = re.compile(r' msg="(\w+) ')
+CRI_METHODS = {"Version", "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "PodSandboxStatus",
+               "ListPodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer",
+               "ListContainers", "ContainerStatus", "ListImages", "ImageStatus", "PullImage", "Status",
+               "ListContainerStats", "ContainerStats", "ListPodSandboxStats", "GetContainerEvents"}
+
+
+def missing():
+    """Why a real containerd cannot run here, or None."""
+    for b in ("containerd", "containerd-shim-runc-v2", "runc", "ctr"):
+        if not shutil.which(b):
+            return f"{b} is missing: install Debian's containerd and runc (test/deps/containerd.txt)"
+    if os.geteuid() != 0:
+        return "containerd needs root"
+    try:
+        same = os.readlink("/proc/self/ns/mnt") == os.readlink(f"/proc/{os.getppid()}/ns/mnt")
+    except OSError:
+        same = False
+    if same:
+        return "not in a mount namespace of its own: run the tests under unshare -m --propagation private"
+    if _shared_mount_above(RUN_DIR):
+        return "mounts here propagate to the machine: run the tests under unshare -m --propagation private"
+    return None
+
+
+def _shared_mount_above(path):
+    """Whether a mount that `path` lies on propagates to a peer (the machine's
+    namespace): then the tmpfs on /run/containerd would appear there too."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point, optional = fields[4], fields[6:fields.index("-")]
+            if (path == point or path.startswith(point.rstrip("/") + "/")) and \
+                    any(o.startswith("shared:") for o in optional):
+                return True
+    return False
+
+
+def _config(d, sandbox_image):
+    disabled = ", ".join(f'"{p}"' for p in DISABLED)
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = [{disabled}]
+
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = ""
+[debug]
+  address = ""
+  level = "trace"
+[metrics]
+  address = ""
+
+[{cri}]
+  sandbox_image = "{sandbox_image}"
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [{cri}.cni]
+    bin_dir = "{d}/cni/bin"
+    conf_dir = "{d}/cni/conf"
+"""
+
+
+class Containerd:
+    def __init__(self, sandbox_image):
+        why = missing()
+        if why:
+            raise RuntimeError(why)
+        # Short: socket paths must fit in 107 bytes.
+        self.dir = tempfile.mkdtemp(prefix="ctrd-", dir="/tmp")
+        self.socket = os.path.join(self.dir, "containerd.sock")
+        self.endpoint = "unix://" + self.socket
+        self.sandbox_image = sandbox_image
+        # The cgroup parent the pod runner gives every sandbox.
+        self.cgroup_parent = "/kvolumed-test-" + os.path.basename(self.dir)
+        for sub in ("cni/bin", "cni/conf"):
+            os.makedirs(os.path.join(self.dir, sub))
+        self.config = os.path.join(self.dir, "config.toml")
+        with open(self.config, "w") as f:
+            f.write(_config(self.dir, sandbox_image))
+        self.log_path = os.path.join(self.dir, "containerd.log")
+        self._made_run_dir = False
+        self._run_mounted = False
+        self.proc = None
+        self._mount_run()
+
+    # ---- /run/containerd in this namespace only ------------------------------
+    def _mount_run(self):
+        if not os.path.isdir(RUN_DIR):
+            os.makedirs(RUN_DIR)
+            self._made_run_dir = True
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0711", "kvolumed-test-run", RUN_DIR], check=True)
+        self._run_mounted = True
+
+    def _umount_run(self):
+        if self._run_mounted:
+            subprocess.run(["umount", "-l", RUN_DIR], check=False)
+            self._run_mounted = False
+        if self._made_run_dir:
+            try:
+                os.rmdir(RUN_DIR)
+            except OSError:
+                pass
+            self._made_run_dir = False
+
+    # ---- the daemon ------------------------------------------------------------
+    def start(self, timeout=60.0):
+        """Starts containerd and waits until its CRI service answers."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        log = open(self.log_path, "a")
+        offset = self.log_size()
+        self.proc = subprocess.Popen(["containerd", "--config", self.config], stdout=log, stderr=log,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"containerd exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self._serving(offset):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"containerd did not serve CRI within {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def _serving(self, offset):
+        # Logged once every plugin is loaded and the socket serves; the CRI
+        # plugin may still answer "server is not initialized yet" for a
+        # moment (PodRunner.wait_ready() waits for that).
+        if not os.path.exists(self.socket):
+            return False
+        with open(self.log_path) as f:
+            f.seek(offset)
+            return "containerd successfully booted" in f.read()
+
+    def kill(self):
+        """SIGKILL, as a crash: shims and containers keep running."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def ctr(self, *args, check=True):
+        return subprocess.run(["ctr", "--address", self.socket, "-n", "k8s.io", *args], check=check,
+                              capture_output=True, text=True)
+
+    def import_image(self, archive):
+        self.ctr("images", "import", "--no-unpack=false", archive)
+
+    # ---- the log --------------------------------------------------------------
+    def log_tail(self, n=4000):
+        try:
+            with open(self.log_path) as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def log_size(self):
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def cri_requests(self, since=0):
+        """The CRI requests containerd received after byte offset `since` of
+        its log (see log_size()): their methods, in order."""
+        out = []
+        with open(self.log_path, errors="replace") as f:
+            f.seek(since)
+            for line in f:
+                m = CRI_LINE.search(line)
+                if m and m.group(1) in CRI_METHODS and " returns" not in line and " failed" not in line:
+                    out.append(m.group(1))
+        return out
+
+    # ---- leaving nothing behind -------------------------------------------------
+    def _task_pids(self):
+        pids = []
+        for name in ("init.pid", "shim.pid"):
+            for p in glob.glob(os.path.join(self.dir, "state", "io.containerd.runtime.v2.task", "*", "*", name)):
+                try:
+                    pids.append(int(open(p).read().strip()))
+                except (OSError, ValueError):
+                    pass
+        return pids
+
+    def _remove_cgroups(self):
+        rel = self.cgroup_parent.lstrip("/")
+        for top in glob.glob("/sys/fs/cgroup/*/") + ["/sys/fs/cgroup/"]:
+            path = os.path.join(top, rel)
+            if not os.path.isdir(path):
+                continue
+            # Children first; a cgroup dir holds only control files, which rmdir ignores.
+            for d, _, _ in sorted(os.walk(path), key=lambda e: -e[0].count("/")):
+                for _ in range(50):
+                    try:
+                        os.rmdir(d)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.1)  # its last process is still exiting
+
+    def _umount_under(self, top):
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4].replace("\\040", " ") for line in f]
+        for p in sorted((p for p in points if p.startswith(top + "/")), key=len, reverse=True):
+            subprocess.run(["umount", "-l", p], check=False, capture_output=True)
+
+    def cleanup(self, runner=None):
+        """Stops every pod (through containerd when it runs), containerd, its
+        shims and containers; unmounts and removes everything it made."""
+        try:
+            if runner is not None and self.running:
+                runner.remove_everything()
+        finally:
+            self._leave_nothing()
+
+    def _leave_nothing(self):
+        self.stop()
+        for pid in self._task_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._umount_under(self.dir)
+        self._umount_under(RUN_DIR)
+        self._remove_cgroups()
+        self._umount_run()
+        shutil.rmtree(self.dir, ignore_errors=True)

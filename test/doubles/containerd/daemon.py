@@ -15,6 +15,10 @@ machine (reference/containerd-here.md):
     directories (the pods use the host network), the local busybox image as
     the sandbox image.
 
+A test process killed before its clean-up leaves processes and cgroups
+(the mounts go with its namespace): the next harness sweeps them
+(sweep_stale()), by the cgroup parent and the directory each owns.
+
 `kill()` SIGKILLs containerd (its shims and containers keep running, as on a
 node whose containerd crashed) and `start()` brings it back on the same state.
 The log runs at trace level: every CRI request is a line of it, which is how
@@ -118,13 +122,16 @@ class Containerd:
         why = missing()
         if why:
             raise RuntimeError(why)
+        sweep_stale()
         # Short: socket paths must fit in 107 bytes.
         self.dir = tempfile.mkdtemp(prefix="ctrd-", dir="/tmp")
         self.socket = os.path.join(self.dir, "containerd.sock")
         self.endpoint = "unix://" + self.socket
         self.sandbox_image = sandbox_image
+        with open(os.path.join(self.dir, "owner"), "w") as f:
+            f.write(str(os.getpid()))
         # The cgroup parent the pod runner gives every sandbox.
-        self.cgroup_parent = "/kvolumed-test-" + os.path.basename(self.dir)
+        self.cgroup_parent = cgroup_parent(self.dir)
         for sub in ("cni/bin", "cni/conf"):
             os.makedirs(os.path.join(self.dir, sub))
         self.config = os.path.join(self.dir, "config.toml")
@@ -139,6 +146,10 @@ class Containerd:
     # ---- /run/containerd in this namespace only ------------------------------
     def _mount_run(self):
         if not os.path.isdir(RUN_DIR):
+            # The directory is made on the machine's /run (a mount point
+            # must exist); the marker lets sweep_stale() remove it should
+            # this process be killed before its clean-up.
+            open(os.path.join(self.dir, "made-run-dir"), "w").close()
             os.makedirs(RUN_DIR)
             self._made_run_dir = True
         subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0711", "kvolumed-test-run", RUN_DIR], check=True)
@@ -237,39 +248,6 @@ class Containerd:
         return out
 
     # ---- leaving nothing behind -------------------------------------------------
-    def _task_pids(self):
-        pids = []
-        for name in ("init.pid", "shim.pid"):
-            for p in glob.glob(os.path.join(self.dir, "state", "io.containerd.runtime.v2.task", "*", "*", name)):
-                try:
-                    pids.append(int(open(p).read().strip()))
-                except (OSError, ValueError):
-                    pass
-        return pids
-
-    def _remove_cgroups(self):
-        rel = self.cgroup_parent.lstrip("/")
-        for top in glob.glob("/sys/fs/cgroup/*/") + ["/sys/fs/cgroup/"]:
-            path = os.path.join(top, rel)
-            if not os.path.isdir(path):
-                continue
-            # Children first; a cgroup dir holds only control files, which rmdir ignores.
-            for d, _, _ in sorted(os.walk(path), key=lambda e: -e[0].count("/")):
-                for _ in range(50):
-                    try:
-                        os.rmdir(d)
-                        break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        time.sleep(0.1)  # its last process is still exiting
-
-    def _umount_under(self, top):
-        with open("/proc/self/mountinfo") as f:
-            points = [line.split()[4].replace("\\040", " ") for line in f]
-        for p in sorted((p for p in points if p.startswith(top + "/")), key=len, reverse=True):
-            subprocess.run(["umount", "-l", p], check=False, capture_output=True)
-
     def cleanup(self, runner=None):
         """Stops every pod (through containerd when it runs), containerd, its
         shims and containers; unmounts and removes everything it made."""
@@ -277,17 +255,99 @@ class Containerd:
             if runner is not None and self.running:
                 runner.remove_everything()
         finally:
-            self._leave_nothing()
+            self.stop()
+            leave_nothing(self.dir, self.cgroup_parent)
+            self._umount_run()
 
-    def _leave_nothing(self):
-        self.stop()
-        for pid in self._task_pids():
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _cgroup_dirs(parent):
+    """The cgroup directories under `parent` in every hierarchy, deepest first."""
+    rel = parent.lstrip("/")
+    dirs = []
+    for top in glob.glob("/sys/fs/cgroup/*/") + ["/sys/fs/cgroup/"]:
+        path = os.path.join(top, rel)
+        if os.path.isdir(path):
+            dirs += [d for d, _, _ in os.walk(path)]
+    return sorted(dirs, key=lambda d: -d.count("/"))
+
+
+def _kill(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def leave_nothing(directory, cgroup_parent):
+    """Whatever a harness left, by what it certainly owns: the processes in
+    its cgroup parent (the containers: runc puts every one of them there),
+    the processes whose command line names its directory (containerd, and
+    the shims, which outlive it), every mount under its directory, its
+    cgroups, and the directory."""
+    for _ in range(50):
+        pids = set()
+        for d in _cgroup_dirs(cgroup_parent):
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    pids.update(int(x) for x in f.read().split())
+            except OSError:
                 pass
-        self._umount_under(self.dir)
-        self._umount_under(RUN_DIR)
-        self._remove_cgroups()
-        self._umount_run()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        pids.update(int(p) for p in os.listdir("/proc") if p.isdigit() and directory + "/" in _cmdline(p))
+        pids.discard(os.getpid())
+        if not pids:
+            break
+        _kill(pids)
+        time.sleep(0.1)  # they exit; their cgroups empty
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    for p in sorted((p for p in points if p.startswith(directory + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", p], check=False, capture_output=True)
+    for d in _cgroup_dirs(cgroup_parent):
+        for _ in range(50):
+            try:
+                os.rmdir(d)  # a cgroup dir holds only control files, which rmdir ignores
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)  # its last process is still exiting
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def sweep_stale():
+    """Leftovers of a harness whose test process was killed before its
+    clean-up ran (the mounts went with its namespace; its processes, its
+    cgroups and an empty /run/containerd it made did not): each harness
+    directory names the process that owns it in `owner`."""
+    live, made_run_dir = False, False
+    for d in glob.glob("/tmp/ctrd-*"):
+        try:
+            with open(os.path.join(d, "owner")) as f:
+                owner = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if owner == os.getpid() or os.path.exists(f"/proc/{owner}"):
+            live = True
+            continue
+        made_run_dir |= os.path.exists(os.path.join(d, "made-run-dir"))
+        leave_nothing(d, cgroup_parent(d))
+    # Not while another harness lives: its tmpfs is mounted there, in its
+    # namespace, and an rmdir here would detach it.
+    if made_run_dir and not live:
+        try:
+            os.rmdir(RUN_DIR)
+        except OSError:
+            pass  # not empty: someone else's now
+
+
+def cgroup_parent(directory):
+    return "/kvolumed-test-" + os.path.basename(directory)

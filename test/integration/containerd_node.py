@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 
-from doubles.containerd.fixtures import containerd, pod_runner  # noqa: F401  (fixtures)
 from integration.agent_fixtures import DRIVER, wait_until, write_config
 
 # The container: appends a counter to /data/log every 50 ms, and "stopped"
@@ -117,5 +116,5 @@ def written(target):
 
 
 @pytest.fixture
-def node(volume_env, containerd, pod_runner):  # noqa: F811  (fixtures)
+def node(volume_env, containerd, pod_runner):
     return Node(volume_env, containerd, pod_runner)

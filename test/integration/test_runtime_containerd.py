@@ -5,14 +5,13 @@ small CRI client plays the pod runner: it runs a host-network sandbox named
 by the pod's UID and a busybox container with the volume's host path mounted,
 which writes into the volume.
 
-One containerd serves the whole session (it starts in well under a second;
-the file takes about 25 s here, most of it the 100-pod burst).  Test names
+One containerd serves the module (it starts in under a second; the file
+takes about 30 s here, 10 of them the 100-pod burst).  Test names
 avoid "volume" and "agent": test/check's ASan pass selects by those words,
 and this file proves the runtime, not the sanitizers, so it runs once."""
 import os
 import time
 
-from doubles.containerd.fixtures import containerd, pod_runner  # noqa: F401  (fixtures)
 from integration.agent_fixtures import wait_until
 from integration.containerd_node import GATE_CAP, node, written  # noqa: F401  (fixture)
 

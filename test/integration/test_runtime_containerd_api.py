@@ -21,7 +21,6 @@ import uuid
 
 import pytest
 
-from doubles.containerd.fixtures import containerd, pod_runner  # noqa: F401  (fixtures)
 from integration.agent_fixtures import DRIVER, wait_until
 from integration.containerd_node import node, written  # noqa: F401  (fixture)
 

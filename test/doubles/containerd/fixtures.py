@@ -1,12 +1,15 @@
-"""pytest fixtures for a real containerd (import them into a test module):
+"""pytest fixtures for a real containerd (a plugin of test/integration/conftest.py):
 
-  * `containerd`: one containerd for the whole session, started on first use,
-    with the local busybox image imported; everything it made is removed at
-    the end of the session;
+  * `busybox_archive`: the local image, built once per session;
+  * `containerd`: one containerd per test module, started on first use with
+    that image imported; everything it made is removed after the module, so
+    that the rest of the suite runs on a machine without it;
   * `pod_runner`: the tests' CRI pod runner; after each test every sandbox
     on the runtime is stopped and removed (containerd is started again first
     if the test killed it), so each test starts from an empty runtime."""
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -16,18 +19,27 @@ from .runner import PodRunner
 
 
 @pytest.fixture(scope="session")
-def containerd():
+def busybox_archive():
     # A machine without containerd fails here, it does not skip: test/deps
     # installs it, and a skipped real-runtime proof is no proof.
     why = missing() or available()
     if why:
         pytest.fail(why)
+    d = tempfile.mkdtemp(prefix="kvimage-", dir="/tmp")
+    try:
+        yield build(os.path.join(d, "busybox.tar"))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def containerd(busybox_archive):
     ctrd = Containerd(IMAGE)
     runner = PodRunner(ctrd)
     try:
         ctrd.start()
         runner.wait_ready()
-        ctrd.import_image(build(os.path.join(ctrd.dir, "busybox.tar")))
+        ctrd.import_image(busybox_archive)
         yield ctrd
     finally:
         ctrd.cleanup(runner)

@@ -36,18 +36,20 @@ class Node:
         self.env, self.ctrd, self.runner = env, ctrd, runner
         self.port = free_port()
 
-    def start(self, modes=("Persistent", "Ephemeral"), extra=""):
+    def start(self, modes=("Persistent", "Ephemeral"), extra="", endpoint=None):
+        """endpoint: the CRI socket kvolumed asks (default: containerd's)."""
+        endpoint = endpoint or self.ctrd.endpoint
         env = self.env
         env.csidriver(attachRequired=False, volumeLifecycleModes=list(modes))
         path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
                             f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
-                            f"[runtime]\nendpoint = {self.ctrd.endpoint}\n" + extra)
+                            f"[runtime]\nendpoint = {endpoint}\n" + extra)
         with open(path) as f:
             text = f.read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{self.port}\n")
         with open(path, "w") as f:
             f.write(text)
         env.agent = env.start_agent(path)
-        env.agent.wait_for_log(f"Asking container runtime {self.ctrd.endpoint}")
+        env.agent.wait_for_log(f"Asking container runtime {endpoint}")
         return self
 
     # ---- pods and their volumes ----------------------------------------------

@@ -7,9 +7,10 @@ machine (reference/containerd-here.md):
     /run/containerd whatever `state` says: a tmpfs is mounted there, in that
     namespace only, for the harness's life;
   * runc uses cgroupfs under a cgroup parent of the harness's own, removed
-    (in every hierarchy) at the end, with the shims it leaves: shims outlive
-    containerd, so the containers are stopped through containerd first, then
-    whatever is left is killed by the PIDs in the runtime's state;
+    (in every hierarchy) at the end; shims outlive containerd, so the pods
+    are removed through containerd first, then whatever is left is killed:
+    the processes in that cgroup parent and those whose command line names
+    the harness's directory (containerd, its shims);
   * the CRI plugin: restrict_oom_score_adj (processes here may not lower an
     oom_score_adj, which runc asks for the sandbox), no SELinux, empty CNI
     directories (the pods use the host network), the local busybox image as

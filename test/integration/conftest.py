@@ -17,5 +17,6 @@ if TEST_DIR not in sys.path:
 pytest_plugins = [
     "doubles.fakeapi.fixtures",
     "doubles.mockcsi.fixtures",
+    "doubles.containerd.fixtures",
     "integration.agent_fixtures",
 ]

@@ -1,0 +1,161 @@
+"""A counting proxy on a CRI socket: a unix socket of its own that relays
+every connection to the runtime's socket, byte for byte, and logs every
+request a client makes on it: each HTTP/2 stream the client opens, with its
+`:path` (decoded with Debian's python3-hpack), at the time it was opened.
+
+This counts what containerd's own log cannot: containerd 1.6 logs the
+requests its CRI service implements, but not one it answers UNIMPLEMENTED
+(GetContainerEvents, which a client of a newer runtime may ask), nor one
+that fails before the service sees it.  The proxy counts requests, whatever
+the answer."""
+import os
+import socket
+import threading
+import time
+
+import hpack
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HEADERS, CONTINUATION = 0x1, 0x9
+END_HEADERS, PADDED, PRIORITY = 0x4, 0x8, 0x20
+
+
+class RequestCounter:
+    """Parses the client's half of one HTTP/2 connection as it flows."""
+
+    def __init__(self, record):
+        self.record = record
+        self.buf = b""
+        self.preface = False
+        self.decoder = hpack.Decoder()
+        self.streams = set()
+        self.block = None  # (stream id, header block so far) until END_HEADERS
+
+    def feed(self, data):
+        self.buf += data
+        if not self.preface:
+            if len(self.buf) < len(PREFACE):
+                return
+            if not self.buf.startswith(PREFACE):
+                raise ValueError("not HTTP/2 with prior knowledge")
+            self.buf = self.buf[len(PREFACE):]
+            self.preface = True
+        while len(self.buf) >= 9:
+            length = int.from_bytes(self.buf[0:3], "big")
+            if len(self.buf) < 9 + length:
+                return
+            ftype, flags = self.buf[3], self.buf[4]
+            stream = int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF
+            payload = self.buf[9:9 + length]
+            self.buf = self.buf[9 + length:]
+            if ftype == HEADERS:
+                if flags & PADDED:
+                    payload = payload[1:len(payload) - payload[0]]
+                if flags & PRIORITY:
+                    payload = payload[5:]
+                self.block = (stream, payload)
+            elif ftype == CONTINUATION and self.block:
+                self.block = (self.block[0], self.block[1] + payload)
+            else:
+                continue
+            if flags & END_HEADERS:
+                stream, block = self.block
+                self.block = None
+                headers = dict(self.decoder.decode(block))  # every block: the decoder's table stays in step
+                if stream not in self.streams:  # a new stream is a request; trailers are not
+                    self.streams.add(stream)
+                    self.record(headers.get(":path", "?"))
+
+
+class CriProxy:
+    def __init__(self, upstream, path):
+        self.upstream = upstream
+        self.path = path
+        self.endpoint = "unix://" + path
+        self._lock = threading.Lock()
+        self._log = []
+        self._listener = None
+        self._threads = []
+        self._conns = []
+        self._stopping = False
+
+    def requests(self, since=0.0):
+        """[(monotonic time, method)] of the requests opened after `since`."""
+        with self._lock:
+            return [(t, p.rsplit("/", 1)[-1]) for t, p in self._log if t >= since]
+
+    def _record(self, path):
+        with self._lock:
+            self._log.append((time.monotonic(), path))
+
+    def start(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen(64)
+        self._spawn(self._accept)
+        return self
+
+    def _spawn(self, fn, *args):
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _accept(self):
+        while not self._stopping:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                up.connect(self.upstream)
+            except OSError:
+                # The runtime is down: the client sees its connection closed.
+                client.close()
+                up.close()
+                continue
+            with self._lock:
+                self._conns += [client, up]
+            self._spawn(self._pump, client, up, RequestCounter(self._record))
+            self._spawn(self._pump, up, client, None)
+
+    @staticmethod
+    def _pump(src, dst, counter):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if counter is not None:
+                    counter.feed(data)
+                dst.sendall(data)
+        except (OSError, ValueError):
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self):
+        self._stopping = True
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        with self._lock:
+            for s in self._conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self._conns = []
+        for t in self._threads:
+            t.join(timeout=5)
+        if os.path.exists(self.path):
+            os.unlink(self.path)

@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
+#include "systemd/testhook.h"
 
 /* Settings that are applied while running; every other change needs a restart
  * (the running value is kept until then). */
@@ -95,7 +96,7 @@ static int connect_clients(Agent *a) {
                                                         .runtime_endpoint = c->runtime_endpoint,
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
-                                                                getenv("KVOLUMED_TEST_VERIFY_INCREMENTAL") != NULL },
+                                                                test_hook_getenv("VERIFY_INCREMENTAL") != NULL },
                                &a->volumes);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the volume manager: %m");
@@ -368,7 +369,8 @@ static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void
  * looks for PATH once a second; when it appears, it is removed (so that the
  * restarted daemon runs normally) and the loop blocks for good: no more
  * watchdog pings, and systemd's WatchdogSec= must kill and restart us.
- * Without the variable nothing of this exists. */
+ * Without the variable, or in a build without -Dtest-hooks=true, nothing of
+ * this exists. */
 static int on_stall_check(sd_event_source *s, uint64_t usec, void *userdata) {
         Agent *a = userdata;
 
@@ -382,7 +384,7 @@ static int on_stall_check(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static int setup_stall_switch(Agent *a) {
-        const char *path = getenv("KVOLUMED_TEST_STALL_FILE");
+        const char *path = test_hook_getenv("STALL_FILE");
         int r;
 
         if (isempty(path))

@@ -201,6 +201,13 @@ static void test_a_walk_without_progress_times_out(void **state) {
         pid_t pid;
 
         assert_int_equal(setenv("KVOLUMED_TEST_FSGROUP_STALL_MS", "300", 1), 0);
+        if (!KVOLUMED_TEST_HOOKS) {
+                /* A build without test hooks ignores the switch: the walk
+                 * would wait the full 2 minutes, so nothing more to see. */
+                assert_int_equal(fsgroup_stall_usec(), FSGROUP_STALL_USEC);
+                assert_int_equal(unsetenv("KVOLUMED_TEST_FSGROUP_STALL_MS"), 0);
+                return;
+        }
         assert_int_equal(fsgroup_stall_usec(), 300 * 1000);
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);

@@ -9,15 +9,7 @@
 #include "systemd/notify.h"
 #include "systemd/testhook.h"
 
-/* Settings that are applied while running; every other change needs a restart
- * (the running value is kept until then). */
-/* What a SIGHUP applies to the running agent (agent_reload); the rest is
- * read at start-up only, and a change of it is named in a warning. */
 #define STATUS_INTERVAL_USEC USEC_PER_SEC
-
-static const char *const live_settings[] = { "log.level",      "csi.call-timeout", "csi.max-parallel",
-                                             "csi.republish-interval", "csi.stats-interval", "driver",
-                                             "metrics.listen" };
 
 /* A stats call's deadline: short, so that a hung driver costs little (a
  * driver's round waits for it), and never longer than any call may take. */
@@ -491,16 +483,9 @@ static char *config_listing(const Config *c) {
         return text;
 }
 
-static bool is_live_setting(const char *line) {
-        for (size_t i = 0; i < ELEMENTSOF(live_settings); i++) {
-                size_t n = strlen(live_settings[i]);
-                if (strncmp(line, live_settings[i], n) == 0 && line[n] == ' ')
-                        return true;
-        }
-        return false;
-}
-
-/* Names each changed setting that is only read at start-up. */
+/* Names each changed setting that is only read at start-up (what a SIGHUP
+ * applies is conf/'s config_setting_reloadable()); the running value is kept
+ * until the next restart. */
 static void warn_restart_needed(const Config *old, const Config *new) {
         _cleanup_free_ char *a = config_listing(old), *b = config_listing(new);
         char *save = NULL;
@@ -510,7 +495,7 @@ static void warn_restart_needed(const Config *old, const Config *new) {
         for (char *line = strtok_r(b, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 char *found = strstr(a, line);
                 bool same = found && (found == a || found[-1] == '\n') && (found[strlen(line)] == '\n');
-                if (!same && !is_live_setting(line))
+                if (!same && !config_setting_reloadable(line))
                         log_warning("Configuration changed: \"%s\" takes effect at the next restart", line);
         }
 }

@@ -65,7 +65,10 @@ build_in() {
                         { cat "$dir.setup.log" >&2; die "meson setup failed"; }
                 rm -f "$dir.setup.log"
         elif [ -n "$hooks" ] && ! grep -q '"name": "test-hooks", "value": true' "$dir/meson-info/intro-buildoptions.json" 2>/dev/null; then
-                meson configure "$dir" $hooks >/dev/null || die "meson configure $hooks failed in $dir"
+                # --reconfigure: "meson configure" refuses an option its
+                # directory was set up without.
+                meson setup --reconfigure "$dir" "$REPO_DIR" $hooks >/dev/null ||
+                        die "meson setup --reconfigure $hooks failed in $dir"
         fi
         ninja -C "$dir" >/dev/null || { ninja -C "$dir" >&2; die "build failed in $dir"; }
 }

@@ -162,4 +162,6 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     assert after - before == set(), f"left behind by the purge: {sorted(after - before)}"
     assert before - after == set(), f"removed by the install and purge: {sorted(before - after)}"
     assert driver.calls("NodeUnpublishVolume") == []
+    # The trigger ran again on removal: journalctl -x no longer knows kvolumed's entries.
+    assert "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53" not in container.sh("journalctl --list-catalog").stdout
     print(f"package install, start and purge took {time.monotonic() - started:.1f} s")

@@ -37,15 +37,17 @@ def deb():
         yield os.environ["KVOLUMED_DEB"]
         return
     out = tempfile.mkdtemp(prefix="kvolumed-deb-test-", dir="/var/tmp")
-    env = dict(os.environ, KVOLUMED_DEB_DIR=out, DEB_BUILD_OPTIONS="nocheck")
-    started = time.monotonic()
-    r = subprocess.run([PACKAGE_SCRIPT], env=env, capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    path = r.stdout.strip().splitlines()[-1]
-    assert path.startswith(out) and path.endswith(".deb"), r.stdout
-    print(f"test/package built {os.path.basename(path)} in {time.monotonic() - started:.1f} s")
-    yield path
-    shutil.rmtree(out, ignore_errors=True)
+    try:
+        env = dict(os.environ, KVOLUMED_DEB_DIR=out, DEB_BUILD_OPTIONS="nocheck")
+        started = time.monotonic()
+        r = subprocess.run([PACKAGE_SCRIPT], env=env, capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        path = r.stdout.strip().splitlines()[-1]
+        assert path.startswith(out) and path.endswith(".deb"), r.stdout
+        print(f"test/package built {os.path.basename(path)} in {time.monotonic() - started:.1f} s")
+        yield path
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.fixture

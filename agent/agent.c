@@ -7,16 +7,9 @@
 #include "agent/agent.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
+#include "systemd/testhook.h"
 
-/* Settings that are applied while running; every other change needs a restart
- * (the running value is kept until then). */
-/* What a SIGHUP applies to the running agent (agent_reload); the rest is
- * read at start-up only, and a change of it is named in a warning. */
 #define STATUS_INTERVAL_USEC USEC_PER_SEC
-
-static const char *const live_settings[] = { "log.level",      "csi.call-timeout", "csi.max-parallel",
-                                             "csi.republish-interval", "csi.stats-interval", "driver",
-                                             "metrics.listen" };
 
 /* A stats call's deadline: short, so that a hung driver costs little (a
  * driver's round waits for it), and never longer than any call may take. */
@@ -95,7 +88,7 @@ static int connect_clients(Agent *a) {
                                                         .runtime_endpoint = c->runtime_endpoint,
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
-                                                                getenv("KVOLUMED_TEST_VERIFY_INCREMENTAL") != NULL },
+                                                                test_hook_getenv("VERIFY_INCREMENTAL") != NULL },
                                &a->volumes);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the volume manager: %m");
@@ -368,7 +361,8 @@ static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void
  * looks for PATH once a second; when it appears, it is removed (so that the
  * restarted daemon runs normally) and the loop blocks for good: no more
  * watchdog pings, and systemd's WatchdogSec= must kill and restart us.
- * Without the variable nothing of this exists. */
+ * Without the variable, or in a build without -Dtest-hooks=true, nothing of
+ * this exists. */
 static int on_stall_check(sd_event_source *s, uint64_t usec, void *userdata) {
         Agent *a = userdata;
 
@@ -382,7 +376,7 @@ static int on_stall_check(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static int setup_stall_switch(Agent *a) {
-        const char *path = getenv("KVOLUMED_TEST_STALL_FILE");
+        const char *path = test_hook_getenv("STALL_FILE");
         int r;
 
         if (isempty(path))
@@ -489,16 +483,9 @@ static char *config_listing(const Config *c) {
         return text;
 }
 
-static bool is_live_setting(const char *line) {
-        for (size_t i = 0; i < ELEMENTSOF(live_settings); i++) {
-                size_t n = strlen(live_settings[i]);
-                if (strncmp(line, live_settings[i], n) == 0 && line[n] == ' ')
-                        return true;
-        }
-        return false;
-}
-
-/* Names each changed setting that is only read at start-up. */
+/* Names each changed setting that is only read at start-up (what a SIGHUP
+ * applies is conf/'s config_setting_reloadable()); the running value is kept
+ * until the next restart. */
 static void warn_restart_needed(const Config *old, const Config *new) {
         _cleanup_free_ char *a = config_listing(old), *b = config_listing(new);
         char *save = NULL;
@@ -508,7 +495,7 @@ static void warn_restart_needed(const Config *old, const Config *new) {
         for (char *line = strtok_r(b, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
                 char *found = strstr(a, line);
                 bool same = found && (found == a || found[-1] == '\n') && (found[strlen(line)] == '\n');
-                if (!same && !is_live_setting(line))
+                if (!same && !config_setting_reloadable(line))
                         log_warning("Configuration changed: \"%s\" takes effect at the next restart", line);
         }
 }

@@ -38,6 +38,23 @@ typedef struct KeyDef {
 
 #define FIELD(f) offsetof(Config, f)
 
+/* What agent_reload() applies to the running agent (section.key, "driver":
+ * every [driver "NAME"] section).  kvolumed.conf(5) and kvolumed(8) name the
+ * same keys: test/integration/test_man_pages.py reads this list and the key
+ * table below and compares them with the pages. */
+static const char *const reloadable_settings[] = { "log.level",          "csi.call-timeout",   "csi.max-parallel",
+                                                   "csi.republish-interval", "csi.stats-interval", "driver",
+                                                   "metrics.listen" };
+
+bool config_setting_reloadable(const char *line) {
+        for (size_t i = 0; i < ELEMENTSOF(reloadable_settings); i++) {
+                size_t n = strlen(reloadable_settings[i]);
+                if (strncmp(line, reloadable_settings[i], n) == 0 && line[n] == ' ')
+                        return true;
+        }
+        return false;
+}
+
 /* The order is the order of --check-config's listing and of the example file. */
 static const KeyDef key_table[] = {
         { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0 },

@@ -73,6 +73,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 /* Writes one "section.key = value" line per setting, defaults included. */
 void config_print(const Config *c, FILE *out);
 
+/* Whether a line of config_print() ("section.key = value", or a
+ * [driver "NAME"] section's) is a setting a SIGHUP applies to the running
+ * agent; every other one is read at start-up only. */
+bool config_setting_reloadable(const char *line);
+
 /* The settings that are valid but risky, one "warning: ..." line each
  * (--check-config writes them to stderr, apart from the listing). */
 void config_print_warnings(const Config *c, FILE *out);

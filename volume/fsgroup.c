@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "systemd/log.h"
+#include "systemd/testhook.h"
 #include "volume/fsgroup.h"
 
 #define RW_MASK 0660
@@ -367,7 +368,7 @@ struct FsGroupWalk {
 };
 
 uint64_t fsgroup_stall_usec(void) {
-        const char *e = getenv("KVOLUMED_TEST_FSGROUP_STALL_MS");
+        const char *e = test_hook_getenv("FSGROUP_STALL_MS");
         unsigned long ms;
         char *end;
 

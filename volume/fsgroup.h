@@ -20,7 +20,7 @@
  * mount of a dead server), and the walk is given up.  A stall, not a total:
  * a big volume takes what it takes, as in kubelet.  The CSI call-timeout's
  * default; KVOLUMED_TEST_FSGROUP_STALL_MS in the environment lowers it for
- * the tests. */
+ * the tests (only in a build with -Dtest-hooks=true). */
 #define FSGROUP_STALL_USEC (2 * USEC_PER_MINUTE)
 
 typedef struct FsGroupWalk FsGroupWalk;

@@ -8,6 +8,7 @@
 
 #include "systemd/log.h"
 #include "systemd/macro.h"
+#include "systemd/testhook.h"
 #include "volume/selinux.h"
 
 /* linux/magic.h's SELINUX_MAGIC. */
@@ -27,14 +28,14 @@ static bool test_selinuxfs_enabled(const char *dir) {
 }
 
 bool selinux_host_enabled(void) {
-        const char *test_dir = getenv(SELINUX_TEST_ENV);
+        const char *test_dir = test_hook_getenv(SELINUX_TEST_ENV);
         struct statfs sfs;
         struct statvfs svfs;
         bool enabled;
 
         if (!isempty(test_dir)) {
                 enabled = test_selinuxfs_enabled(test_dir);
-                log_warning("Test switch %s=%s: SELinux taken as %s", SELINUX_TEST_ENV, test_dir,
+                log_warning("Test switch: selinuxfs taken from %s, SELinux %s", test_dir,
                             enabled ? "enabled" : "disabled");
                 return enabled;
         }

@@ -13,6 +13,6 @@
 /* TEST ONLY: KVOLUMED_TEST_SELINUXFS=DIR stands for the selinuxfs mount point
  * (a plain directory cannot carry selinuxfs's magic): SELinux counts as
  * enabled when DIR holds a readable "enforce" file, as selinuxfs does. */
-#define SELINUX_TEST_ENV "KVOLUMED_TEST_SELINUXFS"
+#define SELINUX_TEST_ENV "SELINUXFS" /* KVOLUMED_TEST_SELINUXFS, systemd/testhook.h */
 
 bool selinux_host_enabled(void);

@@ -1,5 +1,6 @@
 """Fixtures to run the real kvolumed binary: its path, a configuration writer,
 and a NOTIFY_SOCKET the test binds to receive sd_notify messages."""
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,13 @@ def kvolumed_path():
     path = os.path.join(build_dir(), "agent", "kvolumed")
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{path} is not built; run test/check or ninja -C build")
+    # The suite's fault and check switches (KVOLUMED_TEST_*) are compiled in
+    # only with -Dtest-hooks=true (test/lib/common.sh's builds): without them
+    # tests would fail far from the cause.
+    with open(os.path.join(build_dir(), "meson-info", "intro-buildoptions.json")) as f:
+        if not any(o["name"] == "test-hooks" and o["value"] is True for o in json.load(f)):
+            raise RuntimeError(f"{build_dir()} is configured without the test hooks: "
+                               f"meson configure {build_dir()} -Dtest-hooks=true")
     return path
 
 

@@ -52,13 +52,23 @@ apt_get_waiting() {
         done
 }
 
-# meson setup once, then ninja; "dir" and extra meson options.
+# meson setup once, then ninja; "dir" and extra meson options.  The tests'
+# builds read the KVOLUMED_TEST_* switches (-Dtest-hooks=true) unless the
+# options say otherwise; a directory set up before the option existed, or
+# without it, is switched on too.
 build_in() {
         local dir=$1; shift
+        local hooks=-Dtest-hooks=true
+        case " $* " in *" -Dtest-hooks="*) hooks= ;; esac
         if [ ! -f "$dir/build.ninja" ]; then
-                meson setup "$dir" "$REPO_DIR" "$@" >"$dir.setup.log" 2>&1 ||
+                meson setup "$dir" "$REPO_DIR" $hooks "$@" >"$dir.setup.log" 2>&1 ||
                         { cat "$dir.setup.log" >&2; die "meson setup failed"; }
                 rm -f "$dir.setup.log"
+        elif [ -n "$hooks" ] && ! grep -q '"name": "test-hooks", "value": true' "$dir/meson-info/intro-buildoptions.json" 2>/dev/null; then
+                # --reconfigure: "meson configure" refuses an option its
+                # directory was set up without.
+                meson setup --reconfigure "$dir" "$REPO_DIR" $hooks >/dev/null ||
+                        die "meson setup --reconfigure $hooks failed in $dir"
         fi
         ninja -C "$dir" >/dev/null || { ninja -C "$dir" >&2; die "build failed in $dir"; }
 }

@@ -91,7 +91,8 @@ static void test_symlink_swap_race_changes_nothing_outside(void **state) {
                 for (;;) {
                         /* rename() makes each swap atomic: the name is always there. */
                         (void) unlink(link_tmp);
-                        (void) symlink(outside, link_tmp);
+                        if (symlink(outside, link_tmp) < 0)
+                                continue; /* the next round tries again (a (void) cast does not quieten _FORTIFY_SOURCE) */
                         (void) rename(link_tmp, victim);
                         (void) unlink(file_tmp);
                         close(open(file_tmp, O_CREAT | O_WRONLY, 0600));
@@ -201,6 +202,13 @@ static void test_a_walk_without_progress_times_out(void **state) {
         pid_t pid;
 
         assert_int_equal(setenv("KVOLUMED_TEST_FSGROUP_STALL_MS", "300", 1), 0);
+        if (!KVOLUMED_TEST_HOOKS) {
+                /* A build without test hooks ignores the switch: the walk
+                 * would wait the full 2 minutes, so nothing more to see. */
+                assert_int_equal(fsgroup_stall_usec(), FSGROUP_STALL_USEC);
+                assert_int_equal(unsetenv("KVOLUMED_TEST_FSGROUP_STALL_MS"), 0);
+                return;
+        }
         assert_int_equal(fsgroup_stall_usec(), 300 * 1000);
         sigemptyset(&mask);
         sigaddset(&mask, SIGCHLD);

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* The switches the test suite sets in kvolumed's environment (a stalled event
+ * loop for the watchdog, a shorter fsGroup stall limit, a stand-in selinuxfs,
+ * a check after every scoped pass).  They exist only in a build with
+ * -Dtest-hooks=true (test/lib/common.sh's builds): a release build and the
+ * Debian package do not even contain their names, so no environment a unit,
+ * a drop-in or a container image passes can make a node's agent block its
+ * loop or trust a fake selinuxfs. */
+
+#include <stdlib.h>
+
+#if KVOLUMED_TEST_HOOKS
+#  define test_hook_getenv(name) getenv("KVOLUMED_TEST_" name)
+#else
+#  define test_hook_getenv(name) ((const char *) NULL)
+#endif

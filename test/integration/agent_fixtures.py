@@ -94,10 +94,6 @@ def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi="",
         "[csi]\n"
         "registration-dir =\n"
         + csi +
-        # The local API off unless a test asks (api_config() in
-        # test_agent_localapi.py): tests run side by side on one /run.
-        "[api]\n"
-        "socket =\n"
         "[metrics]\n"
         "listen =\n"
     ) + extra

@@ -55,12 +55,13 @@ def sockdir():
 
 
 def api_config(env, socket_path, group=None, metrics=None):
+    """A test's own socket: the default one in /run is shared by every
+    kvolumed the tests start."""
     path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
-                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n')
+                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
+                        f"[api]\nsocket = {socket_path}\n" + (f"group = {group}\n" if group is not None else ""))
     with open(path) as f:
         text = f.read()
-    text = text.replace("[api]\nsocket =\n", f"[api]\nsocket = {socket_path}\n" +
-                        (f"group = {group}\n" if group is not None else ""))
     if metrics:
         text = text.replace("\nlisten =\n", f"\nlisten = {metrics}\n")
     with open(path, "w") as f:
@@ -354,3 +355,120 @@ def test_a_hundred_waiters_are_answered_without_polling(volume_env, sockdir):
     print(f"{len(wakeups)} waiter checks for {n} waiters; most for one pod: {max(per_pod.values())}")
     assert all(c >= 1 for c in per_pod.values())
     assert len(wakeups) < 20 * n
+
+
+def metrics_get(address, url):
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{address}{url}", timeout=10) as r:
+            return r.status, r.read().decode(), r.headers["Content-Type"]
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), e.headers["Content-Type"]
+
+
+SERVING = re.compile(r"Serving /metrics, /healthz(?:, /volumes)? on (\S+)")
+
+
+def test_volumes_filters_on_both_endpoints(volume_env, sockdir):
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.pvc("lonely")  # never bound
+    sock = start(env, sockdir, metrics="127.0.0.1:0")
+    address = SERVING.search(env.agent.output()).group(1)
+    web = env.pod("web", [inline("scratch")])
+    env.pod("other", [claim("data", "lonely")])
+    status, _, _ = api_get(sock, f"/v1/pods/{web['metadata']['uid']}/volumes?wait=mounted&timeout=30s")
+    assert status == 200
+    wait_until(lambda: api_get(sock, "/volumes")[1]["pending"], what="the claim's wait in /volumes")
+
+    def both(url):
+        s1, b1, _ = api_get(sock, url)
+        s2, text, ctype = metrics_get(address, url)
+        assert (s1, s2, ctype) == (200, 200, "application/json"), (url, b1, text)
+        b2 = json.loads(text)
+        assert b1["volumes"] == b2["volumes"] and b1["pending"] == b2["pending"], url
+        return b1
+
+    everything = both("/volumes")
+    assert len(everything["volumes"]) == 1 and len(everything["pending"]) == 1
+    got = both("/volumes?pod=default/web")
+    assert [p["pod"] for v in got["volumes"] for p in v["publishes"]] == ["default/web"] and got["pending"] == []
+    got = both("/volumes?pod=default/other")
+    assert got["volumes"] == [] and [p["pod"] for p in got["pending"]] == ["default/other"]
+    assert both("/volumes?pod=default/nobody")["volumes"] == []
+    got = both("/volumes?state=published")
+    assert len(got["volumes"]) == 1 and got["pending"] == []
+    got = both("/volumes?state=waiting")
+    assert got["volumes"] == [] and len(got["pending"]) == 1
+    got = both("/volumes?pod=default/web&state=waiting")
+    assert got["volumes"] == [] and got["pending"] == []
+    assert both("/volumes?state=failing")["volumes"] == []
+    # The counts stay the node's.
+    assert (got["published"], got["pods"]) == (everything["published"], everything["pods"]) == (1, 2)
+    status, text, _ = metrics_get(address, "/volumes?state=asleep")
+    assert status == 400 and "invalid state" in json.loads(text)["error"]
+
+
+def test_volumes_not_served_beyond_loopback(volume_env, sockdir, kvolumed_bin):
+    """A [metrics] listen on every address keeps /metrics and /healthz there,
+    not /volumes (every pod, handle and path of the node): that is on the
+    local socket, which the 404 names."""
+    import subprocess
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    sock = start(env, sockdir, metrics="0.0.0.0:0")
+    assert "Serving /metrics, /healthz on 0.0.0.0:" in env.agent.output()
+    env.agent.wait_for_log("is reachable beyond this host", timeout=10)
+    port = SERVING.search(env.agent.output()).group(1).rsplit(":", 1)[1]
+    # Any address of the host reaches it, the loopback one too: what counts is the listen.
+    import subprocess
+    ips = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    for host in ["127.0.0.1"] + [ip for ip in ips if ":" not in ip][:1]:
+        status, text, ctype = metrics_get(f"{host}:{port}", "/volumes")
+        assert (status, ctype) == (404, "application/json"), text
+        assert f"curl --unix-socket {sock} http://localhost/volumes" in json.loads(text)["error"]
+        assert metrics_get(f"{host}:{port}", "/metrics")[0] == 200
+    assert api_get(sock, "/volumes")[0] == 200
+    r = subprocess.run([kvolumed_bin, "--check-config", "--config", str(env.tmp_path / "kvolumed.conf")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "warning: [metrics] listen = 0.0.0.0:0 is reachable beyond this host" in r.stderr
+
+
+def status(kvolumed_bin, *args):
+    import subprocess
+    return subprocess.run([kvolumed_bin, "status", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_status_prints_the_volumes_as_a_table(volume_env, sockdir, kvolumed_bin):
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.pvc("lonely")
+    sock = start(env, sockdir)
+    web = env.pod("web", [inline("scratch")])
+    env.pod("other", [claim("data", "lonely")])
+    assert api_get(sock, f"/v1/pods/{web['metadata']['uid']}/volumes?wait=mounted&timeout=30s")[0] == 200
+    wait_until(lambda: api_get(sock, "/volumes")[1]["pending"], what="the claim's wait in /volumes")
+
+    r = status(kvolumed_bin, "--socket", sock)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert re.match(r"POD +VOLUME +DRIVER +STATE +HOST PATH +REASON$", lines[0]), lines
+    rows = [re.split(r"  +", line, maxsplit=5) for line in lines[1:]]
+    assert ["default/web", "scratch", DRIVER, "published", env.target(web, "scratch")] in [r[:5] for r in rows]
+    [other] = [r for r in rows if r[0] == "default/other"]
+    assert other[1:4] == ["data", "-", "waiting"] and "lonely" in other[5]
+
+    # One pod, by name or by UID; the socket from the configuration file.
+    r = status(kvolumed_bin, "--config", str(env.tmp_path / "kvolumed.conf"), "default/other")
+    assert r.returncode == 0 and "default/other" in r.stdout and "default/web" not in r.stdout, r
+    r = status(kvolumed_bin, "--socket", sock, web["metadata"]["uid"])
+    assert r.returncode == 0 and re.search(r"default/web +scratch +\S+ +published", r.stdout), r
+    r = status(kvolumed_bin, "--socket", sock, str(uuid.uuid4()))
+    assert r.returncode == 1 and "knows nothing of pod" in r.stderr
+
+    env.agent.stop()
+    r = status(kvolumed_bin, "--socket", sock)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"kvolumed status: kvolumed is not running: nothing answers on {sock} "
+                        "(is kvolumed.service active? is [api] socket set?)\n")

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -57,6 +58,7 @@ struct HttpRequest {
         struct MHD_Response *response; /* ready, to be queued when MHD calls again */
         unsigned status;
         bool replied, suspended;
+        bool resumed; /* answered after a suspension, not yet sent whole */
         http_request_abandoned_t abandoned;
         void *abandoned_userdata;
         HttpRequest *prev, *next; /* in the server's list of suspended requests */
@@ -73,6 +75,7 @@ struct HttpServer {
         HttpRoute *routes;
         size_t n_routes;
         unsigned n_suspended;
+        unsigned n_resumed;     /* answers of suspended requests on their way out */
         HttpRequest *suspended; /* answered before MHD stops: MHD may not stop with any */
         char *address;
         char *unix_path; /* the socket file to remove at the end; NULL: TCP */
@@ -422,7 +425,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (!req)
                 return;
         *con_cls = NULL;
-        (void) s;
+        if (req->resumed)
+                s->n_resumed--;
         if (req->suspended) {
                 /* Never answered: the server goes away with it. */
                 request_unsuspend(req);
@@ -485,7 +489,9 @@ static int arm_timer(HttpServer *s) {
 static void wake_now(HttpServer *s) {
         uint64_t now;
 
-        if (!s->timer || sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0 ||
+        if (!s->timer)
+                return; /* stopping: MHD runs once more before it stops */
+        if (sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0 ||
             sd_event_source_set_time(s->timer, now) < 0 ||
             sd_event_source_set_enabled(s->timer, SD_EVENT_ONESHOT) < 0)
                 log_warning("HTTP server: cannot run at once; a resumed answer waits for the next event");
@@ -638,10 +644,9 @@ static int http_server_start(HttpServer *s, int fd) {
 HttpServer *http_server_free(HttpServer *s) {
         if (!s)
                 return NULL;
-        sd_event_source_disable_unref(s->io);
-        sd_event_source_disable_unref(s->timer);
-        sd_event_source_disable_unref(s->sweep);
-        s->sweep = NULL;
+        s->io = sd_event_source_disable_unref(s->io);
+        s->timer = sd_event_source_disable_unref(s->timer);
+        s->sweep = sd_event_source_disable_unref(s->sweep);
         if (s->daemon) {
                 /* MHD must not stop with a suspended connection: each waiter
                  * left gets its answer, and MHD runs once to send them. */
@@ -661,7 +666,14 @@ HttpServer *http_server_free(HttpServer *s) {
                         if (abandoned)
                                 abandoned(req, userdata);
                 }
-                (void) MHD_run(s->daemon);
+                /* Until those answers are out (MHD takes a resumed
+                 * connection back, then writes): a second at most. */
+                const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+                for (unsigned i = 0; i < 100 && s->n_resumed > 0; i++) {
+                        (void) MHD_run(s->daemon);
+                        if (s->n_resumed > 0 && info)
+                                (void) poll(&(struct pollfd){ .fd = info->epoll_fd, .events = POLLIN }, 1, 10);
+                }
                 MHD_stop_daemon(s->daemon); /* its CLOSED notifications free the connections */
         }
         while (s->oldest) {
@@ -765,6 +777,11 @@ int http_request_reply(HttpRequest *req, unsigned status, const char *content_ty
         log_debug("HTTP GET %s: %u, %zu bytes%s", req->path, status, size, req->suspended ? " (resumed)" : "");
         if (req->suspended) {
                 request_unsuspend(req);
+                req->resumed = true;
+                req->server->n_resumed++;
+                /* Answered now: the request deadline counts from here, not
+                 * from when the wait began. */
+                connection_served(req->server, req->conn);
                 MHD_resume_connection(req->conn);
                 /* MHD takes the resumed connection back on its next run:
                  * run it from the loop right away (not from here, which may

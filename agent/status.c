@@ -245,6 +245,13 @@ int status_main(int argc, char *argv[]) {
                 fprintf(stderr, "kvolumed status: cannot initialise libcurl\n");
                 return 1;
         }
+        /* A socket there that this user may not use is not "not running". */
+        if (access(socket_path, F_OK) == 0 && access(socket_path, W_OK) < 0) {
+                fprintf(stderr, "kvolumed status: %s: %m (the socket is root's, or [api] group's members')\n",
+                        socket_path);
+                curl_global_cleanup();
+                return 1;
+        }
         status = get(socket_path, url, &doc);
         if (status < 0) {
                 fprintf(stderr, "kvolumed status: kvolumed is not running: nothing answers on %s (is "

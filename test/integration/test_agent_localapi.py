@@ -279,7 +279,12 @@ def test_socket_group_and_a_stale_socket(volume_env, sockdir):
     assert stat.S_IMODE(st.st_mode) == 0o660 and (st.st_uid, st.st_gid) == (0, gid)
     status, body, _ = api_get(sock, "/volumes")
     assert status == 200 and body["node"] == "test-node"
+    # A runner still waiting when kvolumed stops gets an answer, not a hang.
+    waiter = wait_in_thread(sock, str(uuid.uuid4()), "wait=mounted&timeout=10m")
+    env.agent.wait_for_log("waiting until mounted", timeout=10)
     env.agent.stop()
+    waiter.join(10)
+    assert waiter.result[0] == 503 and "stopping" in waiter.result[1]["error"]
     assert not os.path.exists(sock)
 
 

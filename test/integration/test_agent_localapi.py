@@ -93,7 +93,11 @@ def wait_in_thread(sock, uid, query, timeout=60):
         result = None
 
         def run(self):
-            status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?{query}", timeout=timeout)
+            try:
+                status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?{query}", timeout=timeout)
+            except Exception as e:  # shown by the assertion on .result
+                self.result = (repr(e), None, time.time())
+                return
             self.result = (status, body, time.time())
     w = W(daemon=True)
     w.start()
@@ -280,8 +284,9 @@ def test_socket_group_and_a_stale_socket(volume_env, sockdir):
     status, body, _ = api_get(sock, "/volumes")
     assert status == 200 and body["node"] == "test-node"
     # A runner still waiting when kvolumed stops gets an answer, not a hang.
-    waiter = wait_in_thread(sock, str(uuid.uuid4()), "wait=mounted&timeout=10m")
-    env.agent.wait_for_log("waiting until mounted", timeout=10)
+    uid = str(uuid.uuid4())
+    waiter = wait_in_thread(sock, uid, "wait=mounted&timeout=10m")
+    env.agent.wait_for_log(f"pod {uid}: waiting until mounted", timeout=10)
     env.agent.stop()
     waiter.join(10)
     assert waiter.result[0] == 503 and "stopping" in waiter.result[1]["error"]

@@ -77,13 +77,13 @@ def test_local_api_under_memcheck(volume_env, tmp_path):
     assert api_get(sock, f"/v1/pods/{uid}/volumes?wait=unmounted&timeout=200ms", timeout=60)[0] == 504
     assert api_get(sock, "/volumes?pod=default/web&state=published", timeout=60)[0] == 200
     assert api_get(sock, "/v1/pods/nope/volumes", timeout=60)[0] == 400
-    left = wait_in_thread(sock, str(uuid.uuid4()), "wait=mounted&timeout=10m", timeout=90)
-    # The first wait, the 504 one, and this one.
-    wait_until(lambda: agent.output().count("waiting until") >= 3, timeout=30, what="the last wait")
+    left_uid = str(uuid.uuid4())
+    left = wait_in_thread(sock, left_uid, "wait=mounted&timeout=10m", timeout=90)
+    agent.wait_for_log(f"pod {left_uid}: waiting until mounted", timeout=30)
     agent.signal(signal.SIGTERM)
     code = agent.wait(timeout=60)
     left.join(30)
-    assert left.result and left.result[0] == 503
+    assert left.result and left.result[0] == 503, (left.result, agent.output()[-3000:])
     log = agent.output()
     summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
     assert summary, log[-3000:]

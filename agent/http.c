@@ -550,7 +550,9 @@ static int bind_unix_socket(const char *path, gid_t gid) {
         /* Its directory, and the missing ones above it, 0755 as /run's. */
         for (slash = strchr(dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
                 *slash = '\0';
-                if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                if (mkdir(dir, 0755) >= 0)
+                        (void) chmod(dir, 0755); /* whatever the umask */
+                else if (errno != EEXIST)
                         return log_error_errno(errno, "Failed to create %s for the local API socket: %m", dir);
                 *slash = '/';
         }

@@ -109,7 +109,8 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                         cJSON_AddStringToObject(e, "reason", pv->reason);
                 cJSON_AddItemToArray(vols, e);
                 if (f && pv->state == POD_VOLUME_FAILED)
-                        fprintf(f, "%svolume %s: %s", ftell(f) > 0 ? "; " : "", pv->name, strempty(pv->reason));
+                        fprintf(f, "%svolume %s: %s", ftell(f) > 0 ? "; " : "", pv->name,
+                                strempty(pv->reason));
         }
         cJSON_AddBoolToObject(o, "allMounted", v ? v->all_mounted : false);
         cJSON_AddBoolToObject(o, "allTornDown", v ? v->all_torn_down : true);
@@ -159,13 +160,14 @@ static bool waiter_check(Waiter *w, bool timed_out) {
                 status = 504;
         if (status == 0)
                 return false;
-        log_debug("Local API: wait=%s for pod %s answered %u", w->kind == WAIT_MOUNTED ? "mounted" : "unmounted",
-                  w->uid, status);
+        log_debug("Local API: wait=%s for pod %s answered %u",
+                  w->kind == WAIT_MOUNTED ? "mounted" : "unmounted", w->uid, status);
         cJSON *o = pod_json(w->uid, v, status == 409);
         if (o && status == 504)
-                cJSON_AddStringToObject(o, "error", w->kind == WAIT_MOUNTED
-                                                            ? "timed out waiting for the pod's volumes to be mounted"
-                                                            : "timed out waiting for the pod's volumes to be torn down");
+                cJSON_AddStringToObject(o, "error",
+                                        w->kind == WAIT_MOUNTED
+                                                ? "timed out waiting for the pod's volumes to be mounted"
+                                                : "timed out waiting for the pod's volumes to be torn down");
         if (reply_json(w->req, status, o) < 0)
                 (void) http_request_reply(w->req, 500, JSON, NULL, 0);
         return true;
@@ -229,7 +231,8 @@ static int start_wait(LocalApi *api, HttpRequest *req, const char *uid, WaitKind
                 return r;
         }
         (void) sd_event_source_set_description(w->timer, "api-wait-timeout");
-        log_debug("Local API: pod %s: waiting until %s", uid, kind == WAIT_MOUNTED ? "mounted" : "unmounted");
+        log_debug("Local API: pod %s: waiting until %s", uid,
+                  kind == WAIT_MOUNTED ? "mounted" : "unmounted");
         return 0;
 }
 
@@ -249,7 +252,8 @@ static int serve_pod(HttpRequest *req, void *userdata) {
         rest = path + strlen(prefix);
         const char *slash = strchr(rest, '/');
         if (!slash || !streq(slash, "/volumes"))
-                return reply_error(req, 404, "no such path %s; try /v1/pods/{uid}/volumes or /volumes", path);
+                return reply_error(req, 404, "no such path %s; try /v1/pods/{uid}/volumes or /volumes",
+                                   path);
         uid = strndup(rest, slash - rest);
         if (!uid)
                 return -ENOMEM;
@@ -270,8 +274,10 @@ static int serve_pod(HttpRequest *req, void *userdata) {
                 if (kind == WAIT_NONE)
                         return reply_error(req, 400, "timeout is for wait=mounted or wait=unmounted");
                 if (config_parse_duration(timeout_arg, &timeout) < 0 || timeout > LOCAL_API_MAX_TIMEOUT_USEC)
-                        return reply_error(req, 400, "invalid timeout \"%s\": a duration (500ms, 30s, 2m) of at "
-                                           "most 10m", timeout_arg);
+                        return reply_error(req, 400,
+                                           "invalid timeout \"%s\": a duration (500ms, 30s, 2m) of at "
+                                           "most 10m",
+                                           timeout_arg);
         }
 
         if (kind != WAIT_NONE) {
@@ -279,8 +285,10 @@ static int serve_pod(HttpRequest *req, void *userdata) {
         }
         r = volume_manager_describe_pod(api->m, uid, &v);
         if (r == -ENOENT)
-                return reply_error(req, 404, "kvolumed knows nothing of pod %s: no such pod bound to this node and "
-                                   "nothing of it on the node", uid);
+                return reply_error(req, 404,
+                                   "kvolumed knows nothing of pod %s: no such pod bound to this node and "
+                                   "nothing of it on the node",
+                                   uid);
         if (r < 0)
                 return r;
         return reply_json(req, 200, pod_json(uid, v, false));
@@ -302,9 +310,9 @@ static bool volume_in_state(const cJSON *v, const char *state) {
         const cJSON *p;
 
         if (streq(state, "published")) {
-                cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(v, "publishes"))
-                        if (streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "state")), "done"))
-                                return true;
+                cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(v, "publishes")) if (
+                        streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "state")),
+                                  "done")) return true;
                 return false;
         }
         if (streq(state, "uncertain"))
@@ -338,14 +346,18 @@ static void filter_array(cJSON *a, const char *pod, const char *state, bool pend
                 bool keep = true;
 
                 if (pod && pending)
-                        keep = streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "pod")), pod);
+                        keep = streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "pod")),
+                                         pod);
                 else if (pod) {
                         /* A volume of the pod: its publishes of other pods are left out. */
-                        cJSON *pubs = cJSON_GetObjectItemCaseSensitive(item, "publishes"), *p = pubs ? pubs->child : NULL;
+                        cJSON *pubs = cJSON_GetObjectItemCaseSensitive(item, "publishes"),
+                              *p = pubs ? pubs->child : NULL;
                         keep = false;
                         while (p) {
                                 cJSON *pn = p->next;
-                                if (streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "pod")), pod))
+                                if (streq_ptr(
+                                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "pod")),
+                                            pod))
                                         keep = true;
                                 else
                                         cJSON_Delete(cJSON_DetachItemViaPointer(pubs, p));
@@ -380,8 +392,10 @@ static int serve_volumes(HttpRequest *req, void *userdata) {
         for (const char *const *s = volume_states; state && *s; s++)
                 state_known = state_known || streq(*s, state);
         if (state && !state_known)
-                return reply_error(req, 400, "invalid state \"%s\": one of published, uncertain, staged, waiting, "
-                                   "failing, unresponsive, failed", state);
+                return reply_error(req, 400,
+                                   "invalid state \"%s\": one of published, uncertain, staged, waiting, "
+                                   "failing, unresponsive, failed",
+                                   state);
         r = volume_manager_describe_json(m, &text);
         if (r < 0)
                 return r;

@@ -71,16 +71,17 @@ static void print_rows(const Row *rows, size_t n) {
         for (size_t k = 0; k < 5; k++)
                 w[k] = (int) strlen(head[k]);
         for (size_t i = 0; i < n; i++) {
-                const char *cols[5] = { rows[i].pod, rows[i].volume, rows[i].driver, rows[i].state, rows[i].path };
+                const char *cols[5] = { rows[i].pod, rows[i].volume, rows[i].driver, rows[i].state,
+                                        rows[i].path };
                 for (size_t k = 0; k < 5; k++)
                         w[k] = MAX(w[k], (int) strlen(cols[k] ?: "-"));
         }
-        printf("%-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2], w[3], head[3],
-               w[4], head[4], head[5]);
+        printf("%-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2], w[3],
+               head[3], w[4], head[4], head[5]);
         for (size_t i = 0; i < n; i++)
-                printf("%-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], rows[i].pod ?: "-", w[1], rows[i].volume ?: "-",
-                       w[2], rows[i].driver ?: "-", w[3], rows[i].state ?: "-", w[4], rows[i].path ?: "-",
-                       rows[i].reason ?: "");
+                printf("%-*s  %-*s  %-*s  %-*s  %-*s  %s\n", w[0], rows[i].pod ?: "-", w[1],
+                       rows[i].volume ?: "-", w[2], rows[i].driver ?: "-", w[3], rows[i].state ?: "-", w[4],
+                       rows[i].path ?: "-", rows[i].reason ?: "");
 }
 
 static Row *add_row(Row **rows, size_t *n) {
@@ -122,14 +123,17 @@ static int rows_from_volumes(const cJSON *doc, Row **rows, size_t *n) {
                 r->volume = str(v, "name");
                 r->driver = str(v, "driver");
                 r->path = str(cJSON_GetObjectItemCaseSensitive(v, "stage"), "path");
-                r->state = !wanted ? "tearing-down"
+                r->state = !wanted                          ? "tearing-down"
                            : str(v, "driver_waiting_since") ? "waiting"
-                           : cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "attach"), "attached"))
+                           : cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+                                     cJSON_GetObjectItemCaseSensitive(v, "attach"), "attached"))
                                    ? "waiting"
                                    : "pending";
-                r->reason = error ?: str(v, "driver_waiting_since")  ? "waiting for its CSI driver to register"
-                                   : streq(r->state, "waiting") ? "waiting for its attachment"
-                                                                 : NULL;
+                r->reason = error
+                                    ?: str(v, "driver_waiting_since")
+                                       ? "waiting for its CSI driver to register"
+                               : streq(r->state, "waiting") ? "waiting for its attachment"
+                                                            : NULL;
         }
         cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(doc, "pending")) {
                 if (!(r = add_row(rows, n)))
@@ -229,7 +233,8 @@ int status_main(int argc, char *argv[]) {
                 r = asprintf(&url, "http://localhost/v1/pods/%s/volumes", pod);
         else if (pod) {
                 if (!strchr(pod, '/')) {
-                        fprintf(stderr, "kvolumed status: \"%s\" is neither NAMESPACE/NAME nor a pod UID\n", pod);
+                        fprintf(stderr, "kvolumed status: \"%s\" is neither NAMESPACE/NAME nor a pod UID\n",
+                                pod);
                         return 1;
                 }
                 escaped = curl_easy_escape(NULL, pod, 0);
@@ -247,28 +252,32 @@ int status_main(int argc, char *argv[]) {
         }
         /* A socket there that this user may not use is not "not running". */
         if (access(socket_path, F_OK) == 0 && access(socket_path, W_OK) < 0) {
-                fprintf(stderr, "kvolumed status: %s: %m (the socket is root's, or [api] group's members')\n",
+                fprintf(stderr,
+                        "kvolumed status: %s: %m (the socket is root's, or [api] group's members')\n",
                         socket_path);
                 curl_global_cleanup();
                 return 1;
         }
         status = get(socket_path, url, &doc);
         if (status < 0) {
-                fprintf(stderr, "kvolumed status: kvolumed is not running: nothing answers on %s (is "
-                        "kvolumed.service active? is [api] socket set?)\n", socket_path);
+                fprintf(stderr,
+                        "kvolumed status: kvolumed is not running: nothing answers on %s (is "
+                        "kvolumed.service active? is [api] socket set?)\n",
+                        socket_path);
                 cJSON_Delete(doc);
                 curl_global_cleanup();
                 return 1;
         }
         if (status != 200 || !doc) {
                 const char *why = doc ? str(doc, "error") : NULL;
-                fprintf(stderr, "kvolumed status: %s (HTTP %ld from %s)\n", why ?: "unexpected answer", status,
-                        socket_path);
+                fprintf(stderr, "kvolumed status: %s (HTTP %ld from %s)\n", why ?: "unexpected answer",
+                        status, socket_path);
                 cJSON_Delete(doc);
                 curl_global_cleanup();
                 return 1;
         }
-        r = pod && validate_uid(pod) >= 0 ? rows_from_pod(doc, &rows, &n) : rows_from_volumes(doc, &rows, &n);
+        r = pod && validate_uid(pod) >= 0 ? rows_from_pod(doc, &rows, &n)
+                                          : rows_from_volumes(doc, &rows, &n);
         if (r < 0)
                 fprintf(stderr, "kvolumed status: out of memory\n");
         else if (n == 0)

@@ -122,7 +122,8 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         out->block = s->block;
         av = hashmap_get(m->volumes, s->unique_name);
         pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
-        out->host_path = pub && !s->block ? abs_path(m, pub->target) : host_path(m, e->uid, s->spec_name, s->block);
+        out->host_path =
+                pub && !s->block ? abs_path(m, pub->target) : host_path(m, e->uid, s->spec_name, s->block);
         if (!out->host_path)
                 return -ENOMEM;
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
@@ -211,8 +212,10 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                         return -ENOMEM;
                 pv->state = POD_VOLUME_TEARING_DOWN;
                 pv->block = av->block;
-                pv->host_path = av->block ? host_path(m, uid, pub->spec_name, true) : abs_path(m, pub->target);
-                if (set_str(&pv->reason, runtime_gate_reason(m->runtime, uid) ?: "the pod no longer wants it") < 0)
+                pv->host_path =
+                        av->block ? host_path(m, uid, pub->spec_name, true) : abs_path(m, pub->target);
+                if (set_str(&pv->reason,
+                            runtime_gate_reason(m->runtime, uid) ?: "the pod no longer wants it") < 0)
                         return -ENOMEM;
         }
         if (!e && v->n_volumes == 0 && v->all_torn_down)

@@ -23,18 +23,18 @@ typedef enum PodVolumeState {
 const char *pod_volume_state_to_string(PodVolumeState s);
 
 typedef struct PodVolumeView {
-        char *name;      /* the pod's name of the volume (pod.spec.volumes[].name) */
-        char *driver;    /* NULL: not known yet (its claim is not bound) */
+        char *name;   /* the pod's name of the volume (pod.spec.volumes[].name) */
+        char *driver; /* NULL: not known yet (its claim is not bound) */
         PodVolumeState state;
-        char *host_path; /* absolute: the publish target, or for block the pod's device path; NULL: unknown */
+        char *host_path; /* absolute: the publish target, or for block the pod device path */
         bool read_only;
         bool block;
-        char *reason;    /* why it is not published; NULL when published */
+        char *reason; /* why it is not published; NULL when published */
 } PodVolumeView;
 
 typedef struct PodView {
         char *uid;
-        char *pod;       /* namespace/name; NULL when only volumes on the node are known */
+        char *pod; /* namespace/name; NULL when only volumes on the node are known */
         PodVolumeView *volumes;
         size_t n_volumes;
         bool all_mounted;   /* every wanted volume published (none wanted: true) */

@@ -296,19 +296,17 @@ static int serve_healthz(FILE *f, const char **content_type, void *userdata) {
         return 200;
 }
 
-/* Every volume the manager tracks, as the volume layer describes it. */
-static int serve_volumes_json(FILE *f, const char **content_type, void *userdata) {
+/* /volumes on a non-loopback address: where to find it instead. */
+static int serve_volumes_off(FILE *f, const char **content_type, void *userdata) {
         Agent *a = userdata;
-        _cleanup_free_ char *text = NULL;
-        int r;
-
-        r = volume_manager_describe_json(a->volumes, &text);
-        if (r < 0)
-                return r;
         *content_type = "application/json";
-        fputs(text, f);
-        fputc('\n', f);
-        return 200;
+        if (a->config->api_socket)
+                fprintf(f, "{\"error\":\"/volumes is served on loopback addresses and on the local API socket "
+                        "only: curl --unix-socket %s http://localhost/volumes\"}\n", a->config->api_socket);
+        else
+                fputs("{\"error\":\"/volumes is served on loopback addresses and on the local API socket only "
+                      "([api] socket)\"}\n", f);
+        return 404;
 }
 
 static int start_http(Agent *a, const char *listen, HttpServer **ret) {
@@ -321,11 +319,21 @@ static int start_http(Agent *a, const char *listen, HttpServer **ret) {
         r = http_server_add_route(http, "/metrics", serve_metrics, a);
         if (r >= 0)
                 r = http_server_add_route(http, "/healthz", serve_healthz, a);
+        /* /volumes names every pod, handle and path of the node: not for
+         * whoever reaches a non-loopback port without authentication. */
         if (r >= 0)
-                r = http_server_add_route(http, "/volumes", serve_volumes_json, a);
+                r = config_listen_is_loopback(listen) ? local_api_add_volumes_route(http, a->volumes)
+                                                      : http_server_add_route(http, "/volumes", serve_volumes_off, a);
         if (r < 0)
                 return log_error_errno(r, "Failed to add the HTTP routes: %m");
-        log_info("Serving /metrics, /healthz, /volumes on %s", http_server_address(http));
+        if (config_listen_is_loopback(listen))
+                log_info("Serving /metrics, /healthz, /volumes on %s", http_server_address(http));
+        else {
+                log_info("Serving /metrics, /healthz on %s", http_server_address(http));
+                log_warning("[metrics] listen = %s is reachable beyond this host: /metrics and /healthz are served "
+                            "there without authentication; /volumes is not (it is on the local API socket%s%s)",
+                            listen, a->config->api_socket ? " " : "", strempty(a->config->api_socket));
+        }
         *ret = TAKE_PTR(http);
         return 0;
 }
@@ -439,6 +447,13 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
         r = setup_stall_switch(a);
         if (r < 0)
                 return r;
+        if (a->config->api_socket) {
+                /* The pod runner waits on it: a socket that cannot be made fails start-up. */
+                r = local_api_new(a->event, a->volumes, a->config->api_socket, a->config->api_gid, &a->api);
+                if (r < 0)
+                        return r;
+        } else
+                log_info("[api] socket is empty: no local volumes API");
 
         *ret = TAKE_PTR(a);
         return 0;
@@ -457,6 +472,7 @@ Agent *agent_free(Agent *a) {
         free(a->status);
         /* Its handlers read the manager and the metrics. */
         http_server_free(a->http);
+        local_api_free(a->api); /* its waiters watch the manager */
         /* The stats borrow the manager, the manager both clients. */
         volume_stats_free(a->volume_stats);
         volume_manager_free(a->volumes);

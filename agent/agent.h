@@ -7,6 +7,7 @@
 #include <systemd/sd-event.h>
 
 #include "agent/http.h"
+#include "agent/localapi.h"
 #include "agent/metrics.h"
 #include "conf/config.h"
 #include "csi/csi.h"
@@ -25,6 +26,7 @@ typedef struct Agent {
         VolumeStats *volume_stats; /* NodeGetVolumeStats rounds, for kubelet_volume_stats_* */
         Metrics *metrics;
         HttpServer *http; /* NULL when [metrics] listen is empty */
+        LocalApi *api;    /* the pod runner's socket; NULL when [api] socket is empty */
         char *status;     /* the last STATUS= sent, so that only changes are sent */
         uint64_t status_sent_at;       /* CLOCK_MONOTONIC */
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */

@@ -3,7 +3,11 @@
 #include <ctype.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -24,6 +28,10 @@
 #define HTTP_CONNECTION_TIMEOUT_SEC 10u
 #define HTTP_REQUEST_DEADLINE_USEC (5 * USEC_PER_SEC)
 #define HTTP_SWEEP_USEC USEC_PER_SEC
+/* Suspended requests (waiters of the local API) hold a connection each:
+ * they are capped well below the connection limit, so that there is always
+ * room for a probe or a request that answers at once. */
+#define HTTP_SUSPENDED_MAX 256u
 
 /* A connection MHD holds, oldest wait first in the server's list. */
 typedef struct HttpConnection HttpConnection;
@@ -31,14 +39,30 @@ struct HttpConnection {
         int fd;
         uint64_t waiting_since; /* opened, or last request answered */
         bool cut;               /* shut down by us: MHD closes it next */
+        bool suspended;         /* its request is answered later: no deadline meanwhile */
         HttpConnection *prev, *next;
 };
 
 typedef struct HttpRoute {
         char *path;
-        http_handler_t handler;
+        bool prefix;
+        http_handler_t handler;                 /* or */
+        http_request_handler_t request_handler;
         void *userdata;
 } HttpRoute;
+
+struct HttpRequest {
+        HttpServer *server;
+        struct MHD_Connection *conn;
+        char *path;
+        struct MHD_Response *response; /* ready, to be queued when MHD calls again */
+        unsigned status;
+        bool replied, suspended;
+        bool resumed; /* answered after a suspension, not yet sent whole */
+        http_request_abandoned_t abandoned;
+        void *abandoned_userdata;
+        HttpRequest *prev, *next; /* in the server's list of suspended requests */
+};
 
 struct HttpServer {
         sd_event *event;
@@ -50,7 +74,11 @@ struct HttpServer {
         unsigned n_connections;
         HttpRoute *routes;
         size_t n_routes;
+        unsigned n_suspended;
+        unsigned n_resumed;     /* answers of suspended requests on their way out */
+        HttpRequest *suspended; /* answered before MHD stops: MHD may not stop with any */
         char *address;
+        char *unix_path; /* the socket file to remove at the end; NULL: TCP */
         unsigned port;
 };
 
@@ -159,7 +187,7 @@ static void cut_expired(HttpServer *s) {
         for (HttpConnection *c = s->oldest; c; c = c->next)
                 live += !c->cut;
         for (HttpConnection *c = s->oldest; c; c = c->next) {
-                if (c->cut)
+                if (c->cut || c->suspended)
                         continue;
                 if (now >= c->waiting_since + HTTP_REQUEST_DEADLINE_USEC)
                         connection_cut(s, c, "no complete request in time");
@@ -227,10 +255,22 @@ static void connection_served(HttpServer *s, struct MHD_Connection *conn) {
 }
 
 static const HttpRoute *find_route(const HttpServer *s, const char *path) {
-        for (size_t i = 0; i < s->n_routes; i++)
-                if (streq(s->routes[i].path, path))
-                        return &s->routes[i];
-        return NULL;
+        const HttpRoute *best = NULL;
+
+        for (size_t i = 0; i < s->n_routes; i++) {
+                const HttpRoute *r = &s->routes[i];
+                if (streq(r->path, path) && !r->prefix)
+                        return r;
+                if (r->prefix && strncmp(path, r->path, strlen(r->path)) == 0 &&
+                    (!best || strlen(r->path) > strlen(best->path)))
+                        best = r;
+        }
+        return best;
+}
+
+static HttpConnection *connection_of(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        return info ? info->socket_context : NULL;
 }
 
 /* Queues body (freed here whatever happens when owned) with its status. */
@@ -291,12 +331,75 @@ static enum MHD_Result run_route(struct MHD_Connection *conn, const HttpRoute *r
         return respond(conn, (unsigned) r, body, size, true, content_type, false);
 }
 
+static void request_unsuspend(HttpRequest *req) {
+        HttpServer *s = req->server;
+        HttpConnection *c = connection_of(req->conn);
+
+        if (!req->suspended)
+                return;
+        req->suspended = false;
+        s->n_suspended--;
+        if (c)
+                c->suspended = false;
+        if (req->prev)
+                req->prev->next = req->next;
+        else
+                s->suspended = req->next;
+        if (req->next)
+                req->next->prev = req->prev;
+        req->prev = req->next = NULL;
+}
+
+static HttpRequest *request_free(HttpRequest *req) {
+        if (!req)
+                return NULL;
+        if (req->response)
+                MHD_destroy_response(req->response);
+        free(req->path);
+        free(req);
+        return NULL;
+}
+
+static enum MHD_Result run_request_route(struct MHD_Connection *conn, const HttpRoute *route, const char *url,
+                                         const char *method, void **con_cls, HttpServer *s) {
+        HttpRequest *req;
+        int r;
+
+        req = calloc(1, sizeof *req);
+        if (!req || !(req->path = strdup(url))) {
+                request_free(req);
+                return respond_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal server error\n", false);
+        }
+        req->server = s;
+        req->conn = conn;
+        *con_cls = req; /* freed when MHD says the request completed */
+        r = route->request_handler(req, route->userdata);
+        if (req->suspended)
+                return MHD_YES;
+        if (r < 0 && !req->response) {
+                log_warning_errno(r, "Failed to answer %s %s: %m", method, url);
+                return respond_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal server error\n", false);
+        }
+        if (!req->response) {
+                log_warning("HTTP %s %s: the handler gave no answer", method, url);
+                return respond_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal server error\n", false);
+        }
+        return MHD_queue_response(conn, req->status, req->response);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
         HttpServer *s = cls;
         const HttpRoute *route;
+        HttpRequest *req = *con_cls;
 
+        /* Called again for a request resumed after its answer was made. */
+        if (req) {
+                if (!req->response)
+                        return MHD_NO;
+                return MHD_queue_response(conn, req->status, req->response);
+        }
         connection_served(s, conn);
         /* Every answer is queued on the first call: no route takes a body. */
         if (!streq(method, MHD_HTTP_METHOD_GET) && !streq(method, MHD_HTTP_METHOD_HEAD)) {
@@ -309,7 +412,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return respond_static(conn, MHD_HTTP_NOT_FOUND, "404 page not found\n", false);
         }
         /* MHD leaves the body out of a HEAD answer but keeps its length. */
+        if (route->request_handler)
+                return run_request_route(conn, route, url, method, con_cls, s);
         return run_route(conn, route, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+        HttpServer *s = cls;
+        HttpRequest *req = *con_cls;
+
+        if (!req)
+                return;
+        *con_cls = NULL;
+        if (req->resumed)
+                s->n_resumed--;
+        if (req->suspended) {
+                /* Never answered: the server goes away with it. */
+                request_unsuspend(req);
+                if (req->abandoned)
+                        req->abandoned(req, req->abandoned_userdata);
+        }
+        request_free(req);
 }
 
 _printf_(2, 0) static void on_mhd_log(void *cls, const char *format, va_list ap) {
@@ -362,6 +486,17 @@ static int arm_timer(HttpServer *s) {
         return sd_event_source_set_enabled(s->timer, SD_EVENT_ONESHOT);
 }
 
+static void wake_now(HttpServer *s) {
+        uint64_t now;
+
+        if (!s->timer)
+                return; /* stopping: MHD runs once more before it stops */
+        if (sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0 ||
+            sd_event_source_set_time(s->timer, now) < 0 ||
+            sd_event_source_set_enabled(s->timer, SD_EVENT_ONESHOT) < 0)
+                log_warning("HTTP server: cannot run at once; a resumed answer waits for the next event");
+}
+
 static int http_server_process(HttpServer *s) {
         int r;
 
@@ -374,9 +509,10 @@ static int http_server_process(HttpServer *s) {
         return 0;
 }
 
+static int http_server_start(HttpServer *s, int fd);
+
 int http_server_new(sd_event *event, const char *listen_address, HttpServer **ret) {
         _cleanup_(http_server_freep) HttpServer *s = NULL;
-        const union MHD_DaemonInfo *info;
         int fd, r;
 
         s = calloc(1, sizeof *s);
@@ -387,15 +523,103 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
         fd = bind_listen_socket(listen_address, &s->address, &s->port);
         if (fd < 0)
                 return fd;
+        r = http_server_start(s, fd);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+/* The socket is created under umask 0177, so that it is never reachable
+ * by anyone but root before its group and mode are set. */
+static int bind_unix_socket(const char *path, gid_t gid) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_free_ char *dir = NULL;
+        _cleanup_close_ int fd = -1;
+        mode_t old_umask;
+        char *slash;
+        int r;
+
+        if (!path || path[0] != '/' || strlen(path) >= sizeof sa.sun_path)
+                return log_error_errno(EINVAL, "Invalid [api] socket path \"%s\" (absolute, at most %zu bytes)",
+                                       strempty(path), sizeof sa.sun_path - 1);
+        strcpy(sa.sun_path, path);
+        dir = strdup(path);
+        if (!dir)
+                return -ENOMEM;
+        /* Its directory, and the missing ones above it, 0755 as /run's. */
+        for (slash = strchr(dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+                *slash = '\0';
+                if (mkdir(dir, 0755) >= 0)
+                        (void) chmod(dir, 0755); /* whatever the umask */
+                else if (errno != EEXIST)
+                        return log_error_errno(errno, "Failed to create %s for the local API socket: %m", dir);
+                *slash = '/';
+        }
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(errno, "Failed to create the local API socket: %m");
+        /* A socket left by a previous run (a crash, SIGKILL) is ours to
+         * replace: the root-dir lock says no other kvolumed runs here. */
+        if (unlink(path) < 0 && errno != ENOENT)
+                return log_error_errno(errno, "Failed to remove the old local API socket %s: %m", path);
+        old_umask = umask(0177);
+        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? -errno : 0;
+        (void) umask(old_umask);
+        if (r < 0)
+                return log_error_errno(r, "Failed to bind the local API socket %s: %m", path);
+        if (gid != (gid_t) -1 && (chown(path, 0, gid) < 0 || chmod(path, 0660) < 0))
+                return log_error_errno(errno, "Failed to give the local API socket %s to group %u: %m", path,
+                                       (unsigned) gid);
+        if (listen(fd, SOMAXCONN) < 0)
+                return log_error_errno(errno, "Failed to listen on %s: %m", path);
+        return TAKE_FD(fd);
+}
+
+int http_server_new_unix(sd_event *event, const char *path, gid_t gid, HttpServer **ret) {
+        _cleanup_(http_server_freep) HttpServer *s = NULL;
+        int fd, r;
+
+        s = calloc(1, sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        s->event = sd_event_ref(event);
+        s->address = strdup(path);
+        if (!s->address)
+                return -ENOMEM;
+        fd = bind_unix_socket(path, gid);
+        if (fd < 0)
+                return fd;
+        s->unix_path = strdup(path);
+        if (!s->unix_path) {
+                (void) close(fd);
+                return -ENOMEM;
+        }
+        r = http_server_start(s, fd);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+static int http_server_start(HttpServer *s, int fd) {
+        const union MHD_DaemonInfo *info;
+        sd_event *event = s->event;
+        int r;
+
         /* External epoll: no MHD thread, the agent's loop drives MHD_run().
-         * MHD owns the listening socket from here on, also when it fails. */
+         * MHD owns the listening socket from here on, also when it fails.
+         * Suspend/resume: a request answered later holds no thread; its
+         * resume wakes the loop through MHD's own pipe in the epoll set. */
         /* clang-format off */
-        s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+        s->daemon = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME,
+                                     0, NULL, NULL, on_request, s,
                                      MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                                      MHD_OPTION_LISTEN_SOCKET, (MHD_socket) fd,
                                      MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
                                      MHD_OPTION_CONNECTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_SEC,
                                      MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                     MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                      MHD_OPTION_END);
         /* clang-format on */
         if (!s->daemon)
@@ -416,20 +640,44 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
         r = arm_timer(s);
         if (r < 0)
                 return log_error_errno(r, "Failed to arm the HTTP server timer: %m");
-
-        *ret = TAKE_PTR(s);
         return 0;
 }
 
 HttpServer *http_server_free(HttpServer *s) {
         if (!s)
                 return NULL;
-        sd_event_source_disable_unref(s->io);
-        sd_event_source_disable_unref(s->timer);
-        sd_event_source_disable_unref(s->sweep);
-        s->sweep = NULL;
-        if (s->daemon)
+        s->io = sd_event_source_disable_unref(s->io);
+        s->timer = sd_event_source_disable_unref(s->timer);
+        s->sweep = sd_event_source_disable_unref(s->sweep);
+        if (s->daemon) {
+                /* MHD must not stop with a suspended connection: each waiter
+                 * left gets its answer, and MHD runs once to send them. */
+                while (s->suspended) {
+                        HttpRequest *req = s->suspended;
+                        http_request_abandoned_t abandoned = req->abandoned;
+                        void *userdata = req->abandoned_userdata;
+                        static const char gone[] = "{\"error\":\"kvolumed is stopping\"}";
+                        char *body = strdup(gone);
+
+                        req->abandoned = NULL;
+                        if (body)
+                                (void) http_request_reply(req, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", body,
+                                                          strlen(gone));
+                        else
+                                request_unsuspend(req), MHD_resume_connection(req->conn);
+                        if (abandoned)
+                                abandoned(req, userdata);
+                }
+                /* Until those answers are out (MHD takes a resumed
+                 * connection back, then writes): a second at most. */
+                const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+                for (unsigned i = 0; i < 100 && s->n_resumed > 0; i++) {
+                        (void) MHD_run(s->daemon);
+                        if (s->n_resumed > 0 && info)
+                                (void) poll(&(struct pollfd){ .fd = info->epoll_fd, .events = POLLIN }, 1, 10);
+                }
                 MHD_stop_daemon(s->daemon); /* its CLOSED notifications free the connections */
+        }
         while (s->oldest) {
                 HttpConnection *c = s->oldest;
                 connection_unlink(s, c);
@@ -439,19 +687,24 @@ HttpServer *http_server_free(HttpServer *s) {
                 free(s->routes[i].path);
         free(s->routes);
         free(s->address);
+        if (s->unix_path)
+                (void) unlink(s->unix_path);
+        free(s->unix_path);
         sd_event_unref(s->event);
         free(s);
         return NULL;
 }
 
-int http_server_add_route(HttpServer *s, const char *path, http_handler_t handler, void *userdata) {
+static int add_route(HttpServer *s, const char *path, bool prefix, http_handler_t handler,
+                     http_request_handler_t request_handler, void *userdata) {
         HttpRoute *routes;
         char *copy;
 
-        if (!s || isempty(path) || path[0] != '/' || !handler)
+        if (!s || isempty(path) || path[0] != '/' || (!handler == !request_handler))
                 return -EINVAL;
-        if (find_route(s, path))
-                return -EEXIST;
+        for (size_t i = 0; i < s->n_routes; i++)
+                if (streq(s->routes[i].path, path) && s->routes[i].prefix == prefix)
+                        return -EEXIST;
         copy = strdup(path);
         if (!copy)
                 return -ENOMEM;
@@ -461,7 +714,105 @@ int http_server_add_route(HttpServer *s, const char *path, http_handler_t handle
                 return -ENOMEM;
         }
         s->routes = routes;
-        s->routes[s->n_routes++] = (HttpRoute){ .path = copy, .handler = handler, .userdata = userdata };
+        s->routes[s->n_routes++] = (HttpRoute){ .path = copy, .prefix = prefix, .handler = handler,
+                                                .request_handler = request_handler, .userdata = userdata };
+        return 0;
+}
+
+int http_server_add_route(HttpServer *s, const char *path, http_handler_t handler, void *userdata) {
+        return add_route(s, path, false, handler, NULL, userdata);
+}
+
+int http_server_add_request_route(HttpServer *s, const char *path, bool prefix, http_request_handler_t handler,
+                                  void *userdata) {
+        return add_route(s, path, prefix, NULL, handler, userdata);
+}
+
+const char *http_request_path(const HttpRequest *req) {
+        return req->path;
+}
+
+const char *http_request_arg(HttpRequest *req, const char *key) {
+        return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+typedef struct UnknownArg {
+        const char *const *known;
+        const char *found;
+} UnknownArg;
+
+static enum MHD_Result find_unknown_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+        UnknownArg *u = cls;
+        for (const char *const *k = u->known; *k; k++)
+                if (streq(*k, key))
+                        return MHD_YES;
+        u->found = key;
+        return MHD_NO;
+}
+
+const char *http_request_unknown_arg(HttpRequest *req, const char *const *known) {
+        UnknownArg u = { .known = known };
+        (void) MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, find_unknown_arg, &u);
+        return u.found;
+}
+
+int http_request_reply(HttpRequest *req, unsigned status, const char *content_type, char *body, size_t size) {
+        struct MHD_Response *response;
+
+        if (req->replied) {
+                free(body);
+                return -EALREADY;
+        }
+        req->replied = true;
+        response = MHD_create_response_from_buffer(size, body, MHD_RESPMEM_MUST_FREE);
+        if (!response) {
+                free(body);
+                /* An empty 500 rather than a connection suspended for ever. */
+                response = MHD_create_response_from_buffer(0, (void *) "", MHD_RESPMEM_PERSISTENT);
+                status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+                if (!response)
+                        return -ENOMEM;
+        } else if (MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
+                log_debug("HTTP: failed to add the content type");
+        req->response = response;
+        req->status = status;
+        log_debug("HTTP GET %s: %u, %zu bytes%s", req->path, status, size, req->suspended ? " (resumed)" : "");
+        if (req->suspended) {
+                request_unsuspend(req);
+                req->resumed = true;
+                req->server->n_resumed++;
+                /* Answered now: the request deadline counts from here, not
+                 * from when the wait began. */
+                connection_served(req->server, req->conn);
+                MHD_resume_connection(req->conn);
+                /* MHD takes the resumed connection back on its next run:
+                 * run it from the loop right away (not from here, which may
+                 * be inside another module's callback). */
+                wake_now(req->server);
+        }
+        return 0;
+}
+
+int http_request_suspend(HttpRequest *req, http_request_abandoned_t abandoned, void *userdata) {
+        HttpServer *s = req->server;
+        HttpConnection *c;
+
+        if (req->replied || req->suspended)
+                return -EINVAL;
+        if (s->n_suspended >= HTTP_SUSPENDED_MAX)
+                return -EBUSY;
+        c = connection_of(req->conn);
+        if (c)
+                c->suspended = true;
+        req->suspended = true;
+        req->abandoned = abandoned;
+        req->abandoned_userdata = userdata;
+        req->next = s->suspended;
+        if (s->suspended)
+                s->suspended->prev = req;
+        s->suspended = req;
+        s->n_suspended++;
+        MHD_suspend_connection(req->conn);
         return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "agent/agent.h"
+#include "agent/status.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
@@ -18,6 +19,7 @@ enum {
 static void help(void) {
         printf("Usage: kvolumed [--config PATH]\n"
                "       kvolumed --check-config [--config PATH]\n"
+               "       kvolumed status [--socket PATH | --config PATH] [NAMESPACE/NAME | UID]\n"
                "       kvolumed --version | --help\n"
                "\n"
                "Kubernetes CSI volume node agent: sets up and tears down the CSI volumes of the\n"
@@ -28,6 +30,7 @@ static void help(void) {
                "                     and exit 0, or print FILE:LINE: reason and exit 1\n"
                "  -h --help          show this help\n"
                "     --version       show the version\n"
+               "  status [POD]       the node's volumes as a table, read from the local API\n"
                "\n"
                "Signals: SIGTERM/SIGINT stop (volumes stay), SIGHUP reloads the configuration.\n");
 }
@@ -48,6 +51,10 @@ int main(int argc, char *argv[]) {
         const char *config_path = CONFIG_DEFAULT_PATH;
         bool check_config = false;
         int c, r;
+
+        /* A client of the running daemon, not the daemon. */
+        if (argc > 1 && streq(argv[1], "status"))
+                return status_main(argc - 1, argv + 1);
 
         while ((c = getopt_long(argc, argv, "c:h", options, NULL)) >= 0)
                 switch (c) {

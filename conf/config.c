@@ -6,7 +6,10 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+#include <grp.h>
 #include <ini.h>
+#include <netinet/in.h>
+#include <sys/un.h>
 #include <syslog.h>
 
 #include "conf/config.h"
@@ -25,6 +28,7 @@ typedef enum ValueType {
         VALUE_LOG_LEVEL,   /* empty: default */
         VALUE_BOOL,        /* true | false; empty: default */
         VALUE_UNIX_ENDPOINT, /* unix:///abs or /abs (a socket); empty: unset / off */
+        VALUE_GROUP,       /* a group name or a numeric gid; empty: unset */
 } ValueType;
 
 typedef struct KeyDef {
@@ -75,6 +79,8 @@ static const KeyDef key_table[] = {
         { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0 },
         { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 0, 0 },
         { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0 },
+        { "api", "socket", VALUE_OPTIONAL_PATH, FIELD(api_socket), "/run/kvolumed/kvolumed.sock", 0, 0 },
+        { "api", "group", VALUE_GROUP, FIELD(api_group), NULL, 0, 0 },
         { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0 },
         { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0 },
 };
@@ -182,7 +188,7 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
         /* An empty value means the default, except where empty means "off". */
         if (!from_default && isempty(value)) {
                 if (k->type == VALUE_OPTIONAL_PATH || k->type == VALUE_HTTPS_URL || k->type == VALUE_LISTEN ||
-                    k->type == VALUE_UNIX_ENDPOINT) {
+                    k->type == VALUE_UNIX_ENDPOINT || k->type == VALUE_GROUP) {
                         *str = mfree_str(*str);
                         return 0;
                 }
@@ -269,6 +275,14 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                 if (config_validate_listen_address(value) < 0) {
                         fail(st, line, "%s: \"%s\" is not a listen address (IPV4:PORT, [IPV6]:PORT or "
                              "localhost:PORT)", k->key, value);
+                        return -EINVAL;
+                }
+                return free_and_strdup(str, value);
+
+        case VALUE_GROUP:
+                /* Resolved in validate_combinations(), once the file is read. */
+                if (strpbrk(value, " \t:/")) {
+                        fail(st, line, "%s: \"%s\" is not a group name or a numeric gid", k->key, value);
                         return -EINVAL;
                 }
                 return free_and_strdup(str, value);
@@ -366,7 +380,7 @@ static int check_section_header(ParseState *st, const char *line, size_t len) {
                 _cleanup_free_ char *driver = driver_section_name(name);
                 if (!driver) {
                         fail(st, st->line, "unknown section [%s] (known: agent, kubernetes, csi, driver \"NAME\", "
-                             "volumes, runtime, metrics, log)", name);
+                             "volumes, runtime, api, metrics, log)", name);
                         return -EINVAL;
                 }
                 if (validate_csi_driver_name(driver) < 0) {
@@ -503,6 +517,29 @@ static int validate_combinations(ParseState *st) {
                 if (validate_dns1123_subdomain(c->node_name) < 0) {
                         fail(st, 0, "[agent] node-name is not set and the host name \"%s\" is not a valid node "
                              "name (DNS-1123 subdomain); set node-name", c->node_name);
+                        return -EINVAL;
+                }
+        }
+        c->api_gid = (gid_t) -1;
+        if (c->api_socket && strlen(c->api_socket) >= sizeof(((struct sockaddr_un *) NULL)->sun_path)) {
+                fail(st, st->key_line[key_index("api", "socket")], "socket: \"%s\" is longer than a unix socket "
+                     "path may be (%zu bytes)", c->api_socket, sizeof(((struct sockaddr_un *) NULL)->sun_path) - 1);
+                return -EINVAL;
+        }
+        if (c->api_group) {
+                const struct group *g = NULL;
+                char *end;
+                unsigned long gid;
+
+                errno = 0;
+                gid = strtoul(c->api_group, &end, 10);
+                if (isdigit((unsigned char) c->api_group[0]) && errno == 0 && *end == '\0' && gid < (gid_t) -1)
+                        c->api_gid = (gid_t) gid;
+                else if ((g = getgrnam(c->api_group)))
+                        c->api_gid = g->gr_gid;
+                else {
+                        fail(st, st->key_line[key_index("api", "group")], "group: no group \"%s\" on this host",
+                             c->api_group);
                         return -EINVAL;
                 }
         }
@@ -653,6 +690,8 @@ Config *config_free(Config *c) {
         }
         free(c->drivers);
         free(c->runtime_endpoint);
+        free(c->api_socket);
+        free(c->api_group);
         free(c->metrics_listen);
         free(c);
         return NULL;
@@ -665,7 +704,24 @@ const DriverConfig *config_find_driver(const Config *c, const char *name) {
         return NULL;
 }
 
+bool config_listen_is_loopback(const char *s) {
+        struct sockaddr_storage sa;
+        socklen_t len;
+
+        if (parse_listen_address(s, &sa, &len) < 0)
+                return false;
+        if (sa.ss_family == AF_INET)
+                return (ntohl(((const struct sockaddr_in *) &sa)->sin_addr.s_addr) >> 24) == 127;
+        if (sa.ss_family == AF_INET6)
+                return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *) &sa)->sin6_addr);
+        return false;
+}
+
 void config_print_warnings(const Config *c, FILE *out) {
+        if (c->metrics_listen && !config_listen_is_loopback(c->metrics_listen))
+                fprintf(out, "warning: [metrics] listen = %s is reachable beyond this host: /metrics and /healthz "
+                        "are served there without authentication (/volumes is not: it is on the local API socket "
+                        "and on loopback addresses only)\n", c->metrics_listen);
         if (!c->runtime_endpoint)
                 fputs("warning: [runtime] endpoint is empty: kvolumed unpublishes a pod's volumes as soon as the API "
                       "says the pod is gone or finished, without asking the container runtime; a pod force-deleted "
@@ -688,6 +744,7 @@ void config_print(const Config *c, FILE *out) {
                 case VALUE_HTTPS_URL:
                 case VALUE_LISTEN:
                 case VALUE_UNIX_ENDPOINT:
+                case VALUE_GROUP:
                         fputs(strempty(*(char *const *) field), out);
                         break;
                 case VALUE_DURATION:

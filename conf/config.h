@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "systemd/macro.h"
 
@@ -52,6 +53,11 @@ typedef struct Config {
         /* [runtime] */
         char *runtime_endpoint; /* unix:///path of the CRI socket; NULL: the API alone decides teardown */
 
+        /* [api]: the local volumes API for the pod runner */
+        char *api_socket; /* NULL: off */
+        char *api_group;  /* as written (a name or a gid); NULL: root only */
+        gid_t api_gid;    /* api_group resolved; (gid_t) -1 when none */
+
         /* [metrics] */
         char *metrics_listen; /* NULL: endpoint off */
 
@@ -93,3 +99,6 @@ const char *config_format_duration(uint64_t usec, char buf[static 32]);
 /* "HOST:PORT" with a numeric IPv4, "[IPv6]" or "localhost" host; port 0 lets
  * the kernel choose.  0 or -EINVAL. */
 int config_validate_listen_address(const char *s);
+/* Whether a valid listen address is on the loopback interface only
+ * (127.0.0.0/8, ::1, localhost): /volumes is not served beyond it. */
+bool config_listen_is_loopback(const char *s);

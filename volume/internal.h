@@ -94,6 +94,7 @@ typedef struct ActualVolume {
         char *last_error;       /* the message of its last failed operation; NULL once none fails */
         char *last_error_pod;   /* that operation's pod UID; NULL for a stage or unstage */
         OpKind last_error_op;
+        bool last_error_final;  /* its CSI call answered a final code: podview.c reports it to the runner */
         uint64_t last_error_at; /* CLOCK_REALTIME */
         /* CLOCK_REALTIME when its file system was found not answering (a
          * walk made no progress before its deadline); 0: it answers. */
@@ -159,7 +160,10 @@ typedef struct PodEntry {
         bool dirty;             /* desired must be rebuilt */
         char *reported_invalid; /* an invalid-name event was sent */
         Hashmap *reported;      /* volume name → the last wait/failure message sent as an event */
+        Hashmap *final;         /* volume name → non-NULL: the latest pass reported a FailedMount (podview.c) */
 } PodEntry;
+
+typedef struct PodWatch PodWatch;
 
 typedef struct DriverTable DriverTable;
 typedef struct ExpandTable ExpandTable;
@@ -239,6 +243,7 @@ struct VolumeManager {
         void *metrics_userdata;
         volume_pass_hook_t pass_hook;
         void *pass_userdata;
+        PodWatch *pod_watches;  /* podview.c: the runner's waiters */
 };
 
 /* manager.c */
@@ -420,6 +425,16 @@ void describe_note_outcome(VolumeManager *m, const Operation *op, bool success);
 /* Whether an operation of the volume failed and is to be retried (a pod gone
  * since its publish failed does not count). */
 bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
+
+/* podview.c: the watches of the pod runner's waiters.  Before a pass
+ * forgets what is dirty, the watches of the pods it concerns are marked;
+ * after it, they are called back. */
+void podview_pass_begins(VolumeManager *m, bool full);
+void podview_pass_done(VolumeManager *m);
+void podview_detach_all(VolumeManager *m);
+/* The reconciler plans a pod's volume afresh / reports a final error of it. */
+void podview_volume_planned(PodEntry *e, const char *volume);
+void podview_volume_failed(PodEntry *e, const char *volume);
 
 /* republish.c: the schedule of requiresRepublish drivers. */
 /* After a successful publish: when to publish again. */

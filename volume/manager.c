@@ -168,6 +168,11 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
         PodInfo info = { .uid = p->uid, .namespace = p->namespace, .name = p->name, .key = p->key };
         LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = volume };
 
+        /* What kubelet's WaitForAttachAndMount answers at once (podview.c):
+         * every FailedMount here is one only a change of the objects or
+         * the driver's registration clears. */
+        if (streq(reason, "FailedMount"))
+                podview_volume_failed(e, volume);
         if (streq_ptr(last, message))
                 return;
         if (m->verifying) {
@@ -196,6 +201,7 @@ void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredP
 
 void manager_report_clear(PodEntry *e, const char *volume) {
         free(hashmap_remove(e->reported, volume));
+        podview_volume_planned(e, volume);
 }
 
 /* ---- pods --------------------------------------------------------------------------- */
@@ -209,6 +215,7 @@ static PodEntry *pod_entry_free(PodEntry *e) {
         for (size_t i = 0; hashmap_iterate(e->reported, &i, NULL, &value);)
                 free(value);
         hashmap_free(e->reported);
+        hashmap_free(e->final);
         free(e->uid);
         free(e->namespace);
         free(e->name);
@@ -730,6 +737,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
 
         if (!m)
                 return NULL;
+        podview_detach_all(m);
         expand_free(m);
         drivers_free(m);
         publish_refs_free(m);

@@ -312,6 +312,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         ActualPublish *pub;
         PodInfo info;
 
+        podview_volume_planned(e, dv->name);
         if (dv->failed) {
                 manager_report_once(m, e, p, dv->name, "FailedMount", dv->failed);
                 return;
@@ -822,6 +823,7 @@ void reconciler_pass(VolumeManager *m) {
                 object_watches_begin(m->watches);
                 plan_everything(m, &ps);
         }
+        podview_pass_begins(m, full);
         dirty_clear(m->dirty_pods);
         dirty_clear(m->dirty_volumes);
         update_in_use(m, &ps);
@@ -858,6 +860,7 @@ void reconciler_pass(VolumeManager *m) {
                 log_debug("Reconcile pass (%s) started %zu operations", full ? "full" : "scoped", started);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
+        podview_pass_done(m);
         /* An operation that ended inside this pass (one with no CSI call to
          * wait for, say an unstage for a driver without STAGE_UNSTAGE) has
          * scheduled the pass that follows it up: not missed, only not yet due. */

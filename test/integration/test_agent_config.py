@@ -26,6 +26,8 @@ csi.attach-limit-refresh-interval = 0
 volumes.selinux-mount-all = false
 volumes.expand-check-interval = 1m
 runtime.endpoint = unix:///run/containerd/containerd.sock
+api.socket = /run/kvolumed/kvolumed.sock
+api.group = 
 metrics.listen = 127.0.0.1:10284
 log.level = info
 """
@@ -91,7 +93,7 @@ def test_readme_reference_matches_check_config(kvolumed_bin):
     [
         ("[agent]\nnode-name = n\n\nfoo = 1\n", 'k.conf:4: unknown key "foo" in section [agent]'),
         ("[agent]\nnode-name = n\n[kubelet]\n",
-         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", volumes, runtime, metrics, log)'),
+         'k.conf:3: unknown section [kubelet] (known: agent, kubernetes, csi, driver "NAME", volumes, runtime, api, metrics, log)'),
         ("[agent]\nnode-name = n\n[runtime]\nendpoint = tcp://h:1\n",
          'k.conf:4: endpoint: "tcp://h:1" is neither a unix:// endpoint nor an absolute socket path '
          "(shorter than 108 bytes)"),

@@ -44,3 +44,47 @@ def test_full_flows_under_memcheck(volume_env):
     assert summary.group(1) == "0" and code == 0, log[-6000:]
     assert "definitely lost: 0 bytes" in log or "All heap blocks were freed" in log or \
         "definitely lost" not in log, log[-3000:]
+
+
+# Not "volume" nor "agent" in the name: see above.
+def test_local_api_under_memcheck(volume_env, tmp_path):
+    """The local API's waits (answered by a pass, at once with 409, at the
+    timeout, and unanswered at the stop), its filters and its errors."""
+    import tempfile
+    import threading
+    import uuid
+    from integration.test_agent_localapi import api_get, inline, wait_in_thread
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    sock = os.path.join(tempfile.mkdtemp(prefix="kvm", dir="/tmp"), "api.sock")
+    agent = env.start(extra=f"[api]\nsocket = {sock}\n", wrapper=VALGRIND)
+    agent.wait_for_log("Serving the local volumes API", timeout=60)
+    uid = str(uuid.uuid4())
+    waiter = wait_in_thread(sock, uid, "wait=mounted&timeout=60s", timeout=90)
+    agent.wait_for_log("waiting until mounted", timeout=30)
+    env.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"nodeName": "test-node", "volumes": [inline("v")],
+                             "containers": [{"name": "c", "image": "busybox",
+                                             "volumeMounts": [{"name": "v", "mountPath": "/v"}]}]},
+                    "status": {"phase": "Running"}}, uid=uid)
+    waiter.join(90)
+    assert waiter.result[0] == 200, waiter.result
+    # No CSIDriver: Persistent only, the inline volume is refused.
+    other = env.pod("other", [inline("v", driver="nope.csi.kvolumed.io")])
+    status, body, _ = api_get(sock, f"/v1/pods/{other['metadata']['uid']}/volumes?wait=mounted&timeout=60s",
+                              timeout=90)
+    assert status == 409, body
+    assert api_get(sock, f"/v1/pods/{uid}/volumes?wait=unmounted&timeout=200ms", timeout=60)[0] == 504
+    assert api_get(sock, "/volumes?pod=default/web&state=published", timeout=60)[0] == 200
+    assert api_get(sock, "/v1/pods/nope/volumes", timeout=60)[0] == 400
+    left_uid = str(uuid.uuid4())
+    left = wait_in_thread(sock, left_uid, "wait=mounted&timeout=10m", timeout=90)
+    agent.wait_for_log(f"pod {left_uid}: waiting until mounted", timeout=30)
+    agent.signal(signal.SIGTERM)
+    code = agent.wait(timeout=60)
+    left.join(30)
+    assert left.result and left.result[0] == 503, (left.result, agent.output()[-3000:])
+    log = agent.output()
+    summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
+    assert summary, log[-3000:]
+    assert summary.group(1) == "0" and code == 0, log[-6000:]

@@ -48,8 +48,44 @@ static void test_defaults(void **state) {
         assert_int_equal(c->n_drivers, 0);
         assert_string_equal(c->metrics_listen, "127.0.0.1:10284");
         assert_null(c->runtime_endpoint); /* off unless configured: today's teardown */
+        assert_string_equal(c->api_socket, "/run/kvolumed/kvolumed.sock");
+        assert_null(c->api_group);
+        assert_int_equal(c->api_gid, (gid_t) -1); /* root only */
         assert_int_equal(c->log_level, LOG_INFO);
         config_free(c);
+}
+
+static void test_api_socket_and_group(void **state) {
+        Config *c = parse_ok("[agent]\nnode-name = n\n[api]\nsocket =\n");
+        assert_null(c->api_socket); /* off */
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[api]\nsocket = /run/x/api.sock\ngroup = 4242\n");
+        assert_string_equal(c->api_socket, "/run/x/api.sock");
+        assert_string_equal(c->api_group, "4242");
+        assert_int_equal(c->api_gid, 4242);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[api]\ngroup = root\n");
+        assert_int_equal(c->api_gid, 0);
+        config_free(c);
+        parse_fails("[agent]\nnode-name = n\n[api]\ngroup = no-such-group-kv\n",
+                    "t.conf:4: group: no group \"no-such-group-kv\" on this host");
+        parse_fails("[agent]\nnode-name = n\n[api]\nsocket = run/api.sock\n",
+                    "t.conf:4: socket: \"run/api.sock\" is not an absolute, normalised path");
+        parse_fails("[agent]\nnode-name = n\n[api]\nsocket = /run/"
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock\n",
+                    "t.conf:4: socket: \"/run/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                    "aaaaaaaaaaa.sock\" is longer than a unix socket path may be (107 bytes)");
+}
+
+static void test_listen_loopback(void **state) {
+        assert_true(config_listen_is_loopback("127.0.0.1:10284"));
+        assert_true(config_listen_is_loopback("127.3.2.1:1"));
+        assert_true(config_listen_is_loopback("[::1]:9000"));
+        assert_true(config_listen_is_loopback("localhost:9000"));
+        assert_false(config_listen_is_loopback("0.0.0.0:10284"));
+        assert_false(config_listen_is_loopback("[::]:10284"));
+        assert_false(config_listen_is_loopback("10.1.2.3:10284"));
+        assert_false(config_listen_is_loopback("bogus"));
 }
 
 static void test_runtime_endpoint(void **state) {
@@ -140,6 +176,8 @@ static void test_every_key(void **state) {
                                   "volumes.selinux-mount-all = false\n"
                                   "volumes.expand-check-interval = 1m\n"
                                   "runtime.endpoint = unix:///run/containerd/containerd.sock\n"
+                                  "api.socket = /run/kvolumed/kvolumed.sock\n"
+                                  "api.group = \n"
                                   "metrics.listen = [::1]:9000\n"
                                   "log.level = debug\n"
                                   "driver \"hostpath.csi.k8s.io\".endpoint = unix:///run/hp/csi.sock\n"
@@ -186,7 +224,7 @@ static void test_indented_key_and_bom(void **state) {
 static void test_errors_name_file_and_line(void **state) {
         parse_fails("[agent]\nnode-name = n\nbogus = 1\n", "t.conf:3: unknown key \"bogus\" in section [agent]");
         parse_fails("# c\n[agnet]\n", "t.conf:2: unknown section [agnet] (known: agent, kubernetes, csi, "
-                                      "driver \"NAME\", volumes, runtime, metrics, log)");
+                                      "driver \"NAME\", volumes, runtime, api, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[csi]\n[agent]\n", "t.conf:4: section [agent] repeated (first on line 1)");
         parse_fails("[agent]\nnode-name = n\nnode-name = m\n",
                     "t.conf:3: key \"node-name\" repeated in section [agent] (first on line 2)");
@@ -246,7 +284,7 @@ static void test_more_errors(void **state) {
                     "t.conf:1: \"bad/name\" is not a valid CSI driver name (at most 63 alphanumerics, '-' and '.', "
                     "alphanumeric at both ends)");
         parse_fails("[driver hostpath]\n", "t.conf:1: unknown section [driver hostpath] (known: agent, kubernetes, "
-                                           "csi, driver \"NAME\", volumes, runtime, metrics, log)");
+                                           "csi, driver \"NAME\", volumes, runtime, api, metrics, log)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\n[driver \"d\"]\n",
                     "t.conf:5: section [driver \"d\"] repeated (first on line 3)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d\"]\nendpoint = unix:///a\nendpoint = unix:///b\n",
@@ -358,6 +396,8 @@ int main(void) {
                 cmocka_unit_test(test_durations),
                 cmocka_unit_test(test_duration_or_off),
                 cmocka_unit_test(test_example_file),
+                cmocka_unit_test(test_api_socket_and_group),
+                cmocka_unit_test(test_listen_loopback),
                 cmocka_unit_test(test_unreadable_file),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

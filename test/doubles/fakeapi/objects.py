@@ -67,7 +67,7 @@ def _check_name(resource, name):
             f'Invalid value: "{name}": {_DNS1123_MSG}')])
 
 
-def prepare_create(resource, namespace, body):
+def prepare_create(resource, namespace, body, uid=None):
     check_identity(resource, body)
     obj = {"kind": resource.kind, "apiVersion": resource.api_version}
     obj.update((k, copy.deepcopy(v)) for k, v in body.items()
@@ -85,7 +85,7 @@ def prepare_create(resource, namespace, body):
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                 "managedFields", "resourceVersion"):
         m.pop(key, None)
-    m["uid"] = str(uuid.uuid4())
+    m["uid"] = uid or str(uuid.uuid4())
     m["creationTimestamp"] = timestamp()
     m["generation"] = 1
     return obj

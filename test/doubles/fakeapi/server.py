@@ -162,12 +162,14 @@ current-context: fakeapi
     def _namespace(res, namespace):
         return (namespace or DEFAULT_NAMESPACE) if res.namespaced else None
 
-    def create(self, obj):
+    def create(self, obj, uid=None):
         """Creates obj (kind and apiVersion required) as a POST would, but
-        with its status kept; returns the stored object."""
+        with its status kept; returns the stored object.  uid: the test
+        chooses the object's UID (a client never can: a POST's is ignored),
+        to wait for an object before it exists."""
         res = self._resource_of(obj)
         ns = self._namespace(res, (obj.get("metadata") or {}).get("namespace"))
-        return self.store.create(res, ns, obj)
+        return self.store.create(res, ns, obj, uid=uid)
 
     def update(self, obj):
         """Writes obj whole, status included; a metadata.resourceVersion in

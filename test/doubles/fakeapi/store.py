@@ -151,8 +151,8 @@ class Store:
     # refuse.  As in kube-apiserver it sees the object after a patch was
     # applied and before the registry's strategy touched it.
 
-    def create(self, resource, namespace, body, admit=None):
-        obj = objects.prepare_create(resource, namespace, body)
+    def create(self, resource, namespace, body, admit=None, uid=None):
+        obj = objects.prepare_create(resource, namespace, body, uid=uid)
         key = self._key(resource, namespace, obj["metadata"]["name"])
         with self._lock:
             if admit:

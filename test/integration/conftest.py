@@ -20,3 +20,55 @@ pytest_plugins = [
     "doubles.containerd.fixtures",
     "integration.agent_fixtures",
 ]
+
+
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+# kvolumed's default local API socket directory.  Every agent a test starts
+# without an [api] section makes its socket there: inside the suite's private
+# mount namespace a tmpfs over it keeps those sockets off the machine's /run.
+API_SOCKET_DIR = "/run/kvolumed"
+
+
+def _parent_pid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _in_private_mount_namespace():
+    """True when some ancestor of this process (PID 1 may not be readable in
+    a container) is in another mount namespace: `unshare -m` made ours."""
+    try:
+        own = os.readlink("/proc/self/ns/mnt")
+        pid = os.getpid()
+        while pid > 1:
+            pid = _parent_pid(pid)
+            try:
+                if os.readlink(f"/proc/{pid}/ns/mnt") != own:
+                    return True
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_api_socket_dir():
+    if os.geteuid() != 0 or not _in_private_mount_namespace():
+        yield
+        return
+    made = not os.path.isdir(API_SOCKET_DIR)
+    if made:
+        os.makedirs(API_SOCKET_DIR, mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "kvolumed-test-run", API_SOCKET_DIR],
+                   check=True)
+    yield
+    subprocess.run(["umount", "-l", API_SOCKET_DIR], check=False)
+    if made:
+        try:
+            os.rmdir(API_SOCKET_DIR)
+        except OSError:
+            pass

@@ -64,7 +64,7 @@ static int connect_clients(Agent *a) {
                                                  .service_account_dir = getenv("KVOLUMED_SERVICE_ACCOUNT_DIR") },
                              &auth, &error);
         if (r < 0)
-                return log_error_errno(r, "Cannot reach the API server: %s", error ? error : strerror(-r));
+                return log_error_errno(r, "Cannot use the [kubernetes] settings: %s", error ? error : strerror(-r));
         r = k8s_client_new(a->event, auth, &(K8sClientOptions){}, &a->k8s);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the API client: %m");

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "agent/agent.h"
+#include "agent/check.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
@@ -17,7 +18,7 @@ enum {
 
 static void help(void) {
         printf("Usage: kvolumed [--config PATH]\n"
-               "       kvolumed --check-config [--config PATH]\n"
+               "       kvolumed --check-config [--online] [--config PATH]\n"
                "       kvolumed --version | --help\n"
                "\n"
                "Kubernetes CSI volume node agent: sets up and tears down the CSI volumes of the\n"
@@ -25,7 +26,10 @@ static void help(void) {
                "\n"
                "  -c --config PATH   configuration file (default: " CONFIG_DEFAULT_PATH ")\n"
                "     --check-config  validate the configuration, print the effective settings\n"
-               "                     and exit 0, or print FILE:LINE: reason and exit 1\n"
+               "                     and exit 0, or print FILE:LINE: reason and exit 1; the\n"
+               "                     kubeconfig, CA, client certificate, key and token files\n"
+               "                     are opened and parsed as at start\n"
+               "     --online        with --check-config: ask the API server who kvolumed is\n"
                "  -h --help          show this help\n"
                "     --version       show the version\n"
                "\n"
@@ -33,10 +37,11 @@ static void help(void) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_CHECK_CONFIG = 0x100, ARG_VERSION };
+        enum { ARG_CHECK_CONFIG = 0x100, ARG_ONLINE, ARG_VERSION };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
+                { "online", no_argument, NULL, ARG_ONLINE },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
                 {},
@@ -46,7 +51,7 @@ int main(int argc, char *argv[]) {
         _cleanup_free_ char *error = NULL;
         _cleanup_close_ int root_lock = -1;
         const char *config_path = CONFIG_DEFAULT_PATH;
-        bool check_config = false;
+        bool check_config = false, online = false;
         int c, r;
 
         while ((c = getopt_long(argc, argv, "c:h", options, NULL)) >= 0)
@@ -56,6 +61,9 @@ int main(int argc, char *argv[]) {
                         break;
                 case ARG_CHECK_CONFIG:
                         check_config = true;
+                        break;
+                case ARG_ONLINE:
+                        online = true;
                         break;
                 case 'h':
                         help();
@@ -67,6 +75,10 @@ int main(int argc, char *argv[]) {
                         fprintf(stderr, "Try 'kvolumed --help'.\n");
                         return EXIT_CONFIG_ERROR;
                 }
+        if (online && !check_config) {
+                fprintf(stderr, "kvolumed: --online goes with --check-config; try 'kvolumed --help'.\n");
+                return EXIT_CONFIG_ERROR;
+        }
         if (optind < argc) {
                 fprintf(stderr, "kvolumed: unexpected argument \"%s\"; try 'kvolumed --help'.\n", argv[optind]);
                 return EXIT_CONFIG_ERROR;
@@ -78,13 +90,39 @@ int main(int argc, char *argv[]) {
                 return EXIT_CONFIG_ERROR;
         }
         if (check_config) {
+                /* What the daemon would refuse at start fails the check too. */
+                r = check_credentials(config, &error);
+                if (r < 0) {
+                        fprintf(stderr, "%s\n", error ? error : strerror(-r));
+                        return EXIT_CONFIG_ERROR;
+                }
                 config_print(config, stdout);
                 config_print_warnings(config, stderr);
-                return fflush(stdout) == 0 ? EXIT_CLEAN_STOP : EXIT_CONFIG_ERROR;
+                check_print_warnings(config, stderr);
+                if (fflush(stdout) != 0)
+                        return EXIT_CONFIG_ERROR;
+                if (online) {
+                        r = check_online(config, stdout, &error);
+                        fflush(stdout);
+                        if (r < 0) {
+                                fprintf(stderr, "online: %s\n", error ? error : strerror(-r));
+                                return EXIT_CONFIG_ERROR;
+                        }
+                }
+                return EXIT_CLEAN_STOP;
         }
 
         log_setup();
         log_set_max_level(config->log_level);
+
+        /* A file the configuration names that is missing or broken is the
+         * operator's to fix, not the network's: exit 1, which systemd does
+         * not restart (RestartPreventExitStatus=1), with the key to fix. */
+        r = check_credentials(config, &error);
+        if (r < 0) {
+                log_error("%s", error ? error : strerror(-r));
+                return EXIT_CONFIG_ERROR;
+        }
 
         /* Before anything reads root-dir or calls a driver; held until exit.
          * Another kvolumed there is a setup error that a restart cannot fix:

@@ -523,6 +523,40 @@ static int validate_combinations(ParseState *st) {
         return finish_driver(st);
 }
 
+static int record_sources(ParseState *st) {
+        Config *c = st->config;
+
+        c->files = calloc(2, sizeof *c->files);
+        c->sources = calloc(N_KEYS, sizeof *c->sources);
+        if (!c->files || !c->sources)
+                return -ENOMEM;
+        c->files[0] = strdup(st->name);
+        if (!c->files[0])
+                return -ENOMEM;
+        for (size_t i = 0; i < N_KEYS; i++)
+                if (st->key_line[i] > 0)
+                        c->sources[i] = (ConfigSource){ .file = c->files[0], .line = st->key_line[i] };
+        return 0;
+}
+
+ConfigSource config_key_source(const Config *c, const char *section, const char *key) {
+        for (size_t i = 0; i < N_KEYS; i++)
+                if (streq(key_table[i].section, section) && streq(key_table[i].key, key))
+                        return c->sources ? c->sources[i] : (ConfigSource){};
+        return (ConfigSource){};
+}
+
+char *config_key_location(const Config *c, const char *section, const char *key) {
+        ConfigSource s = config_key_source(c, section, key);
+        char *text;
+
+        if (!s.file)
+                return strdup(c->path);
+        if (asprintf(&text, "%s:%u", s.file, s.line) < 0)
+                return NULL;
+        return text;
+}
+
 static Config *config_new_defaults(ParseState *st) {
         Config *c = calloc(1, sizeof *c);
         if (!c)
@@ -564,6 +598,8 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
                 fail(&st, 0, "out of memory while parsing");
         if (!st.error)
                 (void) validate_combinations(&st);
+        if (!st.error && record_sources(&st) < 0)
+                fail(&st, 0, "out of memory");
 
         for (size_t i = 0; i < st.n_sections; i++)
                 free(st.sections[i]);
@@ -621,6 +657,10 @@ Config *config_free(Config *c) {
         if (!c)
                 return NULL;
         free(c->path);
+        for (size_t i = 0; c->files && c->files[i]; i++)
+                free(c->files[i]);
+        free(c->files);
+        free(c->sources);
         free(c->node_name);
         free(c->root_dir);
         free(c->kubeconfig);

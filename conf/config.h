@@ -19,8 +19,17 @@ typedef struct DriverConfig {
         unsigned line;  /* of the section header, for messages */
 } DriverConfig;
 
+/* Where a setting's effective value was written: the file (the main one or
+ * a drop-in) and line; file NULL for a default. */
+typedef struct ConfigSource {
+        const char *file; /* one of Config.files */
+        unsigned line;
+} ConfigSource;
+
 typedef struct Config {
         char *path;
+        char **files;           /* the files read, main first; NULL-terminated */
+        ConfigSource *sources;  /* one per key of the listing, in its order */
 
         /* [agent] */
         char *node_name; /* never empty after loading: defaults to the host name */
@@ -76,6 +85,12 @@ void config_print(const Config *c, FILE *out);
 /* The settings that are valid but risky, one "warning: ..." line each
  * (--check-config writes them to stderr, apart from the listing). */
 void config_print_warnings(const Config *c, FILE *out);
+
+/* Where "section.key" got its effective value; NULL file: the default. */
+ConfigSource config_key_source(const Config *c, const char *section, const char *key);
+/* "FILE:LINE" where "section.key" was set, or the main file's path for a
+ * default: where an operator goes to change it.  malloc'd. */
+char *config_key_location(const Config *c, const char *section, const char *key);
 
 const DriverConfig *config_find_driver(const Config *c, const char *name);
 

@@ -140,5 +140,5 @@ int main(int argc, char *argv[]) {
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
         r = agent_run(agent);
-        return r < 0 ? EXIT_STARTUP_FAILURE : EXIT_CLEAN_STOP;
+        return r < 0 ? EXIT_STARTUP_FAILURE : r > 0 ? EXIT_CONFIG_ERROR : EXIT_CLEAN_STOP;
 }

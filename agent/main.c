@@ -30,6 +30,7 @@ static void help(void) {
                "                     kubeconfig, CA, client certificate, key and token files\n"
                "                     are opened and parsed as at start\n"
                "     --online        with --check-config: ask the API server who kvolumed is\n"
+               "     --quiet         with --check-config: print errors only (the unit's reload)\n"
                "  -h --help          show this help\n"
                "     --version       show the version\n"
                "\n"
@@ -37,11 +38,12 @@ static void help(void) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_CHECK_CONFIG = 0x100, ARG_ONLINE, ARG_VERSION };
+        enum { ARG_CHECK_CONFIG = 0x100, ARG_ONLINE, ARG_QUIET, ARG_VERSION };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
                 { "online", no_argument, NULL, ARG_ONLINE },
+                { "quiet", no_argument, NULL, ARG_QUIET },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
                 {},
@@ -51,7 +53,7 @@ int main(int argc, char *argv[]) {
         _cleanup_free_ char *error = NULL;
         _cleanup_close_ int root_lock = -1;
         const char *config_path = CONFIG_DEFAULT_PATH;
-        bool check_config = false, online = false;
+        bool check_config = false, online = false, quiet = false;
         int c, r;
 
         while ((c = getopt_long(argc, argv, "c:h", options, NULL)) >= 0)
@@ -65,6 +67,9 @@ int main(int argc, char *argv[]) {
                 case ARG_ONLINE:
                         online = true;
                         break;
+                case ARG_QUIET:
+                        quiet = true;
+                        break;
                 case 'h':
                         help();
                         return EXIT_CLEAN_STOP;
@@ -75,8 +80,8 @@ int main(int argc, char *argv[]) {
                         fprintf(stderr, "Try 'kvolumed --help'.\n");
                         return EXIT_CONFIG_ERROR;
                 }
-        if (online && !check_config) {
-                fprintf(stderr, "kvolumed: --online goes with --check-config; try 'kvolumed --help'.\n");
+        if ((online || quiet) && !check_config) {
+                fprintf(stderr, "kvolumed: --online and --quiet go with --check-config; try 'kvolumed --help'.\n");
                 return EXIT_CONFIG_ERROR;
         }
         if (optind < argc) {
@@ -96,9 +101,11 @@ int main(int argc, char *argv[]) {
                         fprintf(stderr, "%s\n", error ? error : strerror(-r));
                         return EXIT_CONFIG_ERROR;
                 }
-                config_print(config, stdout);
-                config_print_warnings(config, stderr);
-                check_print_warnings(config, stderr);
+                if (!quiet) {
+                        config_print(config, stdout);
+                        config_print_warnings(config, stderr);
+                        check_print_warnings(config, stderr);
+                }
                 if (fflush(stdout) != 0)
                         return EXIT_CONFIG_ERROR;
                 if (online) {

@@ -162,3 +162,24 @@ def test_good_credentials_pass_with_warnings_for_root_dir_and_sockets(kvolumed_b
                                                                       kc, extra="[runtime]\nendpoint = /run/x\n"))
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
+
+
+def test_unit_reload_runs_the_check_before_the_signal(kvolumed_bin, tmp_path, pki):
+    """ExecReload= runs the check first, then signals the daemon: with a
+    broken file the check fails, so systemd stops there and "systemctl
+    reload" fails (the real-systemd test runs it); it is quiet when the file
+    is good, so that every reload does not put the listing in the journal."""
+    from integration.agent_fixtures import build_dir
+    unit = open(os.path.join(build_dir(), "systemd", "kvolumed.service")).read()
+    reloads = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecReload=")]
+    assert len(reloads) == 2 and reloads[1] == "/bin/kill -HUP $MAINPID", reloads
+    check = reloads[0].split()
+    assert os.path.basename(check[0]) == "kvolumed" and check[1:] == ["--check-config", "--quiet"]
+    broken = tmp_path / "broken.conf"
+    broken.write_text("[csi]\ncall-timeout = soon\n")
+    r = run(kvolumed_bin, *check[1:], "--config", str(broken))
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f'{broken}:2: call-timeout: "soon" is not')
+    good = write_config(tmp_path / "good.conf", str(tmp_path), kubeconfig(tmp_path / "kc", token_file=pki["token"]))
+    r = run(kvolumed_bin, *check[1:], "--config", good)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -81,8 +82,10 @@ typedef struct ParseState {
         const char *section;   /* the current section, known-good */
         DriverConfig *driver;  /* the current [driver "..."] */
 
-        unsigned key_line[N_KEYS]; /* 0: not set in the file */
-        unsigned driver_endpoint_line;
+        unsigned key_line[N_KEYS]; /* 0: not set in this file (a repeat there is an error) */
+        ConfigSource key_source[N_KEYS]; /* where the effective value was set, over all files */
+        char **files;          /* the files read so far, main first; NULL-terminated */
+        size_t n_files;
 } ParseState;
 
 static void fail(ParseState *st, unsigned line, const char *format, ...) _printf_(3, 4);
@@ -101,6 +104,23 @@ static void fail(ParseState *st, unsigned line, const char *format, ...) {
                         st->error = NULL;
         } else if (asprintf(&st->error, "%s: %s", st->name, what ? what : "out of memory") < 0)
                 st->error = NULL;
+}
+
+/* An error about a setting that may come from any of the files read. */
+static void fail_at(ParseState *st, ConfigSource where, const char *format, ...) _printf_(3, 4);
+static void fail_at(ParseState *st, ConfigSource where, const char *format, ...) {
+        _cleanup_free_ char *what = NULL;
+        const char *saved = st->name;
+        va_list ap;
+
+        va_start(ap, format);
+        if (vasprintf(&what, format, ap) < 0)
+                what = NULL;
+        va_end(ap);
+        if (where.file)
+                st->name = where.file;
+        fail(st, where.line, "%s", what ? what : "out of memory");
+        st->name = saved;
 }
 
 int config_parse_duration(const char *s, uint64_t *ret_usec) {
@@ -357,12 +377,20 @@ static int check_section_header(ParseState *st, const char *line, size_t len) {
                              "and '.', alphanumeric at both ends)", driver);
                         return -EINVAL;
                 }
-                DriverConfig *d = reallocarray(st->config->drivers, st->config->n_drivers + 1, sizeof *d);
-                if (!d)
-                        return -ENOMEM;
-                st->config->drivers = d;
-                d = &d[st->config->n_drivers++];
-                *d = (DriverConfig){ .name = TAKE_PTR(driver), .line = st->line };
+                /* The same driver in a later file (drop-in) replaces it. */
+                DriverConfig *d = (DriverConfig *) config_find_driver(st->config, driver);
+                if (d)
+                        d->endpoint = mfree_str(d->endpoint);
+                else {
+                        d = reallocarray(st->config->drivers, st->config->n_drivers + 1, sizeof *d);
+                        if (!d)
+                                return -ENOMEM;
+                        st->config->drivers = d;
+                        d = &d[st->config->n_drivers++];
+                        *d = (DriverConfig){ .name = TAKE_PTR(driver) };
+                }
+                d->line = st->line;
+                d->file = st->name;
                 st->driver = d;
                 st->section = DRIVER_SECTION;
         }
@@ -452,6 +480,7 @@ static int handler(void *user, const char *section, const char *name, const char
                         return 0;
                 }
                 st->key_line[i] = st->line;
+                st->key_source[i] = (ConfigSource){ .file = st->name, .line = st->line };
                 if (set_value(st, k, value, false) < 0) {
                         if (!st->error)
                                 fail(st, st->line, "out of memory");
@@ -473,8 +502,8 @@ static size_t key_index(const char *section, const char *key) {
 /* Rules that involve several keys, checked once the whole file is read. */
 static int validate_combinations(ParseState *st) {
         Config *c = st->config;
-        unsigned server_line = st->key_line[key_index("kubernetes", "server")];
-        unsigned kubeconfig_line = st->key_line[key_index("kubernetes", "kubeconfig")];
+        ConfigSource server_at = st->key_source[key_index("kubernetes", "server")];
+        ConfigSource kubeconfig_at = st->key_source[key_index("kubernetes", "kubeconfig")];
         static const char *const server_only[] = { "token-file", "certificate-authority", "client-certificate",
                                                    "client-key" };
         int r;
@@ -490,52 +519,52 @@ static int validate_combinations(ParseState *st) {
                 }
         }
         if (streq(c->root_dir, "/")) {
-                fail(st, st->key_line[key_index("agent", "root-dir")], "root-dir: \"/\" is not allowed");
+                fail_at(st, st->key_source[key_index("agent", "root-dir")], "root-dir: \"/\" is not allowed");
                 return -EINVAL;
         }
 
         if (c->server) {
                 /* The default kubeconfig only applies when no server is given. */
-                if (kubeconfig_line > 0 && c->kubeconfig) {
-                        fail(st, server_line, "server and kubeconfig are both set (line %u); set one of them",
-                             kubeconfig_line);
+                if (kubeconfig_at.line > 0 && c->kubeconfig) {
+                        if (kubeconfig_at.file == server_at.file)
+                                fail_at(st, server_at, "server and kubeconfig are both set (line %u); set one "
+                                        "of them", kubeconfig_at.line);
+                        else
+                                fail_at(st, server_at, "server and kubeconfig are both set (%s:%u); set one of "
+                                        "them", kubeconfig_at.file, kubeconfig_at.line);
                         return -EINVAL;
                 }
                 c->kubeconfig = mfree_str(c->kubeconfig);
         } else {
                 for (size_t i = 0; i < ELEMENTSOF(server_only); i++) {
-                        unsigned line = st->key_line[key_index("kubernetes", server_only[i])];
-                        if (line > 0 && *(char **) ((uint8_t *) c + key_table[key_index("kubernetes",
+                        ConfigSource at = st->key_source[key_index("kubernetes", server_only[i])];
+                        if (at.line > 0 && *(char **) ((uint8_t *) c + key_table[key_index("kubernetes",
                                                                                        server_only[i])].offset)) {
-                                fail(st, line, "%s is only used with server; the kubeconfig names its own "
-                                     "credentials", server_only[i]);
+                                fail_at(st, at, "%s is only used with server; the kubeconfig names its own "
+                                        "credentials", server_only[i]);
                                 return -EINVAL;
                         }
                 }
         }
         if (!!c->client_certificate != !!c->client_key) {
                 const char *missing = c->client_certificate ? "client-key" : "client-certificate";
-                unsigned line = st->key_line[key_index("kubernetes", c->client_certificate ? "client-certificate"
-                                                                                           : "client-key")];
-                fail(st, line, "client-certificate and client-key go together; %s is missing", missing);
+                ConfigSource at = st->key_source[key_index("kubernetes", c->client_certificate ? "client-certificate"
+                                                                                               : "client-key")];
+                fail_at(st, at, "client-certificate and client-key go together; %s is missing", missing);
                 return -EINVAL;
         }
-        return finish_driver(st);
+        return 0;
 }
 
 static int record_sources(ParseState *st) {
         Config *c = st->config;
 
-        c->files = calloc(2, sizeof *c->files);
         c->sources = calloc(N_KEYS, sizeof *c->sources);
-        if (!c->files || !c->sources)
+        if (!c->sources)
                 return -ENOMEM;
-        c->files[0] = strdup(st->name);
-        if (!c->files[0])
-                return -ENOMEM;
-        for (size_t i = 0; i < N_KEYS; i++)
-                if (st->key_line[i] > 0)
-                        c->sources[i] = (ConfigSource){ .file = c->files[0], .line = st->key_line[i] };
+        memcpy(c->sources, st->key_source, N_KEYS * sizeof *c->sources);
+        c->files = TAKE_PTR(st->files);
+        st->n_files = 0;
         return 0;
 }
 
@@ -568,17 +597,32 @@ static Config *config_new_defaults(ParseState *st) {
         return c;
 }
 
-int config_parse_string(const char *text, const char *name, Config **ret, char **ret_error) {
-        _cleanup_(config_freep) Config *c = NULL;
-        ParseState st = { .name = name, .text = text, .at_line_start = true };
+/* One file, on top of what the files before it set. */
+static int parse_file(ParseState *st, const char *text, const char *name) {
+        char **files;
         int r;
 
-        c = config_new_defaults(&st);
-        if (!c)
+        files = reallocarray(st->files, st->n_files + 2, sizeof *files);
+        if (!files)
                 return -ENOMEM;
-        r = free_and_strdup(&c->path, name);
-        if (r < 0)
-                return r;
+        st->files = files;
+        files[st->n_files] = strdup(name);
+        if (!files[st->n_files])
+                return -ENOMEM;
+        st->name = files[st->n_files++];
+        files[st->n_files] = NULL;
+
+        /* Repeats are errors within a file; a later file overrides. */
+        for (size_t i = 0; i < st->n_sections; i++)
+                free(st->sections[i]);
+        st->n_sections = 0;
+        memset(st->key_line, 0, sizeof st->key_line);
+        st->section = NULL;
+        st->driver = NULL;
+        st->text = text;
+        st->pos = strncmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+        st->line = 0;
+        st->at_line_start = true;
 
         /* Debian's inih exposes its options at run time: strict, one error at
          * a time, long lines allowed, no configparser-style continuation lines
@@ -589,35 +633,60 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
         ini_allow_realloc = true;
         ini_max_line = 16384;
 
-        if (strncmp(text, "\xEF\xBB\xBF", 3) == 0)
-                st.pos = 3;
-        r = ini_parse_stream(reader, &st, handler, &st);
-        if (r > 0 && !st.error)
-                fail(&st, (unsigned) r, "syntax error: expected \"key = value\", \"[section]\" or a comment");
-        else if (r < 0 && !st.error)
-                fail(&st, 0, "out of memory while parsing");
-        if (!st.error)
-                (void) validate_combinations(&st);
-        if (!st.error && record_sources(&st) < 0)
-                fail(&st, 0, "out of memory");
+        r = ini_parse_stream(reader, st, handler, st);
+        if (r > 0 && !st->error)
+                fail(st, (unsigned) r, "syntax error: expected \"key = value\", \"[section]\" or a comment");
+        else if (r < 0 && !st->error)
+                fail(st, 0, "out of memory while parsing");
+        if (!st->error)
+                (void) finish_driver(st);
+        return st->error ? -EINVAL : 0;
+}
 
-        for (size_t i = 0; i < st.n_sections; i++)
-                free(st.sections[i]);
-        free(st.sections);
-        free(st.section_lines);
+static void parse_state_done(ParseState *st) {
+        for (size_t i = 0; i < st->n_sections; i++)
+                free(st->sections[i]);
+        free(st->sections);
+        free(st->section_lines);
+        for (size_t i = 0; i < st->n_files; i++)
+                free(st->files[i]);
+        free(st->files);
+}
 
-        if (st.error) {
+static int parse_finish(ParseState *st, const char *main_name, Config **ret, char **ret_error) {
+        _cleanup_(config_freep) Config *c = st->config;
+        int r;
+
+        st->name = main_name;
+        if (!st->error)
+                (void) validate_combinations(st);
+        if (!st->error && record_sources(st) < 0)
+                fail(st, 0, "out of memory");
+        if (!st->error && (r = free_and_strdup(&c->path, main_name)) < 0)
+                fail(st, 0, "out of memory");
+        parse_state_done(st);
+
+        if (st->error) {
                 if (ret_error)
-                        *ret_error = st.error;
+                        *ret_error = st->error;
                 else
-                        free(st.error);
+                        free(st->error);
                 return -EINVAL;
         }
         *ret = TAKE_PTR(c);
         return 0;
 }
 
-int config_load(const char *path, Config **ret, char **ret_error) {
+int config_parse_string(const char *text, const char *name, Config **ret, char **ret_error) {
+        ParseState st = {};
+
+        if (!config_new_defaults(&st))
+                return -ENOMEM;
+        (void) parse_file(&st, text, name);
+        return parse_finish(&st, name, ret, ret_error);
+}
+
+static int read_text(const char *path, char **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL;
         _cleanup_(fclosep) FILE *f = NULL;
         size_t size = 0;
@@ -650,7 +719,70 @@ int config_load(const char *path, Config **ret, char **ret_error) {
                         *ret_error = NULL;
                 return -EINVAL;
         }
-        return config_parse_string(text, path, ret, ret_error);
+        *ret = TAKE_PTR(text);
+        return 0;
+}
+
+static int dropin_filter(const struct dirent *de) {
+        size_t n = strlen(de->d_name);
+        /* Hidden files are editors' and package managers' leftovers. */
+        return de->d_name[0] != '.' && n > 5 && streq(de->d_name + n - 5, ".conf");
+}
+
+static int dropin_compare(const struct dirent **a, const struct dirent **b) {
+        /* Byte order, whatever the locale: 10-a.conf before 20-b.conf, always. */
+        return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+char *config_dropin_dir(const char *path) {
+        char *dir;
+        return asprintf(&dir, "%s.d", path) < 0 ? NULL : dir;
+}
+
+int config_load(const char *path, Config **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL, *dir = NULL;
+        struct dirent **entries = NULL;
+        ParseState st = {};
+        int n, r;
+
+        r = read_text(path, &text, ret_error);
+        if (r < 0)
+                return r;
+        dir = config_dropin_dir(path);
+        if (!dir)
+                return -ENOMEM;
+        n = scandir(dir, &entries, dropin_filter, dropin_compare);
+        if (n < 0 && errno != ENOENT && errno != ENOTDIR) {
+                r = -errno;
+                if (ret_error && asprintf(ret_error, "%s: cannot read the drop-in directory: %s", dir,
+                                          strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+
+        if (!config_new_defaults(&st))
+                r = -ENOMEM;
+        else if (parse_file(&st, text, path) >= 0)
+                for (int i = 0; i < n; i++) {
+                        _cleanup_free_ char *file = NULL, *dropin = NULL;
+                        if (asprintf(&file, "%s/%s", dir, entries[i]->d_name) < 0) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        r = read_text(file, &dropin, &st.error);
+                        if (r < 0 || parse_file(&st, dropin, file) < 0)
+                                break;
+                }
+        for (int i = 0; i < n; i++)
+                free(entries[i]);
+        free(entries);
+        if (r == -ENOMEM) {
+                config_free(st.config);
+                parse_state_done(&st);
+                free(st.error);
+                return r;
+        }
+        return parse_finish(&st, path, ret, ret_error);
 }
 
 Config *config_free(Config *c) {
@@ -696,6 +828,16 @@ void config_print_warnings(const Config *c, FILE *out) {
                       out);
 }
 
+/* With drop-ins, which file a value came from is no longer obvious: say it. */
+static void print_source(const Config *c, ConfigSource where, FILE *out) {
+        if (!c->files || !c->files[0] || !c->files[1])
+                return;
+        if (where.file)
+                fprintf(out, "  # %s:%u", where.file, where.line);
+        else
+                fputs("  # default", out);
+}
+
 void config_print(const Config *c, FILE *out) {
         char buf[32];
 
@@ -731,8 +873,12 @@ void config_print(const Config *c, FILE *out) {
                         fputs(*(const bool *) field ? "true" : "false", out);
                         break;
                 }
+                print_source(c, c->sources ? c->sources[i] : (ConfigSource){}, out);
                 fputc('\n', out);
         }
-        for (size_t i = 0; i < c->n_drivers; i++)
-                fprintf(out, "driver \"%s\".endpoint = %s\n", c->drivers[i].name, c->drivers[i].endpoint);
+        for (size_t i = 0; i < c->n_drivers; i++) {
+                fprintf(out, "driver \"%s\".endpoint = %s", c->drivers[i].name, c->drivers[i].endpoint);
+                print_source(c, (ConfigSource){ .file = c->drivers[i].file, .line = c->drivers[i].line }, out);
+                fputc('\n', out);
+        }
 }

@@ -16,6 +16,7 @@
 typedef struct DriverConfig {
         char *name;     /* CSI driver name from [driver "NAME"] */
         char *endpoint; /* unix:///absolute/path */
+        const char *file; /* where the section is (a drop-in replaces an earlier one); one of Config.files */
         unsigned line;  /* of the section header, for messages */
 } DriverConfig;
 
@@ -68,10 +69,15 @@ typedef struct Config {
         int log_level; /* LOG_DEBUG .. LOG_ERR */
 } Config;
 
-/* Loads and validates "path".  On a configuration error returns -EINVAL (or
- * -errno when the file cannot be read) and stores a message "FILE:LINE: ..."
- * in *ret_error. */
+/* Loads and validates "path", then the drop-ins "<path>.d/NAME.conf" in byte
+ * order: a key set in a later file overrides it, a [driver "NAME"] in a later
+ * file replaces that driver; within one file a repeat is an error.  On a
+ * configuration error returns -EINVAL (or -errno when a file cannot be read)
+ * and stores a message "FILE:LINE: ..." naming the file at fault in
+ * *ret_error. */
 int config_load(const char *path, Config **ret, char **ret_error);
+/* "<path>.d", the drop-in directory of a configuration file; malloc'd. */
+char *config_dropin_dir(const char *path);
 
 /* The same on text in memory; "name" stands for the file in messages. */
 int config_parse_string(const char *text, const char *name, Config **ret, char **ret_error);
@@ -79,7 +85,9 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
 Config *config_free(Config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
-/* Writes one "section.key = value" line per setting, defaults included. */
+/* Writes one "section.key = value" line per setting, defaults included.
+ * When drop-ins were read, each line ends with "  # FILE:LINE" (or
+ * "  # default"): where its value came from. */
 void config_print(const Config *c, FILE *out);
 
 /* The settings that are valid but risky, one "warning: ..." line each

@@ -34,33 +34,40 @@ typedef struct KeyDef {
         ValueType type;
         size_t offset;      /* into Config */
         const char *def;    /* default, in configuration syntax; NULL: unset */
-        unsigned min, max;  /* VALUE_UNSIGNED range */
+        unsigned min, max;  /* VALUE_UNSIGNED range; durations: in seconds (0 stays "off" where allowed) */
+        const char *why;    /* durations: what a value out of range would do */
 } KeyDef;
 
 #define FIELD(f) offsetof(Config, f)
 
 /* The order is the order of --check-config's listing and of the example file. */
 static const KeyDef key_table[] = {
-        { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0 },
-        { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0 },
-        { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 0, 0 },
-        { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0 },
-        { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0 },
-        { "kubernetes", "token-file", VALUE_OPTIONAL_PATH, FIELD(token_file), NULL, 0, 0 },
-        { "kubernetes", "certificate-authority", VALUE_OPTIONAL_PATH, FIELD(certificate_authority), NULL, 0, 0 },
-        { "kubernetes", "client-certificate", VALUE_OPTIONAL_PATH, FIELD(client_certificate), NULL, 0, 0 },
-        { "kubernetes", "client-key", VALUE_OPTIONAL_PATH, FIELD(client_key), NULL, 0, 0 },
-        { "csi", "registration-dir", VALUE_OPTIONAL_PATH, FIELD(registration_dir), "/var/lib/kubelet/plugins_registry", 0, 0 },
-        { "csi", "call-timeout", VALUE_DURATION, FIELD(call_timeout_usec), "2m", 0, 0 },
-        { "csi", "max-parallel", VALUE_UNSIGNED, FIELD(max_parallel), "64", 1, 4096 },
-        { "csi", "republish-interval", VALUE_DURATION, FIELD(republish_interval_usec), "1m", 0, 0 },
-        { "csi", "stats-interval", VALUE_DURATION_OR_OFF, FIELD(stats_interval_usec), "1m", 0, 0 },
-        { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 0, 0 },
-        { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0 },
-        { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 0, 0 },
-        { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0 },
-        { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0 },
-        { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0 },
+        { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0, NULL },
+        { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0, NULL },
+        { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 30, 24 * 3600,
+          "a full pass re-reads every pod's objects from the API server" },
+        { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0, NULL },
+        { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0, NULL },
+        { "kubernetes", "token-file", VALUE_OPTIONAL_PATH, FIELD(token_file), NULL, 0, 0, NULL },
+        { "kubernetes", "certificate-authority", VALUE_OPTIONAL_PATH, FIELD(certificate_authority), NULL, 0, 0, NULL },
+        { "kubernetes", "client-certificate", VALUE_OPTIONAL_PATH, FIELD(client_certificate), NULL, 0, 0, NULL },
+        { "kubernetes", "client-key", VALUE_OPTIONAL_PATH, FIELD(client_key), NULL, 0, 0, NULL },
+        { "csi", "registration-dir", VALUE_OPTIONAL_PATH, FIELD(registration_dir), "/var/lib/kubelet/plugins_registry", 0, 0, NULL },
+        { "csi", "call-timeout", VALUE_DURATION, FIELD(call_timeout_usec), "2m", 1, 30 * 60,
+          "shorter gives up on a working driver; longer holds a volume on a hung one" },
+        { "csi", "max-parallel", VALUE_UNSIGNED, FIELD(max_parallel), "64", 1, 4096, NULL },
+        { "csi", "republish-interval", VALUE_DURATION, FIELD(republish_interval_usec), "1m", 10, 24 * 3600,
+          "each round calls NodePublishVolume for every such volume" },
+        { "csi", "stats-interval", VALUE_DURATION_OR_OFF, FIELD(stats_interval_usec), "1m", 10, 24 * 3600,
+          "each round calls NodeGetVolumeStats for every volume" },
+        { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 10,
+          24 * 3600, "each round calls NodeGetInfo and may write the CSINode" },
+        { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0, NULL },
+        { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 10, 24 * 3600,
+          "each round GETs the claim of every published volume" },
+        { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0, NULL },
+        { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0, NULL },
+        { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0, NULL },
 };
 
 #define N_KEYS ELEMENTSOF(key_table)
@@ -124,27 +131,43 @@ static void fail_at(ParseState *st, ConfigSource where, const char *format, ...)
 }
 
 int config_parse_duration(const char *s, uint64_t *ret_usec) {
+        /* Largest unit first, each at most once: "1h30m", "1m30s", "2s500ms".
+         * "ms" is tried before "m". */
         static const struct {
                 const char *suffix;
                 uint64_t usec;
-        } units[] = { { "ms", USEC_PER_MSEC }, { "s", USEC_PER_SEC }, { "m", USEC_PER_MINUTE }, { "h", USEC_PER_HOUR } };
-        char *end;
-        unsigned long long n;
+        } units[] = { { "h", USEC_PER_HOUR }, { "ms", USEC_PER_MSEC }, { "m", USEC_PER_MINUTE },
+                      { "s", USEC_PER_SEC } };
+        static const unsigned rank[] = { 0, 3, 1, 2 }; /* the order units must come in */
+        uint64_t total = 0;
+        int last = -1;
 
         if (!s || !isdigit((unsigned char) s[0]))
                 return -EINVAL;
-        errno = 0;
-        n = strtoull(s, &end, 10);
-        if (errno != 0 || end == s)
-                return -EINVAL;
-        for (size_t i = 0; i < ELEMENTSOF(units); i++)
-                if (streq(end, units[i].suffix)) {
-                        if (n > UINT64_MAX / units[i].usec)
-                                return -ERANGE;
-                        *ret_usec = n * units[i].usec;
-                        return 0;
-                }
-        return -EINVAL;
+        while (*s) {
+                unsigned long long n;
+                char *end;
+                size_t u;
+
+                if (!isdigit((unsigned char) s[0]))
+                        return -EINVAL;
+                errno = 0;
+                n = strtoull(s, &end, 10);
+                if (errno != 0 || end == s)
+                        return -EINVAL;
+                for (u = 0; u < ELEMENTSOF(units); u++)
+                        if (strncmp(end, units[u].suffix, strlen(units[u].suffix)) == 0)
+                                break;
+                if (u == ELEMENTSOF(units) || (int) rank[u] <= last)
+                        return -EINVAL;
+                last = (int) rank[u];
+                if (n > UINT64_MAX / units[u].usec || total > UINT64_MAX - n * units[u].usec)
+                        return -ERANGE;
+                total += n * units[u].usec;
+                s = end + strlen(units[u].suffix);
+        }
+        *ret_usec = total;
+        return 0;
 }
 
 const char *config_format_duration(uint64_t usec, char buf[static 32]) {
@@ -173,6 +196,28 @@ static int default_node_name(char **ret) {
                 *p = (char) tolower((unsigned char) *p);
         *ret = strdup(host);
         return *ret ? 0 : -ENOMEM;
+}
+
+static bool short_intervals_allowed = false;
+
+void config_allow_short_intervals(bool allow) {
+        short_intervals_allowed = allow;
+}
+
+/* Bounds that keep a value from hammering the API server or a driver, or
+ * from making a timeout meaningless; the message says the range and why. */
+static int check_duration_range(ParseState *st, const KeyDef *k, unsigned line, const char *value, uint64_t usec) {
+        char lo[32], hi[32];
+        uint64_t min = (uint64_t) k->min * USEC_PER_SEC, max = (uint64_t) k->max * USEC_PER_SEC;
+
+        if (short_intervals_allowed)
+                min = MIN(min, USEC_PER_MSEC);
+        if (usec >= min && usec <= max)
+                return 0;
+        fail(st, line, "%s: %s is out of range: from %s to %s%s (%s)", k->key, value,
+             config_format_duration(min, lo), config_format_duration(max, hi),
+             k->type == VALUE_DURATION_OR_OFF ? ", or 0 for off" : "", k->why);
+        return -ERANGE;
 }
 
 static int set_value(ParseState *st, const KeyDef *k, const char *value, bool from_default) {
@@ -221,10 +266,12 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
         case VALUE_DURATION:
                 r = config_parse_duration(value, &usec);
                 if (r < 0 || usec == 0) {
-                        fail(st, line, "%s: \"%s\" is not a positive duration (an integer with ms, s, m or h, "
-                             "e.g. 90s)", k->key, value);
+                        fail(st, line, "%s: \"%s\" is not a positive duration (integers with h, m, s or ms, "
+                             "largest first, e.g. 90s or 1m30s)", k->key, value);
                         return -EINVAL;
                 }
+                if (check_duration_range(st, k, line, value, usec) < 0)
+                        return -EINVAL;
                 *(uint64_t *) field = usec;
                 return 0;
 
@@ -234,10 +281,12 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                         return 0;
                 }
                 if (config_parse_duration(value, &usec) < 0) {
-                        fail(st, line, "%s: \"%s\" is neither a duration (an integer with ms, s, m or h, e.g. 90s) "
-                             "nor 0 (off)", k->key, value);
+                        fail(st, line, "%s: \"%s\" is neither a duration (integers with h, m, s or ms, largest "
+                             "first, e.g. 90s or 1m30s) nor 0 (off)", k->key, value);
                         return -EINVAL;
                 }
+                if (usec > 0 && check_duration_range(st, k, line, value, usec) < 0)
+                        return -EINVAL;
                 *(uint64_t *) field = usec;
                 return 0;
 

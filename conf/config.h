@@ -100,10 +100,16 @@ ConfigSource config_key_source(const Config *c, const char *section, const char 
  * default: where an operator goes to change it.  malloc'd. */
 char *config_key_location(const Config *c, const char *section, const char *key);
 
+/* TEST ONLY: the intervals' lower bounds (which keep a value from hammering
+ * the API server or a driver) down to a millisecond, so that the integration
+ * suite can run a round a second.  Process-wide, like the log level. */
+void config_allow_short_intervals(bool allow);
+
 const DriverConfig *config_find_driver(const Config *c, const char *name);
 
-/* Durations: an integer with an ms, s, m or h suffix ("90s", "5m", "1500ms").
- * A bare integer is rejected: the unit must be explicit. */
+/* Durations: integers with an h, m, s or ms suffix, largest unit first and
+ * each once ("90s", "5m", "1m30s", "1h5m", "2s500ms").  A bare integer is
+ * rejected: the unit must be explicit. */
 int config_parse_duration(const char *s, uint64_t *ret_usec);
 /* The shortest exact form: 300000000 → "5m".  Returns a static-size buffer. */
 const char *config_format_duration(uint64_t usec, char buf[static 32]);

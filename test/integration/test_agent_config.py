@@ -135,7 +135,8 @@ def test_readme_reference_matches_check_config(kvolumed_bin, tmp_path):
          "(shorter than 108 bytes)"),
         ("[agent]\nnode-name = n\n[log]\n[agent]\n", "k.conf:4: section [agent] repeated (first on line 1)"),
         ("[agent]\nnode-name = n\n[csi]\ncall-timeout = soon\n",
-         'k.conf:4: call-timeout: "soon" is not a positive duration (an integer with ms, s, m or h, e.g. 90s)'),
+         'k.conf:4: call-timeout: "soon" is not a positive duration (integers with h, m, s or ms, largest '
+         "first, e.g. 90s or 1m30s)"),
         ("[agent]\nnode-name = n\n[metrics]\nlisten = *:80\n",
          'k.conf:4: listen: "*:80" is not a listen address (IPV4:PORT, [IPV6]:PORT or localhost:PORT)'),
         ('[agent]\nnode-name = n\n[driver "x.y"]\nendpoint = unix://rel/sock\n',

@@ -248,7 +248,7 @@ def test_unit_under_real_systemd(container, fake_api, driver):
     r = container.sh("systemctl reload kvolumed")
     assert r.returncode != 0, r.stdout + r.stderr
     log = container.journal("-o cat")
-    assert '/etc/kvolumed/kvolumed.conf:12: section [csi] repeated' in log, log[-3000:]
+    assert '/etc/kvolumed/kvolumed.conf:14: section [csi] repeated (first on line 6)' in log, log[-3000:]
     assert log.count("Reloading the configuration from") == reloads
     assert container.show("ActiveState") == "active" and container.show("MainPID") == main_pid
     container.sh("cp /root/good.conf /etc/kvolumed/kvolumed.conf")

@@ -4,6 +4,7 @@
 
 #include "agent/agent.h"
 #include "agent/check.h"
+#include "agent/version.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
@@ -32,7 +33,7 @@ static void help(void) {
                "     --online        with --check-config: ask the API server who kvolumed is\n"
                "     --quiet         with --check-config: print errors only (the unit's reload)\n"
                "  -h --help          show this help\n"
-               "     --version       show the version\n"
+               "     --version       show the version, the commit and the build type\n"
                "\n"
                "Signals: SIGTERM/SIGINT stop (volumes stay), SIGHUP reloads the configuration.\n");
 }
@@ -74,7 +75,9 @@ int main(int argc, char *argv[]) {
                         help();
                         return EXIT_CLEAN_STOP;
                 case ARG_VERSION:
-                        printf("kvolumed " KVOLUMED_VERSION "\n");
+                        printf("kvolumed " KVOLUMED_VERSION "\n"
+                               "commit: " KVOLUMED_COMMIT "\n"
+                               "build type: " KVOLUMED_BUILD_TYPE "\n");
                         return EXIT_CLEAN_STOP;
                 default:
                         fprintf(stderr, "Try 'kvolumed --help'.\n");

@@ -1,6 +1,7 @@
 """The configuration contract of DESIGN.md §2 as the binary exposes it."""
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -75,12 +76,36 @@ def write(tmp_path, text, name="k.conf"):
 
 
 def test_version_and_help(kvolumed_bin):
+    """--version says what runs: the version, the commit it was built from
+    ("-dirty" with uncommitted changes) and the build type."""
     r = run(kvolumed_bin, "--version")
     assert r.returncode == 0
-    assert re.fullmatch(r"kvolumed \d+\.\d+\.\d+\n", r.stdout)
+    m = re.fullmatch(r"kvolumed \d+\.\d+\.\d+\ncommit: ([0-9a-f]{12}(?:-dirty)?|unknown)\n"
+                     r"build type: (plain|debug|debugoptimized|release|minsize|custom)\n", r.stdout)
+    assert m, r.stdout
+    head = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        # Built from this checkout (ninja regenerates the commit at every build).
+        assert head.stdout.startswith(m.group(1)[:12]), (m.group(1), head.stdout)
     r = run(kvolumed_bin, "--help")
     assert r.returncode == 0
     assert "--check-config" in r.stdout and "--config PATH" in r.stdout
+
+
+def test_version_outside_git_is_unknown(tmp_path):
+    """From a tree without git (a release tarball) the commit is "unknown",
+    not an error: only the header vcs_tag() makes is generated here (meson
+    setup and one target take a few seconds)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO_DIR, src, ignore=shutil.ignore_patterns(".git", "build*", "__pycache__"))
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
+    r = subprocess.run(["meson", "setup", str(tmp_path / "b"), str(src)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    r = subprocess.run(["ninja", "-C", str(tmp_path / "b"), "agent/version.h"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert '#define KVOLUMED_COMMIT "unknown"' in (tmp_path / "b" / "agent" / "version.h").read_text()
 
 
 def test_bad_option_exits_1(kvolumed_bin):

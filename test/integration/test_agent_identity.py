@@ -3,6 +3,7 @@ SelfSubjectReview as kube-apiserver does; --check-config --online asks it;
 the daemon asks it at start, logs it once, and refuses another node's
 credential (exit 1)."""
 import json
+import os
 import ssl
 import subprocess
 import urllib.error
@@ -153,3 +154,26 @@ def test_start_logs_the_identity_once(start_agent, fake_api, tmp_path, notify_so
     }[case]
     assert out.count(expect) == 1, out
     assert out.count("says kvolumed is") + out.count("cannot tell who kvolumed is") == 1
+
+
+KUBECTL = "/usr/bin/kubectl"
+
+
+@pytest.mark.skipif(not os.path.exists(KUBECTL), reason="kubectl is not installed")
+@pytest.mark.parametrize("mode", ["v1", "v1beta1", "none"])
+def test_kubectl_auth_whoami_agrees_with_the_fake(fake_api, tmp_path, mode):
+    """The real client (kubectl auth whoami, which falls back from v1 to
+    v1beta1 and v1alpha1 on 404) reads the fake's answers as a real server's."""
+    fake_api.configure(selfSubjectReview=mode)
+    p = subprocess.run([KUBECTL, "--kubeconfig", fake_api.node_kubeconfig(NODE), "--request-timeout", "10s",
+                        "auth", "whoami", "-o", "json"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, HOME=str(tmp_path)))
+    if mode == "none":
+        assert p.returncode != 0
+        assert "the server doesn't have a resource type" in p.stderr or "not enabled" in p.stderr, p.stderr
+        return
+    assert p.returncode == 0, p.stderr
+    review = json.loads(p.stdout)
+    assert review["apiVersion"] == f"authentication.k8s.io/{mode}"
+    assert review["status"]["userInfo"]["username"] == "system:node:" + NODE
+    assert review["status"]["userInfo"]["groups"] == ["system:nodes", "system:authenticated"]

@@ -145,7 +145,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         if group == selfsubject.GROUP and rest == ["selfsubjectreviews"]:
             if not selfsubject.served(self.app.self_subject_review, version):
                 raise errors.no_such_route()
-            return self._send(*selfsubject.review(self.command, version, body, self._user))
+            return self._send(*selfsubject.review(self.command, version, body, self._user,
+                                                  self.headers.get("Content-Type", ""),
+                                                  self.headers.get("Accept", "")))
 
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:

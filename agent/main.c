@@ -144,6 +144,13 @@ int main(int argc, char *argv[]) {
         r = root_dir_lock(config->root_dir, &root_lock);
         if (r == -EBUSY)
                 return EXIT_CONFIG_ERROR;
+        if (r == -ENOENT || r == -ENOTDIR) {
+                /* Its parent is missing: a typo in root-dir, which no restart fixes. */
+                _cleanup_free_ char *where = config_key_location(config, "agent", "root-dir");
+                log_error("%s: [agent] root-dir %s cannot be created: its parent directory does not exist",
+                          strempty(where), config->root_dir);
+                return EXIT_CONFIG_ERROR;
+        }
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
 

@@ -183,3 +183,16 @@ def test_unit_reload_runs_the_check_before_the_signal(kvolumed_bin, tmp_path, pk
     good = write_config(tmp_path / "good.conf", str(tmp_path), kubeconfig(tmp_path / "kc", token_file=pki["token"]))
     r = run(kvolumed_bin, *check[1:], "--config", good)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_root_dir_whose_parent_is_missing_exits_1(kvolumed_bin, tmp_path, pki):
+    """root-dir is created at start, but not its parents: a missing parent is
+    a typo in the configuration (exit 1, the key and its line), not a failure
+    that a restart every 2 s could fix."""
+    kc = kubeconfig(tmp_path / "kubeconfig", ca=pki["ca.crt"], token_file=pki["token"])
+    root = tmp_path / "no-such-parent" / "root"
+    conf = write_config(tmp_path / "k.conf", str(root), kc, extra="[runtime]\nendpoint = /run/x.sock\n")
+    r = run(kvolumed_bin, "--config", conf)
+    assert r.returncode == 1, r.stderr
+    assert f"{conf}:3: [agent] root-dir {root} cannot be created: its parent directory does not exist" in r.stderr
+    assert not (tmp_path / "no-such-parent").exists()

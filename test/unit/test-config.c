@@ -309,6 +309,21 @@ static void test_durations(void **state) {
         assert_int_equal(config_parse_duration("1d", &u), -EINVAL);
         assert_int_equal(config_parse_duration("99999999999999999999h", &u), -EINVAL);
         assert_int_equal(config_parse_duration("9999999999999h", &u), -ERANGE);
+        /* Compound: largest unit first, each once. */
+        assert_int_equal(config_parse_duration("1m30s", &u), 0);
+        assert_int_equal(u, 90 * USEC_PER_SEC);
+        assert_int_equal(config_parse_duration("1h5m", &u), 0);
+        assert_int_equal(u, 65 * USEC_PER_MINUTE);
+        assert_int_equal(config_parse_duration("2s500ms", &u), 0);
+        assert_int_equal(u, 2500 * USEC_PER_MSEC);
+        assert_int_equal(config_parse_duration("1h0m0s", &u), 0);
+        assert_int_equal(u, USEC_PER_HOUR);
+        assert_int_equal(config_parse_duration("30s1m", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m1m", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m30", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1ms5s", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m+30s", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("5124095576h59m", &u), -ERANGE);
         assert_string_equal(config_format_duration(5 * USEC_PER_MINUTE, buf), "5m");
         assert_string_equal(config_format_duration(90 * USEC_PER_SEC, buf), "90s");
         assert_string_equal(config_format_duration(2 * USEC_PER_HOUR, buf), "2h");

@@ -108,7 +108,7 @@ int main(int argc, char *argv[]) {
                         return EXIT_CONFIG_ERROR;
                 }
                 if (!quiet) {
-                        config_print(config, stdout);
+                        config_print_with_sources(config, stdout);
                         config_print_warnings(config, stderr);
                         check_print_warnings(config, stderr);
                 }

@@ -878,8 +878,8 @@ void config_print_warnings(const Config *c, FILE *out) {
 }
 
 /* With drop-ins, which file a value came from is no longer obvious: say it. */
-static void print_source(const Config *c, ConfigSource where, FILE *out) {
-        if (!c->files || !c->files[0] || !c->files[1])
+static void print_source(const Config *c, ConfigSource where, bool sources, FILE *out) {
+        if (!sources || !c->files || !c->files[0] || !c->files[1])
                 return;
         if (where.file)
                 fprintf(out, "  # %s:%u", where.file, where.line);
@@ -887,7 +887,7 @@ static void print_source(const Config *c, ConfigSource where, FILE *out) {
                 fputs("  # default", out);
 }
 
-void config_print(const Config *c, FILE *out) {
+static void print_listing(const Config *c, bool sources, FILE *out) {
         char buf[32];
 
         for (size_t i = 0; i < N_KEYS; i++) {
@@ -922,12 +922,21 @@ void config_print(const Config *c, FILE *out) {
                         fputs(*(const bool *) field ? "true" : "false", out);
                         break;
                 }
-                print_source(c, c->sources ? c->sources[i] : (ConfigSource){}, out);
+                print_source(c, c->sources ? c->sources[i] : (ConfigSource){}, sources, out);
                 fputc('\n', out);
         }
         for (size_t i = 0; i < c->n_drivers; i++) {
                 fprintf(out, "driver \"%s\".endpoint = %s", c->drivers[i].name, c->drivers[i].endpoint);
-                print_source(c, (ConfigSource){ .file = c->drivers[i].file, .line = c->drivers[i].line }, out);
+                print_source(c, (ConfigSource){ .file = c->drivers[i].file, .line = c->drivers[i].line }, sources,
+                             out);
                 fputc('\n', out);
         }
+}
+
+void config_print(const Config *c, FILE *out) {
+        print_listing(c, false, out);
+}
+
+void config_print_with_sources(const Config *c, FILE *out) {
+        print_listing(c, true, out);
 }

@@ -85,10 +85,11 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
 Config *config_free(Config *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Config *, config_free);
 
-/* Writes one "section.key = value" line per setting, defaults included.
- * When drop-ins were read, each line ends with "  # FILE:LINE" (or
- * "  # default"): where its value came from. */
+/* Writes one "section.key = value" line per setting, defaults included. */
 void config_print(const Config *c, FILE *out);
+/* The same for --check-config: when drop-ins were read, each line ends with
+ * "  # FILE:LINE" (or "  # default"), where its value came from. */
+void config_print_with_sources(const Config *c, FILE *out);
 
 /* The settings that are valid but risky, one "warning: ..." line each
  * (--check-config writes them to stderr, apart from the listing). */

@@ -25,14 +25,14 @@ static void request_destroy(void *userdata) {
         free(userdata);
 }
 
-static int decode_review(const K8sResponse *resp, K8sIdentity *id) {
+int k8s_identity_decode(const char *body, size_t size, K8sIdentity *id) {
         _cleanup_(cJSON_Deletep) cJSON *j = NULL;
         const cJSON *status, *user_info;
         K8sDecodeError error = {};
         JsonPath p;
         int r;
 
-        j = cJSON_ParseWithLength(resp->body, resp->size);
+        j = cJSON_ParseWithLength(body, size);
         if (!j)
                 return -EBADMSG;
         k8s_json_path_init(&p, &error);
@@ -43,7 +43,17 @@ static int decode_review(const K8sResponse *resp, K8sIdentity *id) {
                 r = k8s_json_get_string(&p, user_info, "username", JSON_REQUIRED, &id->user);
         if (r >= 0)
                 r = k8s_json_get_strv(&p, user_info, "groups", &id->groups);
-        return r;
+        if (r < 0) {
+                k8s_identity_done(id);
+                return r;
+        }
+        id->result = K8S_IDENTITY_KNOWN;
+        return 0;
+}
+
+void k8s_identity_done(K8sIdentity *id) {
+        id->user = mfree_str(id->user);
+        id->groups = strv_free(id->groups);
 }
 
 static void on_review(K8sClient *c, const K8sResponse *resp, void *userdata) {
@@ -60,14 +70,11 @@ static void on_review(K8sClient *c, const K8sResponse *resp, void *userdata) {
         if (resp->error == 0 && resp->status == 404)
                 id.result = K8S_IDENTITY_UNSUPPORTED;
         else if (resp->error == 0 && (resp->status == 200 || resp->status == 201)) {
-                if (decode_review(resp, &id) >= 0)
-                        id.result = K8S_IDENTITY_KNOWN;
-                else
+                if (k8s_identity_decode(resp->body, resp->size, &id) < 0)
                         id.message = "the API server's SelfSubjectReview answer has no status.userInfo.username";
         }
         q->done(c, &id, q->userdata);
-        free(id.user);
-        strv_free(id.groups);
+        k8s_identity_done(&id);
         free(q);
 }
 

@@ -34,6 +34,12 @@ typedef struct K8sIdentityRequest K8sIdentityRequest;
 int k8s_identity_request(K8sClient *c, k8s_identity_t done, void *userdata, K8sIdentityRequest **ret);
 void k8s_identity_request_cancel(K8sIdentityRequest *q);
 
+/* The SelfSubjectReview answer's status.userInfo into id->user and
+ * id->groups (result K8S_IDENTITY_KNOWN); -EBADMSG when it has no user name.
+ * Free with k8s_identity_done(). */
+int k8s_identity_decode(const char *body, size_t size, K8sIdentity *id);
+void k8s_identity_done(K8sIdentity *id);
+
 /* The node's name when the identity is a node's, as the Node authorizer
  * reads it (user system:node:NAME in group system:nodes); NULL otherwise. */
 const char *k8s_identity_node_name(const K8sIdentity *id);

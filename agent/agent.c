@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/check.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
 #include "systemd/testhook.h"
@@ -32,6 +33,8 @@ static int on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si,
         }
         a->stopping = true;
         log_info("Received %s, stopping; volumes stay as they are", strsignal((int) si->ssi_signo));
+        if (!a->volumes_started)
+                return sd_event_exit(a->event, 0);
         (void) notify_stopping();
         (void) notify_status("Stopping: letting the operations in flight finish; volumes stay as they are");
         volume_stats_stop(a->volume_stats);
@@ -57,7 +60,7 @@ static int connect_clients(Agent *a) {
                                                  .service_account_dir = getenv("KVOLUMED_SERVICE_ACCOUNT_DIR") },
                              &auth, &error);
         if (r < 0)
-                return log_error_errno(r, "Cannot reach the API server: %s", error ? error : strerror(-r));
+                return log_error_errno(r, "Cannot use the [kubernetes] settings: %s", error ? error : strerror(-r));
         r = k8s_client_new(a->event, auth, &(K8sClientOptions){}, &a->k8s);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the API client: %m");
@@ -462,6 +465,8 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
 Agent *agent_free(Agent *a) {
         if (!a)
                 return NULL;
+        k8s_identity_request_cancel(a->identity_request);
+        sd_event_source_disable_unref(a->identity_retry);
         sd_event_source_disable_unref(a->sigterm_source);
         sd_event_source_disable_unref(a->sigint_source);
         sd_event_source_disable_unref(a->sighup_source);
@@ -612,16 +617,103 @@ int agent_reload(Agent *a) {
         return 0;
 }
 
+/* ---- who the API server says kvolumed is ------------------------------------ */
+
+#define IDENTITY_RETRY_MIN_USEC USEC_PER_SEC
+#define IDENTITY_RETRY_MAX_USEC (5 * USEC_PER_MINUTE)
+
+static int ask_identity(Agent *a);
+
+static void start_volumes(Agent *a) {
+        int r;
+
+        if (a->volumes_started || a->stopping)
+                return;
+        a->volumes_started = true;
+        /* READY=1 follows from the first reconcile pass (on_pass_done). */
+        (void) notify_status("Starting: listing pods, CSIDrivers and node %s", a->config->node_name);
+        r = volume_manager_start(a->volumes);
+        if (r < 0) {
+                log_error_errno(r, "Failed to start the volume manager: %m");
+                (void) sd_event_exit(a->event, r);
+        }
+}
+
+static int on_identity_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+
+        a->identity_retry = sd_event_source_disable_unref(a->identity_retry);
+        if (ask_identity(a) < 0)
+                log_warning("Cannot ask the API server who kvolumed is; not asking again");
+        return 0;
+}
+
+static void on_identity(K8sClient *c, const K8sIdentity *id, void *userdata) {
+        Agent *a = userdata;
+        _cleanup_free_ char *who = NULL, *error = NULL, *credential = NULL;
+        const char *server = k8s_client_server(c);
+        int r;
+
+        a->identity_request = NULL;
+        switch (id->result) {
+        case K8S_IDENTITY_KNOWN:
+                who = k8s_identity_to_string(id);
+                r = check_identity(a->config, id, &error);
+                if (r == -EPERM) {
+                        /* Acting for node-name with another node's credential: the
+                         * Node authorizer and NodeRestriction refuse half of what
+                         * kvolumed does, silently to the pods.  Not retried. */
+                        log_error("Refusing to start: %s", error);
+                        (void) sd_event_exit(a->event, 1);
+                        return;
+                }
+                if (k8s_identity_node_name(id))
+                        log_info("API server %s says kvolumed is %s", server, strempty(who));
+                else
+                        log_info("API server %s says kvolumed is %s: not a node identity, so the Node authorizer "
+                                 "does not limit it to node %s's objects", server, strempty(who),
+                                 a->config->node_name);
+                break;
+        case K8S_IDENTITY_UNSUPPORTED:
+                log_info("API server %s cannot tell who kvolumed is (it serves no SelfSubjectReview, Kubernetes "
+                         "before 1.27)", server);
+                break;
+        case K8S_IDENTITY_FAILED:
+                if (id->error == 0 && id->status == 403) {
+                        log_info("API server %s cannot tell who kvolumed is: %s", server, strempty(id->message));
+                        break;
+                }
+                /* Unreachable or refusing: the informers wait for the same
+                 * server; ask again later, and do not hold the start back. */
+                credential = check_describe_credential(a->config);
+                a->identity_backoff_usec = MIN(MAX(a->identity_backoff_usec * 2, IDENTITY_RETRY_MIN_USEC),
+                                               IDENTITY_RETRY_MAX_USEC);
+                log_debug("Cannot learn who kvolumed is from %s (%s), asking again in %.0f s", strempty(credential),
+                          strempty(id->message), (double) a->identity_backoff_usec / USEC_PER_SEC);
+                r = sd_event_add_time_relative(a->event, &a->identity_retry, CLOCK_MONOTONIC,
+                                               a->identity_backoff_usec, 0, on_identity_retry, a);
+                if (r < 0)
+                        log_warning_errno(r, "Cannot ask the API server who kvolumed is again: %m");
+                break;
+        }
+        start_volumes(a);
+}
+
+static int ask_identity(Agent *a) {
+        return k8s_identity_request(a->k8s, on_identity, a, &a->identity_request);
+}
+
 int agent_run(Agent *a) {
         int r;
 
         log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
-        /* READY=1 follows from the first reconcile pass (on_pass_done). */
-        (void) notify_status("Starting: listing pods, CSIDrivers and node %s", a->config->node_name);
-        r = volume_manager_start(a->volumes);
-        if (r < 0)
-                return r;
+        (void) notify_status("Starting: asking API server %s who kvolumed is", k8s_client_server(a->k8s));
+        r = ask_identity(a);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot ask the API server who kvolumed is: %m");
+                start_volumes(a);
+        }
 
         r = sd_event_loop(a->event);
         if (r < 0)

@@ -12,6 +12,7 @@
 #include "conf/config.h"
 #include "csi/csi.h"
 #include "k8s/client.h"
+#include "k8s/identity.h"
 #include "systemd/macro.h"
 #include "volume/manager.h"
 
@@ -32,6 +33,12 @@ typedef struct Agent {
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
         sd_event_source *trim_timer;   /* memory given back once the passes have been quiet a while */
         bool ready;       /* READY=1 sent: reconstructed and the informers synced */
+        /* Who the API server says kvolumed is, asked before the volume
+         * manager starts; asked again with a backoff while unanswered. */
+        K8sIdentityRequest *identity_request;
+        sd_event_source *identity_retry;
+        uint64_t identity_backoff_usec;
+        bool volumes_started;
         bool stopping;
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */
         char *stall_file;
@@ -45,9 +52,14 @@ int agent_new(const char *config_path, Config *config, Agent **ret);
 Agent *agent_free(Agent *a);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
 
-/* Runs until SIGTERM/SIGINT.  READY=1 is sent once the volumes on disk are
+/* Runs until SIGTERM/SIGINT.  First asks the API server who kvolumed is
+ * (a SelfSubjectReview) and logs it; the volume manager starts once that is
+ * answered, or at once when the server cannot be reached (asked again then).
+ * READY=1 is sent once the volumes on disk are
  * reconstructed and the pods, CSIDrivers and Node are listed; STATUS= then
- * follows the volume counts.  Returns 0 on a clean stop or -errno. */
+ * follows the volume counts.  Returns 0 on a clean stop, 1 when the API
+ * server says the credential is another node's (a configuration error), or
+ * -errno. */
 int agent_run(Agent *a);
 
 /* Re-reads the configuration file, between RELOADING=1 and READY=1.  Only the

@@ -3,7 +3,9 @@
 #include <stdio.h>
 
 #include "agent/agent.h"
+#include "agent/check.h"
 #include "agent/status.h"
+#include "agent/version.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
@@ -18,7 +20,7 @@ enum {
 
 static void help(void) {
         printf("Usage: kvolumed [--config PATH]\n"
-               "       kvolumed --check-config [--config PATH]\n"
+               "       kvolumed --check-config [--online] [--config PATH]\n"
                "       kvolumed status [--socket PATH | --config PATH] [NAMESPACE/NAME | UID]\n"
                "       kvolumed --version | --help\n"
                "\n"
@@ -27,19 +29,25 @@ static void help(void) {
                "\n"
                "  -c --config PATH   configuration file (default: " CONFIG_DEFAULT_PATH ")\n"
                "     --check-config  validate the configuration, print the effective settings\n"
-               "                     and exit 0, or print FILE:LINE: reason and exit 1\n"
+               "                     and exit 0, or print FILE:LINE: reason and exit 1; the\n"
+               "                     kubeconfig, CA, client certificate, key and token files\n"
+               "                     are opened and parsed as at start\n"
+               "     --online        with --check-config: ask the API server who kvolumed is\n"
+               "     --quiet         with --check-config: print errors only (the unit's reload)\n"
                "  -h --help          show this help\n"
-               "     --version       show the version\n"
+               "     --version       show the version, the commit and the build type\n"
                "  status [POD]       the node's volumes as a table, read from the local API\n"
                "\n"
                "Signals: SIGTERM/SIGINT stop (volumes stay), SIGHUP reloads the configuration.\n");
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_CHECK_CONFIG = 0x100, ARG_VERSION };
+        enum { ARG_CHECK_CONFIG = 0x100, ARG_ONLINE, ARG_QUIET, ARG_VERSION };
         static const struct option options[] = {
                 { "config", required_argument, NULL, 'c' },
                 { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
+                { "online", no_argument, NULL, ARG_ONLINE },
+                { "quiet", no_argument, NULL, ARG_QUIET },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
                 {},
@@ -49,7 +57,7 @@ int main(int argc, char *argv[]) {
         _cleanup_free_ char *error = NULL;
         _cleanup_close_ int root_lock = -1;
         const char *config_path = CONFIG_DEFAULT_PATH;
-        bool check_config = false;
+        bool check_config = false, online = false, quiet = false;
         int c, r;
 
         /* A client of the running daemon, not the daemon. */
@@ -64,34 +72,77 @@ int main(int argc, char *argv[]) {
                 case ARG_CHECK_CONFIG:
                         check_config = true;
                         break;
+                case ARG_ONLINE:
+                        online = true;
+                        break;
+                case ARG_QUIET:
+                        quiet = true;
+                        break;
                 case 'h':
                         help();
                         return EXIT_CLEAN_STOP;
                 case ARG_VERSION:
-                        printf("kvolumed " KVOLUMED_VERSION "\n");
+                        printf("kvolumed " KVOLUMED_VERSION "\n"
+                               "commit: " KVOLUMED_COMMIT "\n"
+                               "build type: " KVOLUMED_BUILD_TYPE "\n");
                         return EXIT_CLEAN_STOP;
                 default:
                         fprintf(stderr, "Try 'kvolumed --help'.\n");
                         return EXIT_CONFIG_ERROR;
                 }
+        if ((online || quiet) && !check_config) {
+                fprintf(stderr, "kvolumed: --online and --quiet go with --check-config; try 'kvolumed --help'.\n");
+                return EXIT_CONFIG_ERROR;
+        }
         if (optind < argc) {
                 fprintf(stderr, "kvolumed: unexpected argument \"%s\"; try 'kvolumed --help'.\n", argv[optind]);
                 return EXIT_CONFIG_ERROR;
         }
 
+        /* TEST ONLY: the integration suite runs its rounds every second. */
+        if (getenv("KVOLUMED_TEST_SHORT_INTERVALS"))
+                config_allow_short_intervals(true);
         r = config_load(config_path, &config, &error);
         if (r < 0) {
                 fprintf(stderr, "%s\n", error ? error : strerror(-r));
                 return EXIT_CONFIG_ERROR;
         }
         if (check_config) {
-                config_print(config, stdout);
-                config_print_warnings(config, stderr);
-                return fflush(stdout) == 0 ? EXIT_CLEAN_STOP : EXIT_CONFIG_ERROR;
+                /* What the daemon would refuse at start fails the check too. */
+                r = check_credentials(config, &error);
+                if (r < 0) {
+                        fprintf(stderr, "%s\n", error ? error : strerror(-r));
+                        return EXIT_CONFIG_ERROR;
+                }
+                if (!quiet) {
+                        config_print_with_sources(config, stdout);
+                        config_print_warnings(config, stderr);
+                        check_print_warnings(config, stderr);
+                }
+                if (fflush(stdout) != 0)
+                        return EXIT_CONFIG_ERROR;
+                if (online) {
+                        r = check_online(config, stdout, &error);
+                        fflush(stdout);
+                        if (r < 0) {
+                                fprintf(stderr, "online: %s\n", error ? error : strerror(-r));
+                                return EXIT_CONFIG_ERROR;
+                        }
+                }
+                return EXIT_CLEAN_STOP;
         }
 
         log_setup();
         log_set_max_level(config->log_level);
+
+        /* A file the configuration names that is missing or broken is the
+         * operator's to fix, not the network's: exit 1, which systemd does
+         * not restart (RestartPreventExitStatus=1), with the key to fix. */
+        r = check_credentials(config, &error);
+        if (r < 0) {
+                log_error("%s", error ? error : strerror(-r));
+                return EXIT_CONFIG_ERROR;
+        }
 
         /* Before anything reads root-dir or calls a driver; held until exit.
          * Another kvolumed there is a setup error that a restart cannot fix:
@@ -100,6 +151,13 @@ int main(int argc, char *argv[]) {
         r = root_dir_lock(config->root_dir, &root_lock);
         if (r == -EBUSY)
                 return EXIT_CONFIG_ERROR;
+        if (r == -ENOENT || r == -ENOTDIR) {
+                /* Its parent is missing: a typo in root-dir, which no restart fixes. */
+                _cleanup_free_ char *where = config_key_location(config, "agent", "root-dir");
+                log_error("%s: [agent] root-dir %s cannot be created: its parent directory does not exist",
+                          strempty(where), config->root_dir);
+                return EXIT_CONFIG_ERROR;
+        }
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
 
@@ -109,5 +167,5 @@ int main(int argc, char *argv[]) {
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
         r = agent_run(agent);
-        return r < 0 ? EXIT_STARTUP_FAILURE : EXIT_CLEAN_STOP;
+        return r < 0 ? EXIT_STARTUP_FAILURE : r > 0 ? EXIT_CONFIG_ERROR : EXIT_CLEAN_STOP;
 }

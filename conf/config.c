@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -37,7 +38,8 @@ typedef struct KeyDef {
         ValueType type;
         size_t offset;      /* into Config */
         const char *def;    /* default, in configuration syntax; NULL: unset */
-        unsigned min, max;  /* VALUE_UNSIGNED range */
+        unsigned min, max;  /* VALUE_UNSIGNED range; durations: in seconds (0 stays "off" where allowed) */
+        const char *why;    /* durations: what a value out of range would do */
 } KeyDef;
 
 #define FIELD(f) offsetof(Config, f)
@@ -61,28 +63,34 @@ bool config_setting_reloadable(const char *line) {
 
 /* The order is the order of --check-config's listing and of the example file. */
 static const KeyDef key_table[] = {
-        { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0 },
-        { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0 },
-        { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 0, 0 },
-        { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0 },
-        { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0 },
-        { "kubernetes", "token-file", VALUE_OPTIONAL_PATH, FIELD(token_file), NULL, 0, 0 },
-        { "kubernetes", "certificate-authority", VALUE_OPTIONAL_PATH, FIELD(certificate_authority), NULL, 0, 0 },
-        { "kubernetes", "client-certificate", VALUE_OPTIONAL_PATH, FIELD(client_certificate), NULL, 0, 0 },
-        { "kubernetes", "client-key", VALUE_OPTIONAL_PATH, FIELD(client_key), NULL, 0, 0 },
-        { "csi", "registration-dir", VALUE_OPTIONAL_PATH, FIELD(registration_dir), "/var/lib/kubelet/plugins_registry", 0, 0 },
-        { "csi", "call-timeout", VALUE_DURATION, FIELD(call_timeout_usec), "2m", 0, 0 },
-        { "csi", "max-parallel", VALUE_UNSIGNED, FIELD(max_parallel), "64", 1, 4096 },
-        { "csi", "republish-interval", VALUE_DURATION, FIELD(republish_interval_usec), "1m", 0, 0 },
-        { "csi", "stats-interval", VALUE_DURATION_OR_OFF, FIELD(stats_interval_usec), "1m", 0, 0 },
-        { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 0, 0 },
-        { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0 },
-        { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 0, 0 },
-        { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0 },
-        { "api", "socket", VALUE_OPTIONAL_PATH, FIELD(api_socket), "/run/kvolumed/kvolumed.sock", 0, 0 },
-        { "api", "group", VALUE_GROUP, FIELD(api_group), NULL, 0, 0 },
-        { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0 },
-        { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0 },
+        { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0, NULL },
+        { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0, NULL },
+        { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 30, 24 * 3600,
+          "a full pass re-reads every pod's objects from the API server" },
+        { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0, NULL },
+        { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0, NULL },
+        { "kubernetes", "token-file", VALUE_OPTIONAL_PATH, FIELD(token_file), NULL, 0, 0, NULL },
+        { "kubernetes", "certificate-authority", VALUE_OPTIONAL_PATH, FIELD(certificate_authority), NULL, 0, 0, NULL },
+        { "kubernetes", "client-certificate", VALUE_OPTIONAL_PATH, FIELD(client_certificate), NULL, 0, 0, NULL },
+        { "kubernetes", "client-key", VALUE_OPTIONAL_PATH, FIELD(client_key), NULL, 0, 0, NULL },
+        { "csi", "registration-dir", VALUE_OPTIONAL_PATH, FIELD(registration_dir), "/var/lib/kubelet/plugins_registry", 0, 0, NULL },
+        { "csi", "call-timeout", VALUE_DURATION, FIELD(call_timeout_usec), "2m", 1, 30 * 60,
+          "shorter gives up on a working driver; longer holds a volume on a hung one" },
+        { "csi", "max-parallel", VALUE_UNSIGNED, FIELD(max_parallel), "64", 1, 4096, NULL },
+        { "csi", "republish-interval", VALUE_DURATION, FIELD(republish_interval_usec), "1m", 10, 24 * 3600,
+          "each round calls NodePublishVolume for every such volume" },
+        { "csi", "stats-interval", VALUE_DURATION_OR_OFF, FIELD(stats_interval_usec), "1m", 10, 24 * 3600,
+          "each round calls NodeGetVolumeStats for every volume" },
+        { "csi", "attach-limit-refresh-interval", VALUE_DURATION_OR_OFF, FIELD(attach_limit_refresh_usec), "0", 10,
+          24 * 3600, "each round calls NodeGetInfo and may write the CSINode" },
+        { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0, NULL },
+        { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 10, 24 * 3600,
+          "each round GETs the claim of every published volume" },
+        { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0, NULL },
+        { "api", "socket", VALUE_OPTIONAL_PATH, FIELD(api_socket), "/run/kvolumed/kvolumed.sock", 0, 0, NULL },
+        { "api", "group", VALUE_GROUP, FIELD(api_group), NULL, 0, 0, NULL },
+        { "metrics", "listen", VALUE_LISTEN, FIELD(metrics_listen), "127.0.0.1:10284", 0, 0, NULL },
+        { "log", "level", VALUE_LOG_LEVEL, FIELD(log_level), "info", 0, 0, NULL },
 };
 
 #define N_KEYS ELEMENTSOF(key_table)
@@ -104,8 +112,10 @@ typedef struct ParseState {
         const char *section;   /* the current section, known-good */
         DriverConfig *driver;  /* the current [driver "..."] */
 
-        unsigned key_line[N_KEYS]; /* 0: not set in the file */
-        unsigned driver_endpoint_line;
+        unsigned key_line[N_KEYS]; /* 0: not set in this file (a repeat there is an error) */
+        ConfigSource key_source[N_KEYS]; /* where the effective value was set, over all files */
+        char **files;          /* the files read so far, main first; NULL-terminated */
+        size_t n_files;
 } ParseState;
 
 static void fail(ParseState *st, unsigned line, const char *format, ...) _printf_(3, 4);
@@ -126,28 +136,61 @@ static void fail(ParseState *st, unsigned line, const char *format, ...) {
                 st->error = NULL;
 }
 
+/* An error about a setting that may come from any of the files read. */
+static void fail_at(ParseState *st, ConfigSource where, const char *format, ...) _printf_(3, 4);
+static void fail_at(ParseState *st, ConfigSource where, const char *format, ...) {
+        _cleanup_free_ char *what = NULL;
+        const char *saved = st->name;
+        va_list ap;
+
+        va_start(ap, format);
+        if (vasprintf(&what, format, ap) < 0)
+                what = NULL;
+        va_end(ap);
+        if (where.file)
+                st->name = where.file;
+        fail(st, where.line, "%s", what ? what : "out of memory");
+        st->name = saved;
+}
+
 int config_parse_duration(const char *s, uint64_t *ret_usec) {
+        /* Largest unit first, each at most once: "1h30m", "1m30s", "2s500ms".
+         * "ms" is tried before "m". */
         static const struct {
                 const char *suffix;
                 uint64_t usec;
-        } units[] = { { "ms", USEC_PER_MSEC }, { "s", USEC_PER_SEC }, { "m", USEC_PER_MINUTE }, { "h", USEC_PER_HOUR } };
-        char *end;
-        unsigned long long n;
+        } units[] = { { "h", USEC_PER_HOUR }, { "ms", USEC_PER_MSEC }, { "m", USEC_PER_MINUTE },
+                      { "s", USEC_PER_SEC } };
+        static const unsigned rank[] = { 0, 3, 1, 2 }; /* the order units must come in */
+        uint64_t total = 0;
+        int last = -1;
 
         if (!s || !isdigit((unsigned char) s[0]))
                 return -EINVAL;
-        errno = 0;
-        n = strtoull(s, &end, 10);
-        if (errno != 0 || end == s)
-                return -EINVAL;
-        for (size_t i = 0; i < ELEMENTSOF(units); i++)
-                if (streq(end, units[i].suffix)) {
-                        if (n > UINT64_MAX / units[i].usec)
-                                return -ERANGE;
-                        *ret_usec = n * units[i].usec;
-                        return 0;
-                }
-        return -EINVAL;
+        while (*s) {
+                unsigned long long n;
+                char *end;
+                size_t u;
+
+                if (!isdigit((unsigned char) s[0]))
+                        return -EINVAL;
+                errno = 0;
+                n = strtoull(s, &end, 10);
+                if (errno != 0 || end == s)
+                        return -EINVAL;
+                for (u = 0; u < ELEMENTSOF(units); u++)
+                        if (strncmp(end, units[u].suffix, strlen(units[u].suffix)) == 0)
+                                break;
+                if (u == ELEMENTSOF(units) || (int) rank[u] <= last)
+                        return -EINVAL;
+                last = (int) rank[u];
+                if (n > UINT64_MAX / units[u].usec || total > UINT64_MAX - n * units[u].usec)
+                        return -ERANGE;
+                total += n * units[u].usec;
+                s = end + strlen(units[u].suffix);
+        }
+        *ret_usec = total;
+        return 0;
 }
 
 const char *config_format_duration(uint64_t usec, char buf[static 32]) {
@@ -176,6 +219,28 @@ static int default_node_name(char **ret) {
                 *p = (char) tolower((unsigned char) *p);
         *ret = strdup(host);
         return *ret ? 0 : -ENOMEM;
+}
+
+static bool short_intervals_allowed = false;
+
+void config_allow_short_intervals(bool allow) {
+        short_intervals_allowed = allow;
+}
+
+/* Bounds that keep a value from hammering the API server or a driver, or
+ * from making a timeout meaningless; the message says the range and why. */
+static int check_duration_range(ParseState *st, const KeyDef *k, unsigned line, const char *value, uint64_t usec) {
+        char lo[32], hi[32];
+        uint64_t min = (uint64_t) k->min * USEC_PER_SEC, max = (uint64_t) k->max * USEC_PER_SEC;
+
+        if (short_intervals_allowed)
+                min = MIN(min, USEC_PER_MSEC);
+        if (usec >= min && usec <= max)
+                return 0;
+        fail(st, line, "%s: %s is out of range: from %s to %s%s (%s)", k->key, value,
+             config_format_duration(min, lo), config_format_duration(max, hi),
+             k->type == VALUE_DURATION_OR_OFF ? ", or 0 for off" : "", k->why);
+        return -ERANGE;
 }
 
 static int set_value(ParseState *st, const KeyDef *k, const char *value, bool from_default) {
@@ -224,10 +289,12 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
         case VALUE_DURATION:
                 r = config_parse_duration(value, &usec);
                 if (r < 0 || usec == 0) {
-                        fail(st, line, "%s: \"%s\" is not a positive duration (an integer with ms, s, m or h, "
-                             "e.g. 90s)", k->key, value);
+                        fail(st, line, "%s: \"%s\" is not a positive duration (integers with h, m, s or ms, "
+                             "largest first, e.g. 90s or 1m30s)", k->key, value);
                         return -EINVAL;
                 }
+                if (check_duration_range(st, k, line, value, usec) < 0)
+                        return -EINVAL;
                 *(uint64_t *) field = usec;
                 return 0;
 
@@ -237,10 +304,12 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                         return 0;
                 }
                 if (config_parse_duration(value, &usec) < 0) {
-                        fail(st, line, "%s: \"%s\" is neither a duration (an integer with ms, s, m or h, e.g. 90s) "
-                             "nor 0 (off)", k->key, value);
+                        fail(st, line, "%s: \"%s\" is neither a duration (integers with h, m, s or ms, largest "
+                             "first, e.g. 90s or 1m30s) nor 0 (off)", k->key, value);
                         return -EINVAL;
                 }
+                if (usec > 0 && check_duration_range(st, k, line, value, usec) < 0)
+                        return -EINVAL;
                 *(uint64_t *) field = usec;
                 return 0;
 
@@ -388,12 +457,20 @@ static int check_section_header(ParseState *st, const char *line, size_t len) {
                              "and '.', alphanumeric at both ends)", driver);
                         return -EINVAL;
                 }
-                DriverConfig *d = reallocarray(st->config->drivers, st->config->n_drivers + 1, sizeof *d);
-                if (!d)
-                        return -ENOMEM;
-                st->config->drivers = d;
-                d = &d[st->config->n_drivers++];
-                *d = (DriverConfig){ .name = TAKE_PTR(driver), .line = st->line };
+                /* The same driver in a later file (drop-in) replaces it. */
+                DriverConfig *d = (DriverConfig *) config_find_driver(st->config, driver);
+                if (d)
+                        d->endpoint = mfree_str(d->endpoint);
+                else {
+                        d = reallocarray(st->config->drivers, st->config->n_drivers + 1, sizeof *d);
+                        if (!d)
+                                return -ENOMEM;
+                        st->config->drivers = d;
+                        d = &d[st->config->n_drivers++];
+                        *d = (DriverConfig){ .name = TAKE_PTR(driver) };
+                }
+                d->line = st->line;
+                d->file = st->name;
                 st->driver = d;
                 st->section = DRIVER_SECTION;
         }
@@ -483,6 +560,7 @@ static int handler(void *user, const char *section, const char *name, const char
                         return 0;
                 }
                 st->key_line[i] = st->line;
+                st->key_source[i] = (ConfigSource){ .file = st->name, .line = st->line };
                 if (set_value(st, k, value, false) < 0) {
                         if (!st->error)
                                 fail(st, st->line, "out of memory");
@@ -504,8 +582,8 @@ static size_t key_index(const char *section, const char *key) {
 /* Rules that involve several keys, checked once the whole file is read. */
 static int validate_combinations(ParseState *st) {
         Config *c = st->config;
-        unsigned server_line = st->key_line[key_index("kubernetes", "server")];
-        unsigned kubeconfig_line = st->key_line[key_index("kubernetes", "kubeconfig")];
+        ConfigSource server_at = st->key_source[key_index("kubernetes", "server")];
+        ConfigSource kubeconfig_at = st->key_source[key_index("kubernetes", "kubeconfig")];
         static const char *const server_only[] = { "token-file", "certificate-authority", "client-certificate",
                                                    "client-key" };
         int r;
@@ -544,37 +622,71 @@ static int validate_combinations(ParseState *st) {
                 }
         }
         if (streq(c->root_dir, "/")) {
-                fail(st, st->key_line[key_index("agent", "root-dir")], "root-dir: \"/\" is not allowed");
+                fail_at(st, st->key_source[key_index("agent", "root-dir")], "root-dir: \"/\" is not allowed");
                 return -EINVAL;
         }
 
         if (c->server) {
                 /* The default kubeconfig only applies when no server is given. */
-                if (kubeconfig_line > 0 && c->kubeconfig) {
-                        fail(st, server_line, "server and kubeconfig are both set (line %u); set one of them",
-                             kubeconfig_line);
+                if (kubeconfig_at.line > 0 && c->kubeconfig) {
+                        if (kubeconfig_at.file == server_at.file)
+                                fail_at(st, server_at, "server and kubeconfig are both set (line %u); set one "
+                                        "of them", kubeconfig_at.line);
+                        else
+                                fail_at(st, server_at, "server and kubeconfig are both set (%s:%u); set one of "
+                                        "them", kubeconfig_at.file, kubeconfig_at.line);
                         return -EINVAL;
                 }
                 c->kubeconfig = mfree_str(c->kubeconfig);
         } else {
                 for (size_t i = 0; i < ELEMENTSOF(server_only); i++) {
-                        unsigned line = st->key_line[key_index("kubernetes", server_only[i])];
-                        if (line > 0 && *(char **) ((uint8_t *) c + key_table[key_index("kubernetes",
+                        ConfigSource at = st->key_source[key_index("kubernetes", server_only[i])];
+                        if (at.line > 0 && *(char **) ((uint8_t *) c + key_table[key_index("kubernetes",
                                                                                        server_only[i])].offset)) {
-                                fail(st, line, "%s is only used with server; the kubeconfig names its own "
-                                     "credentials", server_only[i]);
+                                fail_at(st, at, "%s is only used with server; the kubeconfig names its own "
+                                        "credentials", server_only[i]);
                                 return -EINVAL;
                         }
                 }
         }
         if (!!c->client_certificate != !!c->client_key) {
                 const char *missing = c->client_certificate ? "client-key" : "client-certificate";
-                unsigned line = st->key_line[key_index("kubernetes", c->client_certificate ? "client-certificate"
-                                                                                           : "client-key")];
-                fail(st, line, "client-certificate and client-key go together; %s is missing", missing);
+                ConfigSource at = st->key_source[key_index("kubernetes", c->client_certificate ? "client-certificate"
+                                                                                               : "client-key")];
+                fail_at(st, at, "client-certificate and client-key go together; %s is missing", missing);
                 return -EINVAL;
         }
-        return finish_driver(st);
+        return 0;
+}
+
+static int record_sources(ParseState *st) {
+        Config *c = st->config;
+
+        c->sources = calloc(N_KEYS, sizeof *c->sources);
+        if (!c->sources)
+                return -ENOMEM;
+        memcpy(c->sources, st->key_source, N_KEYS * sizeof *c->sources);
+        c->files = TAKE_PTR(st->files);
+        st->n_files = 0;
+        return 0;
+}
+
+ConfigSource config_key_source(const Config *c, const char *section, const char *key) {
+        for (size_t i = 0; i < N_KEYS; i++)
+                if (streq(key_table[i].section, section) && streq(key_table[i].key, key))
+                        return c->sources ? c->sources[i] : (ConfigSource){};
+        return (ConfigSource){};
+}
+
+char *config_key_location(const Config *c, const char *section, const char *key) {
+        ConfigSource s = config_key_source(c, section, key);
+        char *text;
+
+        if (!s.file)
+                return strdup(c->path);
+        if (asprintf(&text, "%s:%u", s.file, s.line) < 0)
+                return NULL;
+        return text;
 }
 
 static Config *config_new_defaults(ParseState *st) {
@@ -588,17 +700,32 @@ static Config *config_new_defaults(ParseState *st) {
         return c;
 }
 
-int config_parse_string(const char *text, const char *name, Config **ret, char **ret_error) {
-        _cleanup_(config_freep) Config *c = NULL;
-        ParseState st = { .name = name, .text = text, .at_line_start = true };
+/* One file, on top of what the files before it set. */
+static int parse_file(ParseState *st, const char *text, const char *name) {
+        char **files;
         int r;
 
-        c = config_new_defaults(&st);
-        if (!c)
+        files = reallocarray(st->files, st->n_files + 2, sizeof *files);
+        if (!files)
                 return -ENOMEM;
-        r = free_and_strdup(&c->path, name);
-        if (r < 0)
-                return r;
+        st->files = files;
+        files[st->n_files] = strdup(name);
+        if (!files[st->n_files])
+                return -ENOMEM;
+        st->name = files[st->n_files++];
+        files[st->n_files] = NULL;
+
+        /* Repeats are errors within a file; a later file overrides. */
+        for (size_t i = 0; i < st->n_sections; i++)
+                free(st->sections[i]);
+        st->n_sections = 0;
+        memset(st->key_line, 0, sizeof st->key_line);
+        st->section = NULL;
+        st->driver = NULL;
+        st->text = text;
+        st->pos = strncmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+        st->line = 0;
+        st->at_line_start = true;
 
         /* Debian's inih exposes its options at run time: strict, one error at
          * a time, long lines allowed, no configparser-style continuation lines
@@ -609,33 +736,60 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
         ini_allow_realloc = true;
         ini_max_line = 16384;
 
-        if (strncmp(text, "\xEF\xBB\xBF", 3) == 0)
-                st.pos = 3;
-        r = ini_parse_stream(reader, &st, handler, &st);
-        if (r > 0 && !st.error)
-                fail(&st, (unsigned) r, "syntax error: expected \"key = value\", \"[section]\" or a comment");
-        else if (r < 0 && !st.error)
-                fail(&st, 0, "out of memory while parsing");
-        if (!st.error)
-                (void) validate_combinations(&st);
+        r = ini_parse_stream(reader, st, handler, st);
+        if (r > 0 && !st->error)
+                fail(st, (unsigned) r, "syntax error: expected \"key = value\", \"[section]\" or a comment");
+        else if (r < 0 && !st->error)
+                fail(st, 0, "out of memory while parsing");
+        if (!st->error)
+                (void) finish_driver(st);
+        return st->error ? -EINVAL : 0;
+}
 
-        for (size_t i = 0; i < st.n_sections; i++)
-                free(st.sections[i]);
-        free(st.sections);
-        free(st.section_lines);
+static void parse_state_done(ParseState *st) {
+        for (size_t i = 0; i < st->n_sections; i++)
+                free(st->sections[i]);
+        free(st->sections);
+        free(st->section_lines);
+        for (size_t i = 0; i < st->n_files; i++)
+                free(st->files[i]);
+        free(st->files);
+}
 
-        if (st.error) {
+static int parse_finish(ParseState *st, const char *main_name, Config **ret, char **ret_error) {
+        _cleanup_(config_freep) Config *c = st->config;
+        int r;
+
+        st->name = main_name;
+        if (!st->error)
+                (void) validate_combinations(st);
+        if (!st->error && record_sources(st) < 0)
+                fail(st, 0, "out of memory");
+        if (!st->error && (r = free_and_strdup(&c->path, main_name)) < 0)
+                fail(st, 0, "out of memory");
+        parse_state_done(st);
+
+        if (st->error) {
                 if (ret_error)
-                        *ret_error = st.error;
+                        *ret_error = st->error;
                 else
-                        free(st.error);
+                        free(st->error);
                 return -EINVAL;
         }
         *ret = TAKE_PTR(c);
         return 0;
 }
 
-int config_load(const char *path, Config **ret, char **ret_error) {
+int config_parse_string(const char *text, const char *name, Config **ret, char **ret_error) {
+        ParseState st = {};
+
+        if (!config_new_defaults(&st))
+                return -ENOMEM;
+        (void) parse_file(&st, text, name);
+        return parse_finish(&st, name, ret, ret_error);
+}
+
+static int read_text(const char *path, char **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL;
         _cleanup_(fclosep) FILE *f = NULL;
         size_t size = 0;
@@ -668,13 +822,80 @@ int config_load(const char *path, Config **ret, char **ret_error) {
                         *ret_error = NULL;
                 return -EINVAL;
         }
-        return config_parse_string(text, path, ret, ret_error);
+        *ret = TAKE_PTR(text);
+        return 0;
+}
+
+static int dropin_filter(const struct dirent *de) {
+        size_t n = strlen(de->d_name);
+        /* Hidden files are editors' and package managers' leftovers. */
+        return de->d_name[0] != '.' && n > 5 && streq(de->d_name + n - 5, ".conf");
+}
+
+static int dropin_compare(const struct dirent **a, const struct dirent **b) {
+        /* Byte order, whatever the locale: 10-a.conf before 20-b.conf, always. */
+        return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+char *config_dropin_dir(const char *path) {
+        char *dir;
+        return asprintf(&dir, "%s.d", path) < 0 ? NULL : dir;
+}
+
+int config_load(const char *path, Config **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL, *dir = NULL;
+        struct dirent **entries = NULL;
+        ParseState st = {};
+        int n, r;
+
+        r = read_text(path, &text, ret_error);
+        if (r < 0)
+                return r;
+        dir = config_dropin_dir(path);
+        if (!dir)
+                return -ENOMEM;
+        n = scandir(dir, &entries, dropin_filter, dropin_compare);
+        if (n < 0 && errno != ENOENT && errno != ENOTDIR) {
+                r = -errno;
+                if (ret_error && asprintf(ret_error, "%s: cannot read the drop-in directory: %s", dir,
+                                          strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+
+        if (!config_new_defaults(&st))
+                r = -ENOMEM;
+        else if (parse_file(&st, text, path) >= 0)
+                for (int i = 0; i < n; i++) {
+                        _cleanup_free_ char *file = NULL, *dropin = NULL;
+                        if (asprintf(&file, "%s/%s", dir, entries[i]->d_name) < 0) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        r = read_text(file, &dropin, &st.error);
+                        if (r < 0 || parse_file(&st, dropin, file) < 0)
+                                break;
+                }
+        for (int i = 0; i < n; i++)
+                free(entries[i]);
+        free(entries);
+        if (r == -ENOMEM) {
+                config_free(st.config);
+                parse_state_done(&st);
+                free(st.error);
+                return r;
+        }
+        return parse_finish(&st, path, ret, ret_error);
 }
 
 Config *config_free(Config *c) {
         if (!c)
                 return NULL;
         free(c->path);
+        for (size_t i = 0; c->files && c->files[i]; i++)
+                free(c->files[i]);
+        free(c->files);
+        free(c->sources);
         free(c->node_name);
         free(c->root_dir);
         free(c->kubeconfig);
@@ -729,7 +950,17 @@ void config_print_warnings(const Config *c, FILE *out) {
                       out);
 }
 
-void config_print(const Config *c, FILE *out) {
+/* With drop-ins, which file a value came from is no longer obvious: say it. */
+static void print_source(const Config *c, ConfigSource where, bool sources, FILE *out) {
+        if (!sources || !c->files || !c->files[0] || !c->files[1])
+                return;
+        if (where.file)
+                fprintf(out, "  # %s:%u", where.file, where.line);
+        else
+                fputs("  # default", out);
+}
+
+static void print_listing(const Config *c, bool sources, FILE *out) {
         char buf[32];
 
         for (size_t i = 0; i < N_KEYS; i++) {
@@ -765,8 +996,21 @@ void config_print(const Config *c, FILE *out) {
                         fputs(*(const bool *) field ? "true" : "false", out);
                         break;
                 }
+                print_source(c, c->sources ? c->sources[i] : (ConfigSource){}, sources, out);
                 fputc('\n', out);
         }
-        for (size_t i = 0; i < c->n_drivers; i++)
-                fprintf(out, "driver \"%s\".endpoint = %s\n", c->drivers[i].name, c->drivers[i].endpoint);
+        for (size_t i = 0; i < c->n_drivers; i++) {
+                fprintf(out, "driver \"%s\".endpoint = %s", c->drivers[i].name, c->drivers[i].endpoint);
+                print_source(c, (ConfigSource){ .file = c->drivers[i].file, .line = c->drivers[i].line }, sources,
+                             out);
+                fputc('\n', out);
+        }
+}
+
+void config_print(const Config *c, FILE *out) {
+        print_listing(c, false, out);
+}
+
+void config_print_with_sources(const Config *c, FILE *out) {
+        print_listing(c, true, out);
 }

@@ -6,6 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <yaml.h>
 
 #include "k8s/auth.h"
@@ -15,6 +18,7 @@
 K8sAuth *k8s_auth_free(K8sAuth *a) {
         if (!a)
                 return NULL;
+        free(a->kubeconfig);
         free(a->server);
         free(a->ca_file);
         free(a->ca_data);
@@ -273,6 +277,10 @@ int k8s_auth_from_kubeconfig(const char *path, K8sAuth **ret, char **ret_error) 
         explicit_bzero(text, size); /* it may hold a token or key */
         if (r < 0 && ret_error && msg && asprintf(ret_error, "%s: %s", path, msg) < 0)
                 *ret_error = NULL;
+        if (r >= 0 && !((*ret)->kubeconfig = strdup(path))) {
+                *ret = k8s_auth_free(*ret);
+                return -ENOMEM;
+        }
         return r;
 }
 
@@ -421,4 +429,188 @@ int k8s_credential_file_refresh(K8sCredentialFile *f, bool force) {
         f->data = buf;
         f->size = n;
         return 1;
+}
+
+/* --- the credentials, opened and parsed as the client will use them -------- */
+
+/* The name of a credential field where the operator wrote it: the kubeconfig's
+ * field (certificate-authority, tokenFile, ...) or the [kubernetes] key. */
+static const char *field_name(const K8sAuth *a, const char *kubeconfig_field, const char *setting_key) {
+        return a->kubeconfig ? kubeconfig_field : setting_key;
+}
+
+_printf_(2, 3) static int check_fail(char **ret_error, const char *fmt, ...) {
+        va_list ap;
+
+        if (ret_error) {
+                va_start(ap, fmt);
+                if (vasprintf(ret_error, fmt, ap) < 0)
+                        *ret_error = NULL;
+                va_end(ap);
+        }
+        return -EINVAL;
+}
+
+/* PEM bytes of a file or of inline data, as one BIO. */
+static int credential_bio(const char *file, const uint8_t *data, size_t size, BIO **ret, char **ret_reason) {
+        _cleanup_free_ char *text = NULL;
+        size_t n = 0;
+        int r;
+
+        if (data) {
+                *ret = BIO_new_mem_buf(data, (int) size);
+                return *ret ? 0 : -ENOMEM;
+        }
+        r = read_file(file, &text, &n, 4 * 1024 * 1024);
+        if (r < 0) {
+                *ret_reason = strdup(strerror(-r));
+                return r;
+        }
+        *ret = BIO_new(BIO_s_mem());
+        if (!*ret || BIO_write(*ret, text, (int) n) != (int) n) {
+                explicit_bzero(text, n);
+                return -ENOMEM;
+        }
+        explicit_bzero(text, n); /* it may hold the key */
+        return 0;
+}
+
+static void bio_freep(BIO **b) {
+        if (*b)
+                BIO_free(*b);
+}
+
+static void x509_freep(X509 **x) {
+        X509_free(*x);
+}
+
+static void pkey_freep(EVP_PKEY **k) {
+        EVP_PKEY_free(*k);
+}
+
+/* "FIELD FILE" or "FIELD (inline data)", for messages. */
+static const char *where(const char *file, char buf[static 512]) {
+        snprintf(buf, 512, "%s", file ? file : "(inline data)");
+        return buf;
+}
+
+static int check_ca(const K8sAuth *a, char **ret_error) {
+        _cleanup_(bio_freep) BIO *bio = NULL;
+        _cleanup_free_ char *reason = NULL;
+        const char *field = field_name(a, a->ca_data ? "certificate-authority-data" : "certificate-authority",
+                                       "certificate-authority");
+        char buf[512];
+        unsigned n = 0;
+        int r;
+
+        if (!a->ca_file && !a->ca_data)
+                return 0; /* the system's CA store, as curl uses it */
+        r = credential_bio(a->ca_file, a->ca_data, a->ca_data_size, &bio, &reason);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return check_fail(ret_error, "%s %s: cannot read: %s", field, where(a->ca_file, buf),
+                                  strempty(reason));
+        for (;;) {
+                X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+                if (!x)
+                        break;
+                X509_free(x);
+                n++;
+        }
+        ERR_clear_error();
+        if (n == 0)
+                return check_fail(ret_error, "%s %s: no PEM certificate in it (expected \"-----BEGIN "
+                                  "CERTIFICATE-----\")", field, where(a->ca_file, buf));
+        return 0;
+}
+
+static int check_client_certificate(const K8sAuth *a, const char **ret_key, char **ret_error) {
+        _cleanup_(bio_freep) BIO *cert_bio = NULL, *key_bio = NULL;
+        _cleanup_(x509_freep) X509 *cert = NULL;
+        _cleanup_(pkey_freep) EVP_PKEY *key = NULL;
+        _cleanup_free_ char *reason = NULL;
+        const char *cert_field = field_name(a, a->client_cert_data ? "client-certificate-data" : "client-certificate",
+                                            "client-certificate");
+        const char *key_field = field_name(a, a->client_key_data ? "client-key-data" : "client-key", "client-key");
+        /* The key may sit in the certificate's file (kubelet-client-current.pem). */
+        const char *key_file = a->client_key_file ?: (a->client_key_data ? NULL : a->client_cert_file);
+        char buf[512];
+        int r;
+
+        if (!a->client_cert_file && !a->client_cert_data)
+                return 0;
+        r = credential_bio(a->client_cert_file, a->client_cert_data, a->client_cert_data_size, &cert_bio, &reason);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return check_fail(ret_error, "%s %s: cannot read: %s", cert_field,
+                                  where(a->client_cert_file, buf), strempty(reason));
+        cert = PEM_read_bio_X509(cert_bio, NULL, NULL, NULL);
+        if (!cert) {
+                ERR_clear_error();
+                return check_fail(ret_error, "%s %s: no PEM certificate in it", cert_field,
+                                  where(a->client_cert_file, buf));
+        }
+        *ret_key = "client-key";
+        r = credential_bio(key_file, a->client_key_data, a->client_key_data_size, &key_bio, &reason);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return check_fail(ret_error, "%s %s: cannot read: %s", key_field, where(key_file, buf),
+                                  strempty(reason));
+        key = PEM_read_bio_PrivateKey(key_bio, NULL, NULL, NULL);
+        if (!key) {
+                ERR_clear_error();
+                return check_fail(ret_error, "%s %s: no PEM private key in it (or one with a passphrase)",
+                                  key_field, where(key_file, buf));
+        }
+        if (X509_check_private_key(cert, key) != 1) {
+                ERR_clear_error();
+                return check_fail(ret_error, "%s %s is not the key of the certificate in %s %s", key_field,
+                                  where(key_file, buf), cert_field,
+                                  a->client_cert_file ? a->client_cert_file : "(inline data)");
+        }
+        return 0;
+}
+
+static int check_token_file(const K8sAuth *a, char **ret_error) {
+        _cleanup_free_ char *text = NULL;
+        const char *field = field_name(a, "tokenFile", "token-file");
+        size_t n = 0;
+        int r;
+
+        if (!a->token_file)
+                return 0;
+        r = read_file(a->token_file, &text, &n, 64 * 1024);
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return check_fail(ret_error, "%s %s: cannot read: %s", field, a->token_file, strerror(-r));
+        while (n > 0 && strchr(" \t\r\n", text[n - 1]))
+                n--;
+        explicit_bzero(text, n);
+        if (n == 0)
+                return check_fail(ret_error, "%s %s: the file is empty", field, a->token_file);
+        return 0;
+}
+
+int k8s_auth_check_credentials(const K8sAuth *a, const char **ret_key, char **ret_error) {
+        int r;
+
+        if (ret_error)
+                *ret_error = NULL;
+        *ret_key = "certificate-authority";
+        r = check_ca(a, ret_error);
+        if (r < 0)
+                return r;
+        *ret_key = "client-certificate";
+        r = check_client_certificate(a, ret_key, ret_error);
+        if (r < 0)
+                return r;
+        *ret_key = "token-file";
+        r = check_token_file(a, ret_error);
+        if (r >= 0)
+                *ret_key = NULL;
+        return r;
 }

@@ -16,6 +16,7 @@
 #define K8S_SERVICE_ACCOUNT_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 typedef struct K8sAuth {
+        char *kubeconfig; /* the file it came from, for messages; NULL for explicit settings */
         char *server; /* "https://host:port", no trailing '/' */
         bool insecure_skip_tls_verify;
         char *ca_file;          /* either a file ... */
@@ -57,6 +58,16 @@ int k8s_auth_in_cluster(const char *service_account_dir, K8sAuth **ret, char **r
 
 /* Picks kubeconfig, explicit server, or in-cluster (both empty), per DESIGN §2. */
 int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error);
+
+/* Opens and parses what the client will use, as it will use it: the CA bundle
+ * (at least one PEM certificate), the client certificate and its key (PEM,
+ * and the key must be the certificate's), the token file (readable, not
+ * empty).  Whether the CA is the API server's can only be seen online.  On
+ * failure -EINVAL (or -ENOMEM), *ret_key the [kubernetes] setting at fault
+ * ("certificate-authority", "client-certificate", "client-key",
+ * "token-file"), and *ret_error names the field as the operator wrote it (in
+ * the kubeconfig: certificate-authority-data, tokenFile, ...) and the file. */
+int k8s_auth_check_credentials(const K8sAuth *a, const char **ret_key, char **ret_error);
 
 /* A credential kept in a file that is replaced while kvolumed runs: a
  * projected service account token (renamed over), kubelet's rotated client

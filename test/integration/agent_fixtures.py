@@ -137,6 +137,9 @@ class Agent:
         # Every scoped reconcile pass is checked against a full one: a miss
         # is logged as "Incremental pass missed" and fails the test.
         full_env["KVOLUMED_TEST_VERIFY_INCREMENTAL"] = "1"
+        # Rounds every second (stats, republish, resync), below the bounds
+        # that protect a real API server and real drivers.
+        full_env["KVOLUMED_TEST_SHORT_INTERVALS"] = "1"
         if notify:
             full_env["NOTIFY_SOCKET"] = notify.path
         full_env.update(env or {})

@@ -1,6 +1,7 @@
 """The configuration contract of DESIGN.md §2 as the binary exposes it."""
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -33,8 +34,41 @@ log.level = info
 """
 
 
+# A kubeconfig that --check-config can load without any other file.
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
 def run(binary, *args):
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=10)
+
+
+def run_with_etc_kubeconfig(binary, tmp_path, *args):
+    """kvolumed with the shipped default /etc/kvolumed/kubeconfig present: in
+    a mount namespace of its own, /etc gets an overlay that adds it, so the
+    machine's /etc is never written."""
+    work = tmp_path / "etc-overlay"
+    work.mkdir()
+    kc = tmp_path / "default-kubeconfig"
+    kc.write_text(KUBECONFIG)
+    script = (f"mount -t tmpfs tmpfs {work} && mkdir -p {work}/u/kvolumed {work}/w && "
+              f"cp {kc} {work}/u/kvolumed/kubeconfig && "
+              f"mount -t overlay overlay -o lowerdir=/etc,upperdir={work}/u,workdir={work}/w /etc && "
+              'exec "$@"')
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", binary, *args],
+                          capture_output=True, text=True, timeout=10)
+
+
+def with_kubeconfig(tmp_path, text):
+    """text with a [kubernetes] kubeconfig that loads, instead of the default."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(KUBECONFIG)
+    return text + f"[kubernetes]\nkubeconfig = {kc}\n"
 
 
 def write(tmp_path, text, name="k.conf"):
@@ -44,12 +78,36 @@ def write(tmp_path, text, name="k.conf"):
 
 
 def test_version_and_help(kvolumed_bin):
+    """--version says what runs: the version, the commit it was built from
+    ("-dirty" with uncommitted changes) and the build type."""
     r = run(kvolumed_bin, "--version")
     assert r.returncode == 0
-    assert re.fullmatch(r"kvolumed \d+\.\d+\.\d+\n", r.stdout)
+    m = re.fullmatch(r"kvolumed \d+\.\d+\.\d+\ncommit: ([0-9a-f]{12}(?:-dirty)?|unknown)\n"
+                     r"build type: (plain|debug|debugoptimized|release|minsize|custom)\n", r.stdout)
+    assert m, r.stdout
+    head = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        # Built from this checkout (ninja regenerates the commit at every build).
+        assert head.stdout.startswith(m.group(1)[:12]), (m.group(1), head.stdout)
     r = run(kvolumed_bin, "--help")
     assert r.returncode == 0
     assert "--check-config" in r.stdout and "--config PATH" in r.stdout
+
+
+def test_version_outside_git_is_unknown(tmp_path):
+    """From a tree without git (a release tarball) the commit is "unknown",
+    not an error: only the header vcs_tag() makes is generated here (meson
+    setup and one target take a few seconds)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO_DIR, src, ignore=shutil.ignore_patterns(".git", "build*", "__pycache__"))
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
+    r = subprocess.run(["meson", "setup", str(tmp_path / "b"), str(src)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    r = subprocess.run(["ninja", "-C", str(tmp_path / "b"), "agent/version.h"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert '#define KVOLUMED_COMMIT "unknown"' in (tmp_path / "b" / "agent" / "version.h").read_text()
 
 
 def test_bad_option_exits_1(kvolumed_bin):
@@ -60,8 +118,9 @@ def test_bad_option_exits_1(kvolumed_bin):
     assert 'unexpected argument "stray-argument"' in r.stderr
 
 
-def test_example_file_passes_check_config(kvolumed_bin):
-    r = run(kvolumed_bin, "--check-config", "--config", os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
+def test_example_file_passes_check_config(kvolumed_bin, tmp_path):
+    r = run_with_etc_kubeconfig(kvolumed_bin, tmp_path, "--check-config", "--config",
+                                os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
     assert r.returncode == 0, r.stderr
     node = r.stdout.splitlines()[0].split(" = ")[1]
     assert r.stdout == DEFAULT_LISTING.format(node=node)
@@ -72,18 +131,19 @@ def test_design_example_block_is_accepted(kvolumed_bin, tmp_path):
     design = open(os.path.join(SHARED_DIR, "DESIGN.md")).read()
     block = re.search(r"```ini\n(.*?)```", design, re.S).group(1)
     assert "[driver " in block and "republish-interval" in block
-    r = run(kvolumed_bin, "--check-config", "--config", write(tmp_path, block))
+    r = run_with_etc_kubeconfig(kvolumed_bin, tmp_path, "--check-config", "--config", write(tmp_path, block))
     assert r.returncode == 0, r.stderr
     assert 'driver "hostpath.csi.k8s.io".endpoint = unix:///var/lib/kubelet/plugins/csi-hostpath/csi.sock' in r.stdout
     assert "kubernetes.kubeconfig = /etc/kvolumed/kubeconfig" in r.stdout
 
 
-def test_readme_reference_matches_check_config(kvolumed_bin):
+def test_readme_reference_matches_check_config(kvolumed_bin, tmp_path):
     """The README's configuration reference is the --check-config listing of
     the example file, so the two cannot drift apart."""
     readme = open(os.path.join(REPO_DIR, "README.md")).read()
     block = re.search(r"<!-- check-config -->\n```\n(.*?)```", readme, re.S).group(1)
-    r = run(kvolumed_bin, "--check-config", "--config", os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
+    r = run_with_etc_kubeconfig(kvolumed_bin, tmp_path, "--check-config", "--config",
+                                os.path.join(REPO_DIR, "conf", "kvolumed.conf"))
     node = r.stdout.splitlines()[0].split(" = ")[1]
     assert block == r.stdout.replace(f"agent.node-name = {node}\n", "agent.node-name = <host name>\n")
 
@@ -102,7 +162,8 @@ def test_readme_reference_matches_check_config(kvolumed_bin):
          "(shorter than 108 bytes)"),
         ("[agent]\nnode-name = n\n[log]\n[agent]\n", "k.conf:4: section [agent] repeated (first on line 1)"),
         ("[agent]\nnode-name = n\n[csi]\ncall-timeout = soon\n",
-         'k.conf:4: call-timeout: "soon" is not a positive duration (an integer with ms, s, m or h, e.g. 90s)'),
+         'k.conf:4: call-timeout: "soon" is not a positive duration (integers with h, m, s or ms, largest '
+         "first, e.g. 90s or 1m30s)"),
         ("[agent]\nnode-name = n\n[metrics]\nlisten = *:80\n",
          'k.conf:4: listen: "*:80" is not a listen address (IPV4:PORT, [IPV6]:PORT or localhost:PORT)'),
         ('[agent]\nnode-name = n\n[driver "x.y"]\nendpoint = unix://rel/sock\n',
@@ -135,7 +196,8 @@ def test_unreadable_file(kvolumed_bin, tmp_path):
 
 
 def test_effective_settings_include_defaults(kvolumed_bin, tmp_path):
-    path = write(tmp_path, "[agent]\nnode-name = n1\n[csi]\nmax-parallel = 3\n[log]\nlevel = debug\n")
+    path = write(tmp_path, with_kubeconfig(tmp_path, "[agent]\nnode-name = n1\n[csi]\nmax-parallel = 3\n"
+                                                     "[log]\nlevel = debug\n"))
     r = run(kvolumed_bin, "--check-config", "--config", path)
     assert r.returncode == 0
     lines = r.stdout.splitlines()
@@ -152,12 +214,13 @@ def test_runtime_endpoint_forms_and_warning(kvolumed_bin, tmp_path):
     URL); empty, --check-config still passes but says on stderr what it risks."""
     for value in ("unix:///run/crio/crio.sock", "/run/crio/crio.sock"):
         r = run(kvolumed_bin, "--check-config", "--config",
-                write(tmp_path, f"[agent]\nnode-name = n\n[runtime]\nendpoint = {value}\n"))
+                write(tmp_path, with_kubeconfig(tmp_path, f"[agent]\nnode-name = n\nroot-dir = {tmp_path}\n"
+                                                          f"[runtime]\nendpoint = {value}\n")))
         assert r.returncode == 0, r.stderr
         assert "runtime.endpoint = unix:///run/crio/crio.sock" in r.stdout.splitlines()
         assert r.stderr == ""
     for text in ("[agent]\nnode-name = n\n", "[agent]\nnode-name = n\n[runtime]\nendpoint =\n"):
-        r = run(kvolumed_bin, "--check-config", "--config", write(tmp_path, text))
+        r = run(kvolumed_bin, "--check-config", "--config", write(tmp_path, with_kubeconfig(tmp_path, text)))
         assert r.returncode == 0
         assert "runtime.endpoint = " in r.stdout.splitlines()
         assert r.stderr.startswith("warning: [runtime] endpoint is empty")

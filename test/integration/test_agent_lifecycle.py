@@ -105,15 +105,17 @@ def test_no_watchdog_pings_without_request(start_agent, agent_config, notify_soc
     assert not [m for m in messages if "WATCHDOG=1" in m.split("\n")]
 
 
-def test_unreachable_api_configuration_exits_2(kvolumed_bin, tmp_path):
-    """A kubeconfig that cannot be used is a failure at start-up (exit 2), with
-    a message naming the file; nothing under root-dir is touched."""
+def test_missing_kubeconfig_exits_1(kvolumed_bin, tmp_path):
+    """A kubeconfig that does not exist is a configuration error (exit 1,
+    which systemd does not restart), not an unreachable API server: the
+    message names the key and the file; nothing under root-dir is touched."""
     import subprocess
     root = tmp_path / "root"
     root.mkdir()
     config = write_config(tmp_path / "k.conf", str(root), str(tmp_path / "missing-kubeconfig"))
     r = subprocess.run([kvolumed_bin, "--config", config], capture_output=True, text=True, timeout=10,
                        env={"KVOLUMED_LOG_TARGET": "stderr", "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 2
-    assert "missing-kubeconfig" in r.stderr
+    assert r.returncode == 1
+    assert f"{config}:5: [kubernetes] kubeconfig: {tmp_path}/missing-kubeconfig does not exist" in r.stderr
+    assert "Cannot reach the API server" not in r.stderr
     assert list(root.iterdir()) == []

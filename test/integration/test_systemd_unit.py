@@ -240,6 +240,18 @@ def test_unit_under_real_systemd(container, fake_api, driver):
                timeout=10, what="the reload")
     wait_until(lambda: container.show("ActiveState") == "active", timeout=10, what="active after the reload")
     assert container.show("MainPID") == main_pid
+    # A reload with a broken file fails visibly (the unit runs the check
+    # first, as ssh.service does) and the daemon keeps running, not signalled.
+    reloads = container.journal("-o cat").count("Reloading the configuration from")
+    container.sh("cp /etc/kvolumed/kvolumed.conf /root/good.conf && "
+                 "printf '[csi]\\ncall-timeout = soon\\n' >> /etc/kvolumed/kvolumed.conf")
+    r = container.sh("systemctl reload kvolumed")
+    assert r.returncode != 0, r.stdout + r.stderr
+    log = container.journal("-o cat")
+    assert '/etc/kvolumed/kvolumed.conf:14: section [csi] repeated (first on line 6)' in log, log[-3000:]
+    assert log.count("Reloading the configuration from") == reloads
+    assert container.show("ActiveState") == "active" and container.show("MainPID") == main_pid
+    container.sh("cp /root/good.conf /etc/kvolumed/kvolumed.conf")
     late = fake_api.create(pod("late", "more"))
     wait_until(debug_entries, timeout=20, what="debug entries after the reload")
     late_target = f"{container.kubelet_dir}/pods/{late['metadata']['uid']}/volumes/kubernetes.io~csi/more/mount"

@@ -235,11 +235,11 @@ static void test_errors_name_file_and_line(void **state) {
                     "t.conf:3: root-dir: \"var/lib\" is not an absolute, normalised path");
         parse_fails("[agent]\nnode-name = n\nroot-dir = /\n", "t.conf:3: root-dir: \"/\" is not allowed");
         parse_fails("[agent]\nnode-name = n\nresync-interval = 5\n",
-                    "t.conf:3: resync-interval: \"5\" is not a positive duration (an integer with ms, s, m or h, "
-                    "e.g. 90s)");
+                    "t.conf:3: resync-interval: \"5\" is not a positive duration (integers with h, m, s or ms, "
+                    "largest first, e.g. 90s or 1m30s)");
         parse_fails("[agent]\nnode-name = n\nresync-interval = 0s\n",
-                    "t.conf:3: resync-interval: \"0s\" is not a positive duration (an integer with ms, s, m or h, "
-                    "e.g. 90s)");
+                    "t.conf:3: resync-interval: \"0s\" is not a positive duration (integers with h, m, s or ms, "
+                    "largest first, e.g. 90s or 1m30s)");
         parse_fails("[agent]\nnode-name = n\n[csi]\nmax-parallel = 0\n",
                     "t.conf:4: max-parallel: \"0\" is not an integer from 1 to 4096");
         parse_fails("[agent]\nnode-name = n\n[csi]\nmax-parallel = 12x\n",
@@ -324,12 +324,12 @@ static void test_duration_or_off(void **state) {
         c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 0s\n");
         assert_int_equal(c->stats_interval_usec, 0);
         config_free(c);
-        c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 1500ms\n");
-        assert_int_equal(c->stats_interval_usec, 1500 * USEC_PER_MSEC);
+        c = parse_ok("[agent]\nnode-name = n\n[csi]\nstats-interval = 10s500ms\n");
+        assert_int_equal(c->stats_interval_usec, 10500 * USEC_PER_MSEC);
         config_free(c);
         parse_fails("[agent]\nnode-name = n\n[csi]\nstats-interval = 5\n",
-                    "t.conf:4: stats-interval: \"5\" is neither a duration (an integer with ms, s, m or h, e.g. 90s) "
-                    "nor 0 (off)");
+                    "t.conf:4: stats-interval: \"5\" is neither a duration (integers with h, m, s or ms, largest "
+                    "first, e.g. 90s or 1m30s) nor 0 (off)");
 }
 
 static void test_durations(void **state) {
@@ -347,6 +347,21 @@ static void test_durations(void **state) {
         assert_int_equal(config_parse_duration("1d", &u), -EINVAL);
         assert_int_equal(config_parse_duration("99999999999999999999h", &u), -EINVAL);
         assert_int_equal(config_parse_duration("9999999999999h", &u), -ERANGE);
+        /* Compound: largest unit first, each once. */
+        assert_int_equal(config_parse_duration("1m30s", &u), 0);
+        assert_int_equal(u, 90 * USEC_PER_SEC);
+        assert_int_equal(config_parse_duration("1h5m", &u), 0);
+        assert_int_equal(u, 65 * USEC_PER_MINUTE);
+        assert_int_equal(config_parse_duration("2s500ms", &u), 0);
+        assert_int_equal(u, 2500 * USEC_PER_MSEC);
+        assert_int_equal(config_parse_duration("1h0m0s", &u), 0);
+        assert_int_equal(u, USEC_PER_HOUR);
+        assert_int_equal(config_parse_duration("30s1m", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m1m", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m30", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1ms5s", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("1m+30s", &u), -EINVAL);
+        assert_int_equal(config_parse_duration("5124095576h59m", &u), -ERANGE);
         assert_string_equal(config_format_duration(5 * USEC_PER_MINUTE, buf), "5m");
         assert_string_equal(config_format_duration(90 * USEC_PER_SEC, buf), "90s");
         assert_string_equal(config_format_duration(2 * USEC_PER_HOUR, buf), "2h");

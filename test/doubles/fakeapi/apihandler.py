@@ -8,7 +8,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, objects, openapi, patch, resources
+from . import discovery, errors, objects, openapi, patch, resources, selfsubject
 from .nodeauth import Attributes
 from .selectors import FieldSelector, LabelSelector
 
@@ -141,6 +141,13 @@ class ApiHandler(BaseHTTPRequestHandler):
             if doc is None or self.command != "GET":
                 raise errors.no_such_route()
             return self._send(200, doc)
+
+        if group == selfsubject.GROUP and rest == ["selfsubjectreviews"]:
+            if not selfsubject.served(self.app.self_subject_review, version):
+                raise errors.no_such_route()
+            return self._send(*selfsubject.review(self.command, version, body, self._user,
+                                                  self.headers.get("Content-Type", ""),
+                                                  self.headers.get("Accept", "")))
 
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:

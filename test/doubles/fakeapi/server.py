@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from . import binding, certs, resources
+from . import binding, certs, resources, selfsubject
 from .apihandler import ApiHandler
 from .auth import NODE_USER_PREFIX, NODES_GROUP, Authenticator
 from .control import ControlHandler
@@ -52,6 +52,7 @@ class FakeApiServer:
         self.token_max_expiration = None  # seconds: cap on issued tokens
         self._node_certs = 0         # node certificates issued so far
         self.bookmark_interval = float(bookmark_interval)
+        self.self_subject_review = "v1"  # selfsubject.MODES: the versions served
         self.default_watch_timeout = float(default_watch_timeout)
         self._port, self._control_port = port, control_port
         self._api = self._control = None
@@ -418,13 +419,18 @@ current-context: fakeapi-node
             return [dict(e) for e in self._token_requests]
 
     def configure(self, bookmarkInterval=None, defaultWatchTimeout=None,
-                  podGracefulDelete=None, tokenMaxExpiration=None):
+                  podGracefulDelete=None, tokenMaxExpiration=None,
+                  selfSubjectReview=None):
         if bookmarkInterval is not None:
             self.bookmark_interval = float(bookmarkInterval)
         if defaultWatchTimeout is not None:
             self.default_watch_timeout = float(defaultWatchTimeout)
         if podGracefulDelete is not None:
             self.store.pod_graceful_delete = bool(podGracefulDelete)
+        if selfSubjectReview is not None:
+            if selfSubjectReview not in selfsubject.MODES:
+                raise ValueError(f"selfSubjectReview must be one of {sorted(selfsubject.MODES)}")
+            self.self_subject_review = selfSubjectReview
         if tokenMaxExpiration is not None:
             self.token_max_expiration = (None if tokenMaxExpiration <= 0
                                          else int(tokenMaxExpiration))
@@ -438,4 +444,5 @@ current-context: fakeapi-node
                 "defaultWatchTimeout": self.default_watch_timeout,
                 "podGracefulDelete": self.store.pod_graceful_delete,
                 "tokenMaxExpiration": self.token_max_expiration,
+                "selfSubjectReview": self.self_subject_review,
                 "endpoints": self.endpoints()}

@@ -6,6 +6,7 @@
 #include "agent/check.h"
 #include "agent/status.h"
 #include "agent/version.h"
+#include "systemd/testhook.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
@@ -100,7 +101,7 @@ int main(int argc, char *argv[]) {
         }
 
         /* TEST ONLY: the integration suite runs its rounds every second. */
-        if (getenv("KVOLUMED_TEST_SHORT_INTERVALS"))
+        if (test_hook_getenv("SHORT_INTERVALS"))
                 config_allow_short_intervals(true);
         r = config_load(config_path, &config, &error);
         if (r < 0) {

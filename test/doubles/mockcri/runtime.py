@@ -48,7 +48,7 @@ class MockRuntime:
         self._sandboxes = {}  # id -> dict(uid, name, namespace, state, labels)
         self._containers = {}  # id -> dict(sandbox, name, state, labels)
         self._log = []
-        self._changes = []  # (monotonic time, what, pod uid)
+        self._changes = []  # (monotonic time, what, pod uid, wall-clock time)
         self._streams = []  # one queue.Queue per open GetContainerEvents stream
         self._server = None
 
@@ -75,14 +75,14 @@ class MockRuntime:
                     self._emit(sid, cid, "CONTAINER_STARTED_EVENT")
                 if state == "EXITED":
                     self._emit(sid, cid, "CONTAINER_STOPPED_EVENT")
-            self._changes.append((time.monotonic(), "add", uid))
+            self._changes.append((time.monotonic(), "add", uid, time.time()))
         return sid
 
     def stop_pod(self, uid):
         """Every container of the pod exits and its sandbox stops."""
         with self._lock:
             # Timestamped before the change is visible to a List or an event.
-            self._changes.append((time.monotonic(), "stop", uid))
+            self._changes.append((time.monotonic(), "stop", uid, time.time()))
             for sid, s in self._sandboxes.items():
                 if s["uid"] == uid:
                     for cid, c in self._containers.items():
@@ -94,7 +94,7 @@ class MockRuntime:
 
     def remove_pod(self, uid):
         with self._lock:
-            self._changes.append((time.monotonic(), "remove", uid))
+            self._changes.append((time.monotonic(), "remove", uid, time.time()))
             gone = {sid for sid, s in self._sandboxes.items() if s["uid"] == uid}
             for cid, c in self._containers.items():
                 if c["sandbox"] in gone:
@@ -105,7 +105,9 @@ class MockRuntime:
             self._containers = {k: v for k, v in self._containers.items() if v["sandbox"] not in gone}
 
     def changes(self, what=None):
-        """[(monotonic time, what, pod uid)] of the state changes the test made."""
+        """[(monotonic time, what, pod uid, wall-clock time)] of the state
+        changes the test made ("add", "stop", "remove"); the wall-clock time
+        compares with the mock CSI driver's call log."""
         with self._lock:
             return [c for c in self._changes if what is None or c[1] == what]
 

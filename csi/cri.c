@@ -15,6 +15,8 @@
 #define CRI_POD_UID_LABEL "io.kubernetes.pod.uid"
 /* A node with thousands of exited containers answers large lists. */
 #define CRI_MAX_RECEIVE (16u * 1024u * 1024u)
+/* A list of a few hundred containers in one read (see grpc.c). */
+#define CRI_RECEIVE_BUFFER (512u * 1024u)
 
 struct CriClient {
         GrpcTransport *transport;
@@ -135,7 +137,10 @@ int cri_client_new(sd_event *event, const char *endpoint, uint64_t timeout_usec,
                 return -ENOMEM;
         /* Its own transport: a runtime is not a CSI driver, and its calls
          * must never queue behind a driver's. */
-        r = grpc_transport_new(event, &(GrpcTransportOptions){ .max_receive_bytes = CRI_MAX_RECEIVE }, &c->transport);
+        r = grpc_transport_new(event,
+                               &(GrpcTransportOptions){ .max_receive_bytes = CRI_MAX_RECEIVE,
+                                                        .receive_buffer_bytes = CRI_RECEIVE_BUFFER },
+                               &c->transport);
         if (r < 0)
                 return r;
         r = grpc_channel_new(c->transport, path, 2, &c->channel);

@@ -24,6 +24,10 @@ typedef struct GrpcCall GrpcCall;
 
 typedef struct GrpcTransportOptions {
         size_t max_receive_bytes; /* 0: 4 MiB */
+        /* curl's receive buffer per unary call (CURLOPT_BUFFERSIZE, at most
+         * 512 KiB); 0: curl's 16 KiB.  Larger for servers whose answers are
+         * large (see grpc.c). */
+        size_t receive_buffer_bytes;
         CsiConnectionReuse reuse;
         const char *user_agent; /* NULL: "kvolumed/<version>" */
 } GrpcTransportOptions;

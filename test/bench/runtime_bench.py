@@ -45,13 +45,13 @@ def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng):
+def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng, log_level):
     rt = MockRuntime(os.path.join(sockdir, f"cri-{mode}.sock"),
                      events="stream" if mode == "events" else "unimplemented")
     rt.start()
     conf = os.path.join(work, f"kvolumed-{mode}.conf")
     with open(config) as f, open(conf, "w") as g:
-        g.write(f.read() + f"[runtime]\nendpoint = {rt.endpoint}\n")
+        g.write(f.read().replace("level = warning", f"level = {log_level}") + f"[runtime]\nendpoint = {rt.endpoint}\n")
     agent = subprocess.Popen([kvolumed_path(), "--config", conf],
                              env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),
                              stderr=open(os.path.join(work, f"kvolumed-{mode}.log"), "w"))
@@ -90,6 +90,11 @@ def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng):
             if (i + 1) % 25 == 0:
                 log(f"{mode}: {i + 1}/{n_pods}, median so far {statistics.median(latencies) * 1000:.1f} ms")
         unary = [m for _, m in rt.requests() if m != "GetContainerEvents"]
+        # A round's first call, as the runtime sees it: from its ListContainers
+        # to its ListPodSandbox.
+        lists = [r for r in rt.requests() if r[1] in ("ListContainers", "ListPodSandbox")]
+        gaps = [b[0] - a[0] for a, b in zip(lists, lists[1:])
+                if a[1] == "ListContainers" and b[1] == "ListPodSandbox"]
         return {"pods": n_pods,
                 "median_ms": round(statistics.median(latencies) * 1000, 2),
                 "p90_ms": round(percentile(latencies, 90) * 1000, 2),
@@ -97,6 +102,7 @@ def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng):
                 "max_ms": round(max(latencies) * 1000, 2),
                 "min_ms": round(min(latencies) * 1000, 2),
                 "cri_unary_calls": len(unary),
+                "list_containers_to_list_sandboxes_median_ms": round(statistics.median(gaps) * 1000, 2) if gaps else None,
                 "subscriptions": sum(1 for _, m in rt.requests() if m == "GetContainerEvents")}
     finally:
         agent.terminate()
@@ -111,6 +117,8 @@ def main():
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--json", default="/var/tmp/kvolumed-runtime-bench.json")
     ap.add_argument("--seed", type=int, default=21)
+    ap.add_argument("--log-level", default="warning", help="kvolumed's; its logs stay in the work directory")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (kvolumed's logs)")
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="kvruntime.", dir=args.workdir)
@@ -126,7 +134,8 @@ def main():
         rng = random.Random(args.seed)
         for mode in args.modes.split(","):
             log(f"{mode}: {args.pods} pods")
-            result["modes"][mode] = run_mode(mode, api, config, root, work, sockdir, tail, args.pods, rng)
+            result["modes"][mode] = run_mode(mode, api, config, root, work, sockdir, tail, args.pods, rng,
+                                             args.log_level)
             log(f"{mode}: {result['modes'][mode]}")
     finally:
         if driver:
@@ -134,7 +143,10 @@ def main():
             driver.wait()
         api.stop()
         subprocess.run(["umount", "-R", "-l", root], stderr=subprocess.DEVNULL)
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(sockdir, ignore_errors=True)
 
     print("runtime gate: the runtime's stop → NodeUnpublishVolume at the driver")

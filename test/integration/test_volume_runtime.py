@@ -353,3 +353,4 @@ def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events):
     elapsed = release_and_time(env, cri, pod, target)
     env.wait_gone(os.path.dirname(target))
     assert elapsed < 5.0, f"unpublished {elapsed:.2f}s after the container stopped"
+

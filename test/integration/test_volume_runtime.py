@@ -47,17 +47,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(env, cri, metrics_port=None):
-    """kvolumed with the runtime gate on, optionally with /volumes."""
+def start(env, cri, metrics_port=None, libcurl="system"):
+    """kvolumed with the runtime gate on, optionally with /volumes, and with
+    this machine's libcurl (7.88: a connection per call) or libcurl 8 from
+    bookworm-backports (connections reused and multiplexed)."""
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
-    if metrics_port is None:
+    if metrics_port is None and libcurl == "system":
         return env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
+    agent_env = None
+    if libcurl == "curl8":
+        from integration.test_csi_client import curl8_libdir
+        agent_env = dict(os.environ, LD_LIBRARY_PATH=curl8_libdir())
     path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
                         f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
                         f"[runtime]\nendpoint = {cri.endpoint}\n")
-    text = open(path).read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{metrics_port}\n")
-    open(path, "w").write(text)
-    env.agent = env.start_agent(path)
+    if metrics_port is not None:
+        text = open(path).read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{metrics_port}\n")
+        open(path, "w").write(text)
+    env.agent = env.start_agent(path, env=agent_env)
     return env.agent
 
 
@@ -285,12 +292,15 @@ def rounds(cri, since, until=None):
     return [t for t, m in cri.requests(since) if m == "ListContainers" and (until is None or t < until)]
 
 
-def test_events_unpublish_follows_the_stop_without_polling(volume_env, mock_cri_events):
+@pytest.mark.parametrize("libcurl", ["system", "curl8"])
+def test_events_unpublish_follows_the_stop_without_polling(volume_env, mock_cri_events, libcurl):
     """With GetContainerEvents, a waiting pod is asked about again when the
     runtime says one of its containers stopped, not on a timer: no round at
-    all while the container runs, one right after its stop event."""
+    all while the container runs, one right after its stop event.  With
+    libcurl 8 too, where unary calls share connections: the never-ending
+    stream has its own, and holds none of them back."""
     env, cri = volume_env, mock_cri_events
-    start(env, cri)
+    start(env, cri, libcurl=libcurl)
     wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed to the runtime's events")
     pod, target = running_pod(env, cri, "web")
     since = time.monotonic()
@@ -330,12 +340,13 @@ def test_events_unimplemented_falls_back_to_polling(volume_env, mock_cri):
     assert [m for _, m in cri.requests()].count("GetContainerEvents") == 1  # not asked again
 
 
-def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events):
+@pytest.mark.parametrize("libcurl", ["system", "curl8"])
+def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events, libcurl):
     """The stream broken (a runtime restart, a reset connection): the gate
     polls while pods wait, and subscribes again with a backoff; events work
     again on the new stream."""
     env, cri = volume_env, mock_cri_events
-    start(env, cri)
+    start(env, cri, libcurl=libcurl)
     wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed")
     pod, target = running_pod(env, cri, "web")
     since = time.monotonic()

@@ -310,7 +310,10 @@ def test_events_unpublish_follows_the_stop_without_polling(volume_env, mock_cri_
     # The polling fallback would ask at +0.1, +0.3, +0.7, +1.5 s: an
     # observation window long enough to see it.
     wait_until(lambda: time.monotonic() > held + 1.6, what="the observation window")
-    assert rounds(cri, held + 0.001) == [], "the runtime was polled while the stream was open"
+    # A reconcile pass that finds the answer older than 1 s asks once more
+    # (an API event arriving late on a loaded machine); polling asks 4 times.
+    extra = rounds(cri, held + 0.001)
+    assert len(extra) <= 1, f"the runtime was polled while the stream was open: {extra}"
     assert os.path.ismount(target) and not unpublished(env, target)
 
     elapsed = release_and_time(env, cri, pod, target)

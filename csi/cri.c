@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "csi/cri.h"
@@ -9,10 +10,13 @@
 
 #define CRI_LIST_CONTAINERS "/runtime.v1.RuntimeService/ListContainers"
 #define CRI_LIST_SANDBOXES "/runtime.v1.RuntimeService/ListPodSandbox"
+#define CRI_GET_EVENTS "/runtime.v1.RuntimeService/GetContainerEvents"
 /* kubelet's label on every container it creates; another runner may not set it. */
 #define CRI_POD_UID_LABEL "io.kubernetes.pod.uid"
 /* A node with thousands of exited containers answers large lists. */
 #define CRI_MAX_RECEIVE (16u * 1024u * 1024u)
+/* A list of a few hundred containers in one read (see grpc.c). */
+#define CRI_RECEIVE_BUFFER (512u * 1024u)
 
 struct CriClient {
         GrpcTransport *transport;
@@ -26,6 +30,13 @@ struct CriClient {
         size_t containers_size;
         cri_answer_t done;
         void *userdata;
+
+        /* The event stream. */
+        GrpcCall *stream;
+        uint64_t n_events;
+        cri_event_t on_event;
+        cri_events_end_t on_end;
+        void *events_userdata;
 };
 
 static void strv_free(char **v) {
@@ -126,7 +137,10 @@ int cri_client_new(sd_event *event, const char *endpoint, uint64_t timeout_usec,
                 return -ENOMEM;
         /* Its own transport: a runtime is not a CSI driver, and its calls
          * must never queue behind a driver's. */
-        r = grpc_transport_new(event, &(GrpcTransportOptions){ .max_receive_bytes = CRI_MAX_RECEIVE }, &c->transport);
+        r = grpc_transport_new(event,
+                               &(GrpcTransportOptions){ .max_receive_bytes = CRI_MAX_RECEIVE,
+                                                        .receive_buffer_bytes = CRI_RECEIVE_BUFFER },
+                               &c->transport);
         if (r < 0)
                 return r;
         r = grpc_channel_new(c->transport, path, 2, &c->channel);
@@ -141,6 +155,7 @@ CriClient *cri_client_free(CriClient *c) {
                 return NULL;
         if (c->call)
                 grpc_call_cancel(c->call);
+        cri_client_unsubscribe(c);
         free(c->containers);
         grpc_channel_unref(c->channel);
         grpc_transport_free(c->transport);
@@ -242,4 +257,102 @@ int cri_client_list_running_pods(CriClient *c, cri_answer_t done, void *userdata
         c->done = done;
         c->userdata = userdata;
         return 0;
+}
+
+int cri_event_decode(const uint8_t *data, size_t size, CriEvent *ret, void **ret_owner) {
+        Runtime__V1__ContainerEventResponse *e;
+        const Runtime__V1__PodSandboxStatus *sb;
+
+        e = runtime__v1__container_event_response__unpack(NULL, size, data);
+        if (!e)
+                return -EBADMSG;
+        sb = e->pod_sandbox_status;
+        *ret = (CriEvent){
+                .type = (CriEventType) e->container_event_type,
+                .container_id = e->container_id,
+                .sandbox_id = sb && !isempty(sb->id) ? sb->id : NULL,
+                .pod_uid = sb && sb->metadata && !isempty(sb->metadata->uid) ? sb->metadata->uid : NULL,
+                .created_at_nsec = e->created_at,
+        };
+        *ret_owner = e;
+        return 0;
+}
+
+void cri_event_owner_free(void *owner) {
+        if (owner)
+                runtime__v1__container_event_response__free_unpacked(owner, NULL);
+}
+
+static const char *event_type_name(CriEventType t) {
+        static const char *const names[] = { "CONTAINER_CREATED_EVENT", "CONTAINER_STARTED_EVENT",
+                                             "CONTAINER_STOPPED_EVENT", "CONTAINER_DELETED_EVENT" };
+        return (unsigned) t < ELEMENTSOF(names) ? names[t] : "unknown event";
+}
+
+static void on_event_message(GrpcCall *g, const uint8_t *data, size_t size, void *userdata) {
+        CriClient *c = userdata;
+        void *owner = NULL;
+        CriEvent e;
+
+        if (cri_event_decode(data, size, &e, &owner) < 0) {
+                /* It may have been the stop a pod waits for: the owner asks again. */
+                log_warning("Container runtime %s sent an event that does not decode (%zu bytes)", c->endpoint,
+                            size);
+                c->on_event(c, &(CriEvent){ .type = CRI_EVENT_UNDECODABLE }, c->events_userdata);
+                return;
+        }
+        c->n_events++;
+        LogFields f = { .pod_uid = e.pod_uid, .csi_method = "GetContainerEvents" };
+        log_fields(LOG_DEBUG, &f, "Container runtime %s: %s for %s %s of pod %s", c->endpoint,
+                   event_type_name(e.type), e.sandbox_id && streq(e.container_id, e.sandbox_id) ? "sandbox" : "container",
+                   strempty(e.container_id), strempty(e.pod_uid));
+        c->on_event(c, &e, c->events_userdata);
+        cri_event_owner_free(owner);
+}
+
+static void on_events_end(GrpcCall *g, const GrpcResult *r, void *userdata) {
+        CriClient *c = userdata;
+        uint64_t n = c->n_events;
+
+        c->stream = NULL;
+        LogFields f = { .csi_method = "GetContainerEvents", .csi_code = csi_code_name(r->code) };
+        log_fields(LOG_DEBUG, &f, "Event stream of container runtime %s ended after %" PRIu64 " events: %s: %s",
+                   c->endpoint, n, csi_code_name(r->code), r->message);
+        c->on_end(c, r->code, r->message, n, c->events_userdata);
+}
+
+int cri_client_subscribe(CriClient *c, cri_event_t on_event, cri_events_end_t on_end, void *userdata) {
+        Runtime__V1__GetEventsRequest req = RUNTIME__V1__GET_EVENTS_REQUEST__INIT;
+        uint8_t buf[16];
+        size_t size = protobuf_c_message_get_packed_size(&req.base);
+        int r;
+
+        if (!on_event || !on_end)
+                return -EINVAL;
+        if (c->stream)
+                return -EBUSY;
+        if (size > sizeof buf)
+                return -EINVAL;
+        (void) protobuf_c_message_pack(&req.base, buf);
+        c->on_event = on_event;
+        c->on_end = on_end;
+        c->events_userdata = userdata;
+        c->n_events = 0;
+        r = grpc_channel_stream(c->channel, CRI_GET_EVENTS, buf, size, on_event_message, on_events_end, c, &c->stream);
+        if (r < 0)
+                return r;
+        LogFields f = { .csi_method = "GetContainerEvents" };
+        log_fields(LOG_DEBUG, &f, "Subscribed to the events of container runtime %s", c->endpoint);
+        return 0;
+}
+
+void cri_client_unsubscribe(CriClient *c) {
+        if (!c->stream)
+                return;
+        grpc_call_cancel(c->stream);
+        c->stream = NULL;
+}
+
+bool cri_client_subscribed(CriClient *c) {
+        return c->stream != NULL;
 }

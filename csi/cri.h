@@ -49,7 +49,50 @@ const char *cri_client_endpoint(CriClient *c);
 int cri_client_list_running_pods(CriClient *c, cri_answer_t done, void *userdata);
 bool cri_client_busy(CriClient *c);
 
+/* ---- the event stream (GetContainerEvents) -------------------------------- */
+
+typedef enum CriEventType {
+        CRI_EVENT_UNDECODABLE = -1, /* a message we could not read: anything may have changed */
+        CRI_EVENT_CONTAINER_CREATED = 0,
+        CRI_EVENT_CONTAINER_STARTED = 1,
+        CRI_EVENT_CONTAINER_STOPPED = 2,
+        CRI_EVENT_CONTAINER_DELETED = 3,
+} CriEventType;
+
+/* One event.  A sandbox's own events name the sandbox as the container
+ * (containerd).  The strings are valid during the callback only; sandbox_id
+ * and pod_uid are NULL when the runtime sent no sandbox status (it can, for
+ * a sandbox already gone). */
+typedef struct CriEvent {
+        CriEventType type;
+        const char *container_id;
+        const char *sandbox_id;
+        const char *pod_uid;
+        int64_t created_at_nsec;
+} CriEvent;
+
+typedef void (*cri_event_t)(CriClient *c, const CriEvent *event, void *userdata);
+/* The stream ended (never after cri_client_unsubscribe()): UNIMPLEMENTED
+ * from a runtime that does not serve it (containerd before 1.7), OK when the
+ * runtime closed it, any other code when it broke.  n_events: how many it
+ * carried. */
+typedef void (*cri_events_end_t)(CriClient *c, CsiCode code, const char *message, uint64_t n_events,
+                                 void *userdata);
+
+/* Opens the stream: -EBUSY when one is open.  Its connection is its own,
+ * beside the unary calls'; it has no deadline and costs nothing while the
+ * runtime has nothing to say. */
+int cri_client_subscribe(CriClient *c, cri_event_t on_event, cri_events_end_t on_end, void *userdata);
+/* Closes it; no callback. */
+void cri_client_unsubscribe(CriClient *c);
+bool cri_client_subscribed(CriClient *c);
+
 /* ---- pure, for the unit tests --------------------------------------------- */
+
+/* Decodes a packed ContainerEventResponse into *ret, whose strings point into
+ * *ret_owner (to free with cri_event_owner_free()).  0, -EBADMSG or -ENOMEM. */
+int cri_event_decode(const uint8_t *data, size_t size, CriEvent *ret, void **ret_owner);
+void cri_event_owner_free(void *owner);
 
 /* From packed ListContainersResponse and ListPodSandboxResponse messages: the
  * sorted, distinct UIDs of the pods with a container in state CREATED,

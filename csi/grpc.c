@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unary gRPC over libcurl: one easy handle per call, HTTP/2 with prior
- * knowledge on the driver's unix socket.  See
+/* Unary and server-streaming gRPC over libcurl: one easy handle per call,
+ * HTTP/2 with prior knowledge on the driver's unix socket.  See
  * shared/reference/grpc-over-libcurl.md for the settings and the libcurl 7.88
  * connection-reuse bug this file designs around. */
 #include <ctype.h>
@@ -25,6 +25,7 @@ struct GrpcTransport {
         sd_event *event;
         CurlLoop *loop;
         size_t max_receive;
+        size_t receive_buffer; /* 0: curl's default */
         bool reuse;
         char *user_agent;
         GrpcCall *calls; /* every call not yet completed, so that free can cancel them */
@@ -65,6 +66,14 @@ struct GrpcCall {
         char *grpc_message;
         bool too_big;
         char errbuf[CURL_ERROR_SIZE];
+
+        /* A server-streaming call: body holds the bytes not yet delivered. */
+        bool stream;
+        bool ended; /* curl is done with it; end_code/end_message wait for the messages before them */
+        grpc_stream_message_t on_message;
+        sd_event_source *deliver; /* defer source: messages and the end reach the owner from the loop */
+        CsiCode end_code;
+        char *end_message;
 };
 
 static uint64_t now_usec(void) {
@@ -90,6 +99,7 @@ int grpc_transport_new(sd_event *event, const GrpcTransportOptions *o, GrpcTrans
                 return -ENOMEM;
         t->event = sd_event_ref(event);
         t->max_receive = o && o->max_receive_bytes ? o->max_receive_bytes : GRPC_DEFAULT_MAX_RECEIVE;
+        t->receive_buffer = o ? MIN(o->receive_buffer_bytes, (size_t) CURL_MAX_READ_SIZE) : 0;
         t->reuse = (!o || o->reuse == CSI_CONNECTION_REUSE_AUTO) && curl_can_reuse_h2c();
         t->user_agent = strdup(o && o->user_agent ? o->user_agent : "kvolumed/" KVOLUMED_VERSION);
         if (!t->user_agent)
@@ -147,6 +157,9 @@ static GrpcCall *call_free(GrpcCall *c) {
         if (!c)
                 return NULL;
         sd_event_source_disable_unref(c->timer);
+        /* Safe from its own callback: sd-event frees a dispatching source afterwards. */
+        sd_event_source_disable_unref(c->deliver);
+        free(c->end_message);
         if (c->easy)
                 curl_easy_cleanup(c->easy);
         curl_slist_free_all(c->headers);
@@ -166,7 +179,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(GrpcCall *, call_free);
 /* Takes the call off the queue or off curl and out of every list; it is then
  * only the caller's.  A running call frees its slot on the channel. */
 static void call_detach(GrpcCall *c) {
-        if (c->state == CALL_QUEUED)
+        if (c->stream) {
+                /* Not counted on the channel; once ended, curl has let go already. */
+                if (!c->ended)
+                        (void) curl_loop_cancel(c->transport->loop, c->easy);
+        } else if (c->state == CALL_QUEUED)
                 queue_remove(c->channel, c);
         else {
                 (void) curl_loop_cancel(c->transport->loop, c->easy);
@@ -280,10 +297,38 @@ static size_t on_header(char *data, size_t size, size_t n, void *userdata) {
         return len;
 }
 
+/* A stream's bytes are kept until the loop delivers their messages: never
+ * from inside curl, where the owner could neither start nor cancel a call. */
+static size_t on_stream_body(GrpcCall *c, const char *data, size_t len) {
+        size_t need = c->body_size + len;
+        /* Room for a few messages that arrive within one read, never unbounded. */
+        size_t limit = 2 * (c->transport->max_receive + GRPC_FRAME_HEADER);
+
+        if (need > limit) {
+                c->too_big = true;
+                return 0;
+        }
+        if (need > c->body_alloc) {
+                size_t a = MIN(limit, MAX(need, MAX((size_t) 256, c->body_alloc * 2)));
+                uint8_t *b = realloc(c->body, a);
+                if (!b)
+                        return 0;
+                c->body = b;
+                c->body_alloc = a;
+        }
+        memcpy(c->body + c->body_size, data, len);
+        c->body_size = need;
+        (void) sd_event_source_set_enabled(c->deliver, SD_EVENT_ONESHOT);
+        return len;
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *userdata) {
         GrpcCall *c = userdata;
         size_t len = size * n, need = c->body_size + len;
         size_t limit = c->transport->max_receive + GRPC_FRAME_HEADER;
+
+        if (c->stream)
+                return on_stream_body(c, data, len);
 
         if (need > limit) {
                 c->too_big = true;
@@ -344,6 +389,46 @@ static CsiCode code_from_curl(CURLcode cc) {
         }
 }
 
+/* The code and message a finished transfer ends with.  For a unary call,
+ * data and size get its response message; a stream's messages went already. */
+static CsiCode end_code(GrpcCall *c, CURLcode cc, char *buf, size_t bufsize, const char **message,
+                        const uint8_t **data, size_t *size) {
+        CsiCode code;
+
+        if (c->too_big) {
+                code = CSI_CODE_RESOURCE_EXHAUSTED;
+                snprintf(buf, bufsize, "grpc: received message larger than max (limit %zu bytes)",
+                         c->transport->max_receive);
+                *message = buf;
+        } else if (cc != CURLE_OK && c->grpc_status < 0) {
+                code = code_from_curl(cc);
+                snprintf(buf, bufsize, "%s on %s: %s",
+                         code == CSI_CODE_DEADLINE_EXCEEDED ? "deadline exceeded" : "connection error",
+                         c->channel->socket_path, c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
+                *message = buf;
+        } else if (c->grpc_status >= 0) {
+                code = (CsiCode) c->grpc_status;
+                *message = c->grpc_message;
+                if (code == CSI_CODE_OK && !c->stream) {
+                        if (grpc_unframe(c->body, c->body_size, data, size) < 0) {
+                                code = CSI_CODE_INTERNAL;
+                                *message = c->body_size == 0 ? "grpc: no response message with status OK"
+                                                             : "grpc: malformed or compressed response message";
+                        } else
+                                *message = NULL;
+                } else if (code == CSI_CODE_OK)
+                        *message = NULL;
+        } else if (c->http_status != 200) {
+                code = grpc_code_from_http_status(c->http_status);
+                snprintf(buf, bufsize, "unexpected HTTP status code received from server: %ld", c->http_status);
+                *message = buf;
+        } else {
+                code = CSI_CODE_UNKNOWN;
+                *message = "grpc: server sent no grpc-status";
+        }
+        return code;
+}
+
 static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata) {
         GrpcCall *c = userdata;
         _cleanup_(grpc_channel_unrefp) GrpcChannel *ch = grpc_channel_ref(c->channel);
@@ -351,45 +436,86 @@ static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata
         const uint8_t *data = NULL;
         size_t size = 0;
         CsiCode code;
-        const char *message;
+        const char *message = NULL;
 
         /* curl already let go of the handle: only our bookkeeping is left. */
         ch->in_flight--;
         call_unlink_transport(c);
         c->timer = sd_event_source_disable_unref(c->timer);
 
-        if (c->too_big) {
-                code = CSI_CODE_RESOURCE_EXHAUSTED;
-                snprintf(buf, sizeof buf, "grpc: received message larger than max (limit %zu bytes)",
-                         c->transport->max_receive);
-                message = buf;
-        } else if (cc != CURLE_OK && c->grpc_status < 0) {
-                code = code_from_curl(cc);
-                snprintf(buf, sizeof buf, "%s on %s: %s",
-                         code == CSI_CODE_DEADLINE_EXCEEDED ? "deadline exceeded" : "connection error",
-                         c->channel->socket_path, c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc));
-                message = buf;
-        } else if (c->grpc_status >= 0) {
-                code = (CsiCode) c->grpc_status;
-                message = c->grpc_message;
-                if (code == CSI_CODE_OK) {
-                        if (grpc_unframe(c->body, c->body_size, &data, &size) < 0) {
-                                code = CSI_CODE_INTERNAL;
-                                message = c->body_size == 0 ? "grpc: no response message with status OK"
-                                                            : "grpc: malformed or compressed response message";
-                        } else
-                                message = NULL;
-                }
-        } else if (c->http_status != 200) {
-                code = grpc_code_from_http_status(c->http_status);
-                snprintf(buf, sizeof buf, "unexpected HTTP status code received from server: %ld", c->http_status);
-                message = buf;
-        } else {
-                code = CSI_CODE_UNKNOWN;
-                message = "grpc: server sent no grpc-status";
-        }
+        code = end_code(c, cc, buf, sizeof buf, &message, &data, &size);
         channel_dispatch(ch);
         call_complete(c, code, message, data, size);
+}
+
+/* A stream's transfer ended: its end waits for the messages before it. */
+static void on_stream_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata) {
+        GrpcCall *c = userdata;
+        char buf[CURL_ERROR_SIZE + 192];
+        const uint8_t *data = NULL;
+        size_t size = 0;
+        const char *message = NULL;
+
+        c->ended = true;
+        c->end_code = end_code(c, cc, buf, sizeof buf, &message, &data, &size);
+        c->end_message = strdup(strempty(message)); /* NULL on ENOMEM: an empty message */
+        (void) sd_event_source_set_enabled(c->deliver, SD_EVENT_ONESHOT);
+}
+
+static void stream_finish(GrpcCall *c, CsiCode code, const char *message) {
+        call_unlink_transport(c);
+        call_complete(c, code, message, NULL, 0);
+}
+
+/* One message per dispatch, re-armed while more wait: after the owner's
+ * callback, the call may be gone. */
+static int on_stream_deliver(sd_event_source *s, void *userdata) {
+        GrpcCall *c = userdata;
+        const uint8_t *data;
+        size_t size, used;
+        uint8_t *copy;
+        int r;
+
+        r = grpc_next_frame(c->body, c->body_size, c->transport->max_receive, &data, &size, &used);
+        if (r < 0) {
+                char buf[128];
+                snprintf(buf, sizeof buf,
+                         r == -EMSGSIZE ? "grpc: received message larger than max (limit %zu bytes)"
+                                        : "grpc: compressed message in a stream (limit %zu bytes)",
+                         c->transport->max_receive);
+                if (!c->ended) {
+                        (void) curl_loop_cancel(c->transport->loop, c->easy);
+                        c->ended = true;
+                }
+                stream_finish(c, r == -EMSGSIZE ? CSI_CODE_RESOURCE_EXHAUSTED : CSI_CODE_INTERNAL, buf);
+                return 0;
+        }
+        if (r > 0) {
+                copy = malloc(MAX(size, (size_t) 1));
+                if (copy && size > 0)
+                        memcpy(copy, data, size);
+                if (!copy) {
+                        /* Try again on the next iteration rather than lose a message. */
+                        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                        return 0;
+                }
+                memmove(c->body, c->body + used, c->body_size - used);
+                c->body_size -= used;
+                if (c->ended || (c->body_size >= GRPC_FRAME_HEADER &&
+                                 grpc_next_frame(c->body, c->body_size, c->transport->max_receive, &data, &size,
+                                                 &used) != 0))
+                        (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+                c->on_message(c, copy, size, c->userdata);
+                free(copy);
+                return 0;
+        }
+        if (!c->ended)
+                return 0; /* the rest of the frame comes with the next bytes */
+        if (c->end_code == CSI_CODE_OK && c->body_size > 0)
+                stream_finish(c, CSI_CODE_INTERNAL, "grpc: stream ended inside a message");
+        else
+                stream_finish(c, c->end_code, c->end_message);
+        return 0;
 }
 
 static int call_start(GrpcCall *c) {
@@ -434,6 +560,14 @@ static int call_start(GrpcCall *c) {
             curl_easy_setopt(e, CURLOPT_HEADERDATA, c) != CURLE_OK ||
             curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->errbuf) != CURLE_OK)
                 return -EIO;
+        /* libcurl 7.88 on the multi socket interface stalls some 200 ms on
+         * an HTTP/2 response larger than its receive buffer (16 KiB by
+         * default): a CRI list of 100 pods took 400 ms a round.  A buffer
+         * that holds the whole answer avoids it; not for streams, whose
+         * messages are small and whose buffer would stay for good. */
+        if (t->receive_buffer > 0 && !c->stream &&
+            curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long) t->receive_buffer) != CURLE_OK)
+                return -EIO;
         if (remaining > 0 &&
             curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) (remaining / USEC_PER_MSEC + CURL_BACKSTOP_MSEC)) != CURLE_OK)
                 return -EIO;
@@ -442,15 +576,16 @@ static int call_start(GrpcCall *c) {
          * the first call on that connection is cancelled (test_cancel[curl8]).
          * Without it a burst may open a few connections before the first one
          * is known to multiplex; later calls share one. */
-        if (!t->reuse && (curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L) != CURLE_OK ||
-                          curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L) != CURLE_OK))
+        if ((!t->reuse || c->stream) && (curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L) != CURLE_OK ||
+                                          curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L) != CURLE_OK))
                 return -EIO;
 
-        r = curl_loop_add(t->loop, e, on_curl_done, c);
+        r = curl_loop_add(t->loop, e, c->stream ? on_stream_curl_done : on_curl_done, c);
         if (r < 0)
                 return r;
         c->state = CALL_RUNNING;
-        c->channel->in_flight++;
+        if (!c->stream)
+                c->channel->in_flight++;
         return 0;
 }
 
@@ -487,19 +622,16 @@ static int on_deadline(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-int grpc_channel_call(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size, uint64_t timeout_usec,
-                      grpc_call_done_t done, void *userdata, GrpcCall **ret) {
+static int call_new(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size, grpc_call_done_t done,
+                    void *userdata, GrpcCall **ret) {
         _cleanup_(call_freep) GrpcCall *c = NULL;
-        GrpcTransport *t;
-        int r;
 
         if (!ch || !path || path[0] != '/' || !done || (size > 0 && !msg) || size > UINT32_MAX)
                 return -EINVAL;
-        t = ch->transport;
         c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        c->transport = t;
+        c->transport = ch->transport;
         c->channel = grpc_channel_ref(ch);
         c->grpc_status = -1;
         c->done = done;
@@ -520,6 +652,29 @@ int grpc_channel_call(GrpcChannel *ch, const char *path, const uint8_t *msg, siz
         c->request[4] = (uint8_t) size;
         if (size > 0)
                 memcpy(c->request + GRPC_FRAME_HEADER, msg, size);
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+static void call_link_transport(GrpcCall *c) {
+        GrpcTransport *t = c->transport;
+
+        c->t_next = t->calls;
+        if (t->calls)
+                t->calls->t_prev = c;
+        t->calls = c;
+}
+
+int grpc_channel_call(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size, uint64_t timeout_usec,
+                      grpc_call_done_t done, void *userdata, GrpcCall **ret) {
+        _cleanup_(call_freep) GrpcCall *c = NULL;
+        GrpcTransport *t;
+        int r;
+
+        r = call_new(ch, path, msg, size, done, userdata, &c);
+        if (r < 0)
+                return r;
+        t = ch->transport;
 
         if (timeout_usec > 0) {
                 c->deadline_usec = c->start_usec + timeout_usec;
@@ -540,10 +695,34 @@ int grpc_channel_call(GrpcChannel *ch, const char *path, const uint8_t *msg, siz
                 queue_append(ch, c);
         }
 
-        c->t_next = t->calls;
-        if (t->calls)
-                t->calls->t_prev = c;
-        t->calls = c;
+        call_link_transport(c);
+        if (ret)
+                *ret = c;
+        TAKE_PTR(c);
+        return 0;
+}
+
+int grpc_channel_stream(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size,
+                        grpc_stream_message_t on_message, grpc_call_done_t done, void *userdata, GrpcCall **ret) {
+        _cleanup_(call_freep) GrpcCall *c = NULL;
+        int r;
+
+        if (!on_message)
+                return -EINVAL;
+        r = call_new(ch, path, msg, size, done, userdata, &c);
+        if (r < 0)
+                return r;
+        c->stream = true;
+        c->on_message = on_message;
+        r = sd_event_add_defer(ch->transport->event, &c->deliver, on_stream_deliver, c);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(c->deliver, SD_EVENT_OFF);
+        (void) sd_event_source_set_description(c->deliver, "grpc-stream");
+        r = call_start(c);
+        if (r < 0)
+                return r;
+        call_link_transport(c);
         if (ret)
                 *ret = c;
         TAKE_PTR(c);
@@ -554,7 +733,7 @@ void grpc_call_cancel(GrpcCall *c) {
         if (!c)
                 return;
         _cleanup_(grpc_channel_unrefp) GrpcChannel *ch = grpc_channel_ref(c->channel);
-        bool was_running = c->state == CALL_RUNNING;
+        bool was_running = c->state == CALL_RUNNING && !c->stream;
 
         call_detach(c);
         call_free(c);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* Unary gRPC calls over HTTP/2 cleartext on unix sockets, with libcurl's multi
- * interface on sd-event.  Internal to csi/: the typed client (client.c) and
+/* Unary and server-streaming gRPC calls over HTTP/2 cleartext on unix
+ * sockets, with libcurl's multi interface on sd-event.  Internal to csi/: the typed client (client.c) and
  * plugin registration (registration.c) sit on it; other modules use csi/csi.h.
  *
  * The message bytes are opaque here: callers pack and unpack protobuf. */
@@ -24,6 +24,10 @@ typedef struct GrpcCall GrpcCall;
 
 typedef struct GrpcTransportOptions {
         size_t max_receive_bytes; /* 0: 4 MiB */
+        /* curl's receive buffer per unary call (CURLOPT_BUFFERSIZE, at most
+         * 512 KiB); 0: curl's 16 KiB.  Larger for servers whose answers are
+         * large (see grpc.c). */
+        size_t receive_buffer_bytes;
         CsiConnectionReuse reuse;
         const char *user_agent; /* NULL: "kvolumed/<version>" */
 } GrpcTransportOptions;
@@ -64,8 +68,27 @@ unsigned grpc_channel_queued(GrpcChannel *ch);
  * the call in *ret (optional), or -errno without calling back. */
 int grpc_channel_call(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size, uint64_t timeout_usec,
                       grpc_call_done_t done, void *userdata, GrpcCall **ret);
-/* Withdraws a call that has not completed; its callback is not called. */
+/* Withdraws a call that has not completed; its callback is not called.
+ * Allowed from a stream's message callback. */
 void grpc_call_cancel(GrpcCall *call);
+
+/* A server-streaming call: each response message as soon as its frame is
+ * complete, one per callback, from the loop (never from inside curl, so the
+ * callback may start calls or cancel this one); "data" is valid during the
+ * callback only. */
+typedef void (*grpc_stream_message_t)(GrpcCall *call, const uint8_t *data, size_t size, void *userdata);
+
+/* Starts a server-streaming call of "path" with the packed request "msg".
+ * It has no deadline and runs until the server ends it, the connection
+ * breaks, or it is cancelled; "done" then reports the end, after every
+ * message received before it (code OK when the server closed the stream
+ * normally; result->data is always NULL).  A stream always has a connection
+ * of its own, whatever the transport's reuse: a never-ending transfer must
+ * not be the one others wait to share a connection with (libcurl 8.x), nor
+ * take unary calls down with it when it breaks.  It takes no slot of the
+ * channel's in-flight limit. */
+int grpc_channel_stream(GrpcChannel *ch, const char *path, const uint8_t *msg, size_t size,
+                        grpc_stream_message_t on_message, grpc_call_done_t done, void *userdata, GrpcCall **ret);
 
 /* ---- pure helpers, exposed for the unit tests ----------------------------- */
 
@@ -84,3 +107,8 @@ void grpc_format_timeout(uint64_t usec, char buf[static 16]);
 /* Reads the 5-byte prefixed message in a response body: exactly one
  * uncompressed message.  0 with ret_data and ret_size set, or -EBADMSG. */
 int grpc_unframe(const uint8_t *body, size_t size, const uint8_t **ret_data, size_t *ret_size);
+/* The first of the messages in a stream's bytes: 1 with the message and the
+ * bytes it took (prefix included), 0 while the frame is incomplete, -EBADMSG
+ * for a compressed message, -EMSGSIZE for one declared larger than "max". */
+int grpc_next_frame(const uint8_t *buf, size_t size, size_t max, const uint8_t **ret_data, size_t *ret_size,
+                    size_t *ret_consumed);

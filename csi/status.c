@@ -140,3 +140,23 @@ int grpc_unframe(const uint8_t *body, size_t size, const uint8_t **ret_data, siz
         *ret_size = len;
         return 0;
 }
+
+int grpc_next_frame(const uint8_t *buf, size_t size, size_t max, const uint8_t **ret_data, size_t *ret_size,
+                    size_t *ret_consumed) {
+        uint32_t len;
+
+        if (size < GRPC_FRAME_HEADER)
+                return 0;
+        /* No grpc-encoding was offered: a compressed message is a protocol error. */
+        if (buf[0] != 0)
+                return -EBADMSG;
+        len = (uint32_t) buf[1] << 24 | (uint32_t) buf[2] << 16 | (uint32_t) buf[3] << 8 | buf[4];
+        if ((size_t) len > max)
+                return -EMSGSIZE;
+        if (size - GRPC_FRAME_HEADER < (size_t) len)
+                return 0;
+        *ret_data = buf + GRPC_FRAME_HEADER;
+        *ret_size = len;
+        *ret_consumed = GRPC_FRAME_HEADER + (size_t) len;
+        return 1;
+}

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "csi/cri.h"
@@ -12,6 +13,22 @@
 /* An answer older than this is asked again: a teardown retried later must
  * not rely on what the runtime said before a container could be restarted. */
 #define ANSWER_TTL_USEC USEC_PER_SEC
+/* With the event stream up, a waiting pod is asked about again when an event
+ * names it; this slow re-check is only the net for an event that never
+ * comes: containerd 1.7 drops events when its queue (1000) is full and hands
+ * each event to one subscriber only (GetContainerEvents, containerd#7318), so
+ * another subscriber on the node takes some.  Kubelet's evented PLEG keeps a
+ * 300 s relist for the same reason; a pod that waits costs us more. */
+#define SAFETY_NET_USEC (10 * USEC_PER_SEC)
+/* Subscribing again after the stream broke. */
+#define STREAM_RETRY_MIN_USEC (500 * USEC_PER_MSEC)
+#define STREAM_RETRY_MAX_USEC (30 * USEC_PER_SEC)
+
+typedef enum StreamState {
+        STREAM_DOWN,     /* broken or not yet open: poll with the backoff, subscribe again later */
+        STREAM_UP,       /* events say when to ask again */
+        STREAM_UNSERVED, /* the runtime does not serve it: poll with the backoff */
+} StreamState;
 
 typedef struct Waiter {
         uint64_t since;      /* when the pod's teardown first asked: answers from rounds started before do not do */
@@ -42,6 +59,15 @@ struct RuntimeGate {
         bool unreachable;
         char *reason_unreachable;
         uint64_t errors, rounds;
+
+        /* GetContainerEvents, open for the gate's whole life (see runtime.h). */
+        StreamState stream;
+        sd_event_source *resubscribe;
+        uint64_t stream_backoff_usec;
+        bool recheck;       /* an event named a waiting pod after the round in flight started */
+        bool said_unserved; /* logged once per process */
+        bool said_down;     /* logged once until the stream carries events again */
+        uint64_t events;
 };
 
 static uint64_t now(RuntimeGate *g) {
@@ -60,6 +86,7 @@ static bool answer_names(RuntimeGate *g, const char *uid) {
 }
 
 static void start_round(RuntimeGate *g);
+static void subscribe(RuntimeGate *g);
 
 /* Pods no pass asked about since the last answer no longer wait (their
  * volumes went, or the pod is wanted again). */
@@ -99,12 +126,27 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static void arm_timer(RuntimeGate *g) {
+        bool net = g->stream == STREAM_UP && !g->unreachable;
+
         if (g->timer)
                 return;
-        if (sd_event_add_time_relative(g->event, &g->timer, CLOCK_MONOTONIC, g->backoff_usec, 10 * USEC_PER_MSEC,
-                                       on_timer, g) < 0)
+        if (sd_event_add_time_relative(g->event, &g->timer, CLOCK_MONOTONIC, net ? SAFETY_NET_USEC : g->backoff_usec,
+                                       10 * USEC_PER_MSEC, on_timer, g) < 0)
                 return;
-        g->backoff_usec = MIN(g->backoff_usec * 2, GATE_BACKOFF_MAX_USEC);
+        (void) sd_event_source_set_description(g->timer, net ? "runtime-safety-net" : "runtime-backoff");
+        if (!net)
+                g->backoff_usec = MIN(g->backoff_usec * 2, GATE_BACKOFF_MAX_USEC);
+}
+
+/* The stream went: the pods that waited for their events are polled again,
+ * from the shortest backoff, since an event may have been lost with it. */
+static void rearm_polling(RuntimeGate *g) {
+        if (count_waiting(g) == 0)
+                return;
+        g->timer = sd_event_source_disable_unref(g->timer);
+        g->backoff_usec = GATE_BACKOFF_MIN_USEC;
+        if (!cri_client_busy(g->cri))
+                arm_timer(g);
 }
 
 static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
@@ -128,9 +170,13 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
                 arm_timer(g);
                 return;
         }
-        if (g->unreachable)
+        if (g->unreachable) {
                 log_notice("Container runtime %s answers again; teardowns that waited for it go on",
                            cri_client_endpoint(c));
+                /* Restarted, perhaps upgraded: it may serve the events now. */
+                if (g->stream == STREAM_UNSERVED)
+                        subscribe(g);
+        }
         g->unreachable = false;
 
         size_t n = 0;
@@ -164,6 +210,9 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
         else
                 g->backoff_usec = GATE_BACKOFF_MIN_USEC;
         g->wake(g->userdata);
+        /* An event came while this round ran: it may predate the stop. */
+        if (g->recheck)
+                start_round(g);
 }
 
 static void start_round(RuntimeGate *g) {
@@ -171,6 +220,7 @@ static void start_round(RuntimeGate *g) {
 
         if (cri_client_busy(g->cri))
                 return;
+        g->recheck = false;
         g->round_started = now(g);
         r = cri_client_list_running_pods(g->cri, on_answer, g);
         if (r < 0) {
@@ -255,6 +305,103 @@ void runtime_gate_get_stats(RuntimeGate *g, RuntimeGateStats *ret) {
                                    .waiting = count_waiting(g) };
 }
 
+static bool waits_for_runtime(RuntimeGate *g, const char *pod_uid) {
+        Waiter *w;
+
+        if (!pod_uid)
+                return count_waiting(g) > 0; /* which pod, the runtime did not say */
+        w = hashmap_get(g->waiters, pod_uid);
+        return w && !w->allowed;
+}
+
+static void on_event(CriClient *c, const CriEvent *e, void *userdata) {
+        RuntimeGate *g = userdata;
+
+        g->events++;
+        g->said_down = false;
+        g->stream_backoff_usec = STREAM_RETRY_MIN_USEC; /* it works: a later break retries soon */
+        /* A container created or started frees nothing; a stop or a removal
+         * (of a container or of the sandbox itself) may free its pod. */
+        if (e->type == CRI_EVENT_CONTAINER_CREATED || e->type == CRI_EVENT_CONTAINER_STARTED)
+                return;
+        if (!waits_for_runtime(g, e->pod_uid))
+                return;
+        LogFields f = { .pod_uid = e->pod_uid, .csi_method = "GetContainerEvents" };
+        log_fields(LOG_DEBUG, &f, "Container runtime %s: a container of waiting pod %s stopped or went; asking again",
+                   cri_client_endpoint(c), strempty(e->pod_uid));
+        /* The answer itself comes from a round: an event says when, the lists say what. */
+        if (cri_client_busy(g->cri))
+                g->recheck = true;
+        else
+                start_round(g);
+}
+
+static int on_resubscribe(sd_event_source *s, uint64_t usec, void *userdata) {
+        RuntimeGate *g = userdata;
+
+        g->resubscribe = sd_event_source_disable_unref(g->resubscribe);
+        subscribe(g);
+        return 0;
+}
+
+static void stream_down(RuntimeGate *g, const char *why) {
+        uint64_t delay = g->stream_backoff_usec;
+
+        g->stream = STREAM_DOWN;
+        if (!g->said_down) {
+                LogFields f = { .csi_method = "GetContainerEvents" };
+                log_fields(LOG_NOTICE, &f, "The event stream of container runtime %s is down (%s); pods waiting for "
+                           "teardown are asked about with a backoff, subscribing again in %" PRIu64 " ms",
+                           cri_client_endpoint(g->cri), why, delay / USEC_PER_MSEC);
+        }
+        g->said_down = true;
+        rearm_polling(g);
+        if (g->resubscribe)
+                return;
+        g->stream_backoff_usec = MIN(g->stream_backoff_usec * 2, STREAM_RETRY_MAX_USEC);
+        if (sd_event_add_time_relative(g->event, &g->resubscribe, CLOCK_MONOTONIC, delay, 10 * USEC_PER_MSEC,
+                                       on_resubscribe, g) >= 0)
+                (void) sd_event_source_set_description(g->resubscribe, "runtime-resubscribe");
+}
+
+static void on_stream_end(CriClient *c, CsiCode code, const char *message, uint64_t n_events, void *userdata) {
+        RuntimeGate *g = userdata;
+        _cleanup_free_ char *why = NULL;
+
+        /* A runtime that does not serve the stream (containerd 1.6) says so;
+         * CRI-O without enable_pod_events closes it at once without a word. */
+        if (code == CSI_CODE_UNIMPLEMENTED || (code == CSI_CODE_OK && n_events == 0)) {
+                g->stream = STREAM_UNSERVED;
+                if (!g->said_unserved)
+                        log_info("Container runtime %s does not serve GetContainerEvents (%s); a pod waiting for "
+                                 "teardown is asked about again with a backoff of 100 ms to 1 s",
+                                 cri_client_endpoint(c),
+                                 code == CSI_CODE_OK ? "it closes the stream at once" : "UNIMPLEMENTED");
+                g->said_unserved = true;
+                rearm_polling(g);
+                return;
+        }
+        if (asprintf(&why, "%s: %s", csi_code_name(code), strempty(message)) < 0)
+                why = NULL;
+        stream_down(g, why ?: csi_code_name(code));
+}
+
+static void subscribe(RuntimeGate *g) {
+        int r;
+
+        if (cri_client_subscribed(g->cri))
+                return;
+        r = cri_client_subscribe(g->cri, on_event, on_stream_end, g);
+        if (r < 0) {
+                errno = -r;
+                stream_down(g, strerror(-r));
+                return;
+        }
+        /* Up from here: the runtime sends nothing, not even headers, before
+         * its first event, so there is no later moment to wait for. */
+        g->stream = STREAM_UP;
+}
+
 void volume_manager_get_runtime_stats(VolumeManager *m, VolumeRuntimeStats *ret) {
         RuntimeGateStats s;
 
@@ -284,6 +431,7 @@ int runtime_gate_new(sd_event *event, const char *endpoint, runtime_gate_wake_t 
         g->wake = wake;
         g->userdata = userdata;
         g->backoff_usec = GATE_BACKOFF_MIN_USEC;
+        g->stream_backoff_usec = STREAM_RETRY_MIN_USEC;
         g->waiters = hashmap_new();
         if (!g->waiters)
                 return -ENOMEM;
@@ -291,6 +439,7 @@ int runtime_gate_new(sd_event *event, const char *endpoint, runtime_gate_wake_t 
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the CRI client for %s: %m", endpoint);
         log_info("Asking container runtime %s before any volume is unpublished", endpoint);
+        subscribe(g);
         *ret = TAKE_PTR(g);
         return 0;
 }
@@ -302,6 +451,7 @@ RuntimeGate *runtime_gate_free(RuntimeGate *g) {
                 return NULL;
         cri_client_free(g->cri);
         sd_event_source_disable_unref(g->timer);
+        sd_event_source_disable_unref(g->resubscribe);
         for (size_t i = 0; hashmap_iterate(g->waiters, &i, NULL, &value);)
                 free(value);
         hashmap_free(g->waiters);

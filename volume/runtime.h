@@ -10,13 +10,25 @@
  * API server that does not answer holds every teardown.
  *
  * The runtime is asked only while some pod waits for teardown: a round (two
- * CRI calls for all the pods) when a pod starts waiting, then again with a
- * backoff (100 ms doubling to 1 s) while a waiting pod's containers run or the
- * runtime does not answer; never at rest.  A container that stops frees its
- * pod's volumes within about a second, as in kubelet, which learns it from
- * PLEG's relist of every container every second, whether anything waits or
- * not (pkg/kubelet/pleg/generic.go; ShouldPodRuntimeBeRemoved in
- * pod_workers.go gates the volume manager's removal of the pod). */
+ * CRI calls for all the pods) when a pod starts waiting, then again when the
+ * runtime's GetContainerEvents stream says a container or the sandbox of a
+ * waiting pod stopped or went (the event says when, the lists say what),
+ * with a 10 s re-check as the net for a dropped event.  Without the stream
+ * (UNIMPLEMENTED: containerd 1.6; or broken, until it is subscribed to
+ * again), again with a backoff (100 ms doubling to 1 s) while a waiting pod's
+ * containers run or the runtime does not answer.  Never at rest.
+ *
+ * The stream is open for the gate's whole life, as kubelet's evented PLEG
+ * keeps it (pkg/kubelet/pleg/evented.go), not only while pods wait: the
+ * runtime sends nothing, not even headers, before its first event, so a
+ * subscription opened when a pod starts waiting could never be known to be
+ * in place before the stop it waits for; and containerd keeps up to 1000
+ * undelivered events that a late subscriber would drain first.  An idle
+ * stream costs no call and no wake-up.  Kubelet without evented PLEG (the
+ * default) learns of a stop from PLEG's relist every second, whether
+ * anything waits or not (pkg/kubelet/pleg/generic.go;
+ * ShouldPodRuntimeBeRemoved in pod_workers.go gates the volume manager's
+ * removal of the pod). */
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,8 +1,9 @@
 #!/bin/bash
-# The runtime gate against a real containerd (see runtime_bench.py): builds
-# kvolumed if needed and runs the benchmark in a private mount namespace,
-# root-dir on /var/tmp.
-# Usage (as root): test/bench/runtime.sh [--pods 20] [--hold 2] [--seed 1]
+# Runtime gate benchmark (see runtime_bench.py): the time from the container
+# runtime's "the last container stopped" to NodeUnpublishVolume, with
+# GetContainerEvents and with the polling fallback, in one run.  Builds
+# kvolumed if needed and runs in a private mount namespace, root-dir on /var/tmp.
+# Usage (as root): test/bench/runtime.sh [--pods 100] [--modes events,polling]
 set -u -o pipefail
 . "$(dirname "$0")/../lib/common.sh"
 require_root

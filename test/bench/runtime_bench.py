@@ -1,32 +1,32 @@
 #!/usr/bin/python3
-"""Benchmark of the runtime gate against a real containerd (Debian 12's 1.6),
-run by test/bench/runtime.sh inside a private mount namespace: kvolumed with
-[runtime] endpoint = the containerd of test/doubles/containerd, the fake API
-server and the mock CSI driver in tmpfs mode, root-dir on disk.
+"""The runtime gate's latency (issue 21): kvolumed's own time from "the
+container runtime says the last container of the pod stopped" to
+NodeUnpublishVolume arriving at the CSI driver, for a pod force-deleted from
+the API while its container ran.  Run by test/bench/runtime.sh as root in a
+private mount namespace, root-dir on a disk-backed file system.
 
-For each of N pods, one at a time: an inline volume published, a sandbox
-and a container mounting it, the pod force-deleted, the volume held for
---hold seconds plus a random fraction of the gate's 1 s cap (so that the stop
-falls anywhere between two of its rounds; --hold long enough for its backoff
-to reach the cap, as on a node where a container takes a while to stop),
-then StopContainer.
-Two figures per pod:
-
-  own:   kvolumed's own time, from containerd's first answer to kvolumed's
-         ListContainers that shows the container exited (the line containerd
-         logs as it answers, at trace level) to NodeUnpublishVolume (the
-         driver's call log);
-  total: from StopContainer's answer (the container has exited) to
-         NodeUnpublishVolume: `own` plus the wait for the gate's next round.
-
-Prints one JSON object and a readable summary."""
+One run measures both ways the gate learns of the stop, each on a kvolumed
+of its own against the mock CRI runtime of test/doubles/mockcri (in this
+process) and the mock CSI driver in tmpfs mode:
+  events    the runtime serves GetContainerEvents (containerd >= 1.7): the
+            stop event makes the gate ask again at once;
+  polling   it answers UNIMPLEMENTED (Debian 12's containerd 1.6): the gate
+            asks again with its backoff (100 ms doubling to 1 s).
+For each: --pods pods with an inline volume, all published and running in
+the runtime, all force-deleted from the API (so all wait for teardown, as
+after a node drain); then one pod at a time is stopped in the runtime, a
+random 0-1 s after the previous one's unpublish (so that a stop falls
+anywhere in the polling period), and the time from the mock runtime's
+timestamp of the stop (taken before the change is visible to a List or an
+event) to the driver's timestamp of the NodeUnpublishVolume request is
+recorded.  Both are wall-clock stamps on this machine.  Prints median, p90,
+p99 and max per mode, and writes them as JSON (--json)."""
 import argparse
-import datetime
 import json
 import os
 import platform
 import random
-import signal
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,123 +35,130 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import CallLogTail, kvolumed_path, percentile, pod, start_node, wait  # noqa: E402
-from doubles.containerd import IMAGE, Containerd, PodRunner, build_image  # noqa: E402
+from benchlib import (CallLogTail, kvolumed_path, machine, mounts_under, percentile, pod,  # noqa: E402
+                      start_node, wait)
 from doubles.fakeapi import FakeApiServer  # noqa: E402
-
-GATE_CAP = 1.0  # volume/runtime.c GATE_BACKOFF_MAX_USEC
-SLEEPER = "trap 'exit 0' TERM; while :; do sleep 0.05; done"
+from doubles.mockcri import MockRuntime  # noqa: E402
 
 
-def log_time(line):
-    """The wall time of a containerd log line (time="2026-...Z")."""
-    stamp = line.split('time="', 1)[1].split('"', 1)[0]
-    whole, frac = stamp.rstrip("Z").split(".")
-    t = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
-    return t.timestamp() + float("0." + frac)
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
-def first_answer_exited(ctrd, since, cid):
-    """The time containerd answered a ListContainers, after byte `since` of
-    its log, in which container `cid` is exited (or absent)."""
-    with open(ctrd.log_path, errors="replace") as f:
-        f.seek(since)
-        for line in f:
-            if 'msg="ListContainers with filter' not in line or " returns containers" not in line:
-                continue
-            mine = [c for c in line.split("&Container{")[1:] if c.startswith("Id:" + cid)]
-            if not mine or "State:CONTAINER_EXITED" in mine[0]:
-                return log_time(line)
-    return None
+def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng, log_level):
+    rt = MockRuntime(os.path.join(sockdir, f"cri-{mode}.sock"),
+                     events="stream" if mode == "events" else "unimplemented")
+    rt.start()
+    conf = os.path.join(work, f"kvolumed-{mode}.conf")
+    with open(config) as f, open(conf, "w") as g:
+        g.write(f.read().replace("level = warning", f"level = {log_level}") + f"[runtime]\nendpoint = {rt.endpoint}\n")
+    agent = subprocess.Popen([kvolumed_path(), "--config", conf],
+                             env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),
+                             stderr=open(os.path.join(work, f"kvolumed-{mode}.log"), "w"))
+    try:
+        if mode == "events":
+            wait(lambda: rt.open_streams() == 1, 30, "the event stream", alive=agent)
+        names = [f"{mode}-{i}" for i in range(n_pods)]
+        before = mounts_under(root)
+        uids = []
+        for name in names:
+            uids.append(api.create(pod(name, ["v"]))["metadata"]["uid"])
+        wait(lambda: mounts_under(root) >= before + n_pods, 600, f"{n_pods} volumes published", alive=agent)
+        for name, uid in zip(names, uids):
+            rt.add_pod(uid, name=name)
+        # Force-deleted, all at once; each waits for its container.
+        t_removed = time.monotonic()
+        for name in names:
+            api.remove("pods", "default", name)
+        wait(lambda: any(m == "ListPodSandbox" for _, m in rt.requests(t_removed)), 60,
+             "the gate's first round", alive=agent)
+        time.sleep(1.5)  # every pod's teardown reaches the gate; the polling backoff reaches its 1 s cap
+        assert mounts_under(root) >= before + n_pods, "a volume went while its container ran"
 
+        latencies = []
+        for i, (name, uid) in enumerate(zip(names, uids)):
+            time.sleep(rng.uniform(0.0, 1.0))
+            mark = tail.mark()
+            rt.stop_pod(uid)
+            stopped = rt.changes("stop")[-1][3]
 
-def stats(values):
-    return {"n": len(values), "median": round(statistics.median(values), 1), "p99": round(percentile(values, 99), 1),
-            "min": round(min(values), 1), "max": round(max(values), 1)}
+            def unpublished():
+                return [c for c in tail.since(mark, "NodeUnpublishVolume", code=None)
+                        if f"/pods/{uid}/" in c["request"].get("target_path", "")]
+            wait(lambda: unpublished(), 30, f"NodeUnpublishVolume of {name}", alive=agent)
+            latencies.append(unpublished()[0]["time"] - stopped)
+            if (i + 1) % 25 == 0:
+                log(f"{mode}: {i + 1}/{n_pods}, median so far {statistics.median(latencies) * 1000:.1f} ms")
+        unary = [m for _, m in rt.requests() if m != "GetContainerEvents"]
+        # A round's first call, as the runtime sees it: from its ListContainers
+        # to its ListPodSandbox.
+        lists = [r for r in rt.requests() if r[1] in ("ListContainers", "ListPodSandbox")]
+        gaps = [b[0] - a[0] for a, b in zip(lists, lists[1:])
+                if a[1] == "ListContainers" and b[1] == "ListPodSandbox"]
+        return {"pods": n_pods,
+                "median_ms": round(statistics.median(latencies) * 1000, 2),
+                "p90_ms": round(percentile(latencies, 90) * 1000, 2),
+                "p99_ms": round(percentile(latencies, 99) * 1000, 2),
+                "max_ms": round(max(latencies) * 1000, 2),
+                "min_ms": round(min(latencies) * 1000, 2),
+                "cri_unary_calls": len(unary),
+                "list_containers_to_list_sandboxes_median_ms": round(statistics.median(gaps) * 1000, 2) if gaps else None,
+                "subscriptions": sum(1 for _, m in rt.requests() if m == "GetContainerEvents")}
+    finally:
+        agent.terminate()
+        agent.wait()
+        rt.stop()
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pods", type=int, default=20)
-    ap.add_argument("--hold", type=float, default=2.0, help="seconds a deleted pod's container runs on")
+    ap.add_argument("--pods", type=int, default=100)
+    ap.add_argument("--modes", default="events,polling")
     ap.add_argument("--workdir", default="/var/tmp")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", default="/var/tmp/kvolumed-runtime-bench.json")
+    ap.add_argument("--seed", type=int, default=21)
+    ap.add_argument("--log-level", default="warning", help="kvolumed's; its logs stay in the work directory")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (kvolumed's logs)")
     args = ap.parse_args()
-    rng = random.Random(args.seed)
 
-    work = tempfile.mkdtemp(prefix="kvbench.", dir=args.workdir)
-    sockdir = tempfile.mkdtemp(prefix="kvb.", dir="/tmp")
+    work = tempfile.mkdtemp(prefix="kvruntime.", dir=args.workdir)
+    sockdir = tempfile.mkdtemp(prefix="kvrt.", dir="/tmp")  # socket paths fit in 107 bytes
     root = os.path.join(work, "root")
     os.makedirs(root)
-    fs = subprocess.run(["stat", "-f", "-c", "%T", root], capture_output=True, text=True).stdout.strip()
     api = FakeApiServer(os.path.join(work, "api"), control_port=None, bookmark_interval=60).start()
-    ctrd = Containerd(IMAGE)
-    runner = PodRunner(ctrd)
-    procs = []
-    own, total = [], []
-    result = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "root_dir_fs": fs},
-              "pods": args.pods, "hold_seconds": args.hold}
+    driver = None
+    result = {"machine": machine(root), "kernel": platform.release(), "modes": {}}
     try:
-        ctrd.start()
-        version = runner.wait_ready()
-        result["runtime"] = f"{version.runtime_name} {version.runtime_version}"
-        ctrd.import_image(build_image(os.path.join(ctrd.dir, "busybox.tar")))
         driver, driver_state, config = start_node(api, work, sockdir, root)
-        procs.append(driver)
-        with open(config, "a") as f:
-            f.write(f"[runtime]\nendpoint = {ctrd.endpoint}\n")
-        agent = subprocess.Popen([kvolumed_path(), "--config", config],
-                                 env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr"),
-                                 stderr=open(os.path.join(work, "kvolumed.log"), "w"))
-        procs.append(agent)
-        calls = CallLogTail(os.path.join(driver_state, "calls.jsonl"), alive=agent)
-        for i in range(args.pods):
-            name = f"held-{i}"
-            mark = calls.mark()
-            obj = api.create(pod(name, ["v"]))
-            uid = obj["metadata"]["uid"]
-            target = f"{root}/pods/{uid}/volumes/kubernetes.io~csi/v/mount"
-            calls.wait(mark, "NodePublishVolume", 1, 60, f"publish of {name}")
-            sandbox = runner.run_pod(uid, name)
-            cid = runner.run_container(sandbox, "c", SLEEPER, [(target, "/data", False)])
-            mark = calls.mark()
-            api.remove("pods", "default", name)
-            time.sleep(args.hold + rng.uniform(0, GATE_CAP))  # the container runs on: the gate holds
-            if calls.since(mark, "NodeUnpublishVolume", code=None):
-                raise SystemExit(f"bench: {name}'s volume unpublished under its running container")
-            since = ctrd.log_size()
-            runner.stop_container(cid)
-            stopped = time.time()
-            (call,) = calls.wait(mark, "NodeUnpublishVolume", 1, 30, f"unpublish of {name}")
-            answered = first_answer_exited(ctrd, since, cid)
-            if answered is None:
-                raise SystemExit(f"bench: no ListContainers answer showed {name}'s container exited")
-            own.append((call["time"] - answered) * 1000.0)
-            total.append((call["time"] - stopped) * 1000.0)
-            runner.stop_pod(sandbox)
-            runner.remove_pod(sandbox)
-            wait(lambda: not os.path.exists(os.path.dirname(target)), 30, f"teardown of {name}")
-        result["own_ms"] = stats(own)
-        result["stop_to_unpublish_ms"] = stats(total)
+        tail = CallLogTail(os.path.join(driver_state, "calls.jsonl"), alive=driver)
+        rng = random.Random(args.seed)
+        for mode in args.modes.split(","):
+            log(f"{mode}: {args.pods} pods")
+            result["modes"][mode] = run_mode(mode, api, config, root, work, sockdir, tail, args.pods, rng,
+                                             args.log_level)
+            log(f"{mode}: {result['modes'][mode]}")
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        ctrd.cleanup(runner)
-        runner.close()
+        if driver:
+            driver.terminate()
+            driver.wait()
         api.stop()
-        subprocess.run(["rm", "-rf", work, sockdir])
-    print(json.dumps(result))
-    o, t = result["own_ms"], result["stop_to_unpublish_ms"]
-    print(f"\n{result['runtime']}, {args.pods} pods held {args.hold}-{args.hold + GATE_CAP} s each:\n"
-          f"  kvolumed's own time, containerd's answer that the container stopped -> NodeUnpublishVolume: "
-          f"median {o['median']} ms, p99 {o['p99']} ms (min {o['min']}, max {o['max']})\n"
-          f"  StopContainer answered -> NodeUnpublishVolume (with the wait for the gate's next round): "
-          f"median {t['median']} ms, p99 {t['p99']} ms (min {t['min']}, max {t['max']})", file=sys.stderr)
+        subprocess.run(["umount", "-R", "-l", root], stderr=subprocess.DEVNULL)
+        if args.keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+    print("runtime gate: the runtime's stop → NodeUnpublishVolume at the driver")
+    print(f"{'mode':<10} {'pods':>5} {'median':>10} {'p90':>10} {'p99':>10} {'max':>10} {'CRI calls':>10}")
+    for mode, r in result["modes"].items():
+        print(f"{mode:<10} {r['pods']:>5} {r['median_ms']:>8.1f}ms {r['p90_ms']:>8.1f}ms {r['p99_ms']:>8.1f}ms "
+              f"{r['max_ms']:>8.1f}ms {r['cri_unary_calls']:>10}")
+    m = result["machine"]
+    print(f"machine: {m['cpus']} x {m['cpu']}, kernel {m['kernel']}, Debian {m['debian']}, "
+          f"root-dir on {m['root_dir_fs']}, load {' '.join(m['loadavg'])}")
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

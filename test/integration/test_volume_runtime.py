@@ -19,15 +19,26 @@ from integration.agent_fixtures import DRIVER, wait_until, write_config
 WAIT_LINE = "container runtime"  # part of every gate log line
 
 
-@pytest.fixture
-def mock_cri():
+def _mock_cri(events):
     # A short directory: a socket path must fit in 107 bytes.
     d = tempfile.mkdtemp(prefix="cri-", dir="/tmp")
-    rt = MockRuntime(os.path.join(d, "cri.sock"))
+    rt = MockRuntime(os.path.join(d, "cri.sock"), events=events)
     rt.start()
     yield rt
     rt.stop()
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def mock_cri():
+    """Debian 12's containerd 1.6: no GetContainerEvents."""
+    yield from _mock_cri("unimplemented")
+
+
+@pytest.fixture
+def mock_cri_events():
+    """containerd 1.7 and later: GetContainerEvents streams."""
+    yield from _mock_cri("stream")
 
 
 def free_port():
@@ -36,17 +47,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(env, cri, metrics_port=None):
-    """kvolumed with the runtime gate on, optionally with /volumes."""
+def start(env, cri, metrics_port=None, libcurl="system"):
+    """kvolumed with the runtime gate on, optionally with /volumes, and with
+    this machine's libcurl (7.88: a connection per call) or libcurl 8 from
+    bookworm-backports (connections reused and multiplexed)."""
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
-    if metrics_port is None:
+    if metrics_port is None and libcurl == "system":
         return env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
+    agent_env = None
+    if libcurl == "curl8":
+        from integration.test_csi_client import curl8_libdir
+        agent_env = dict(os.environ, LD_LIBRARY_PATH=curl8_libdir())
     path = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
                         f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
                         f"[runtime]\nendpoint = {cri.endpoint}\n")
-    text = open(path).read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{metrics_port}\n")
-    open(path, "w").write(text)
-    env.agent = env.start_agent(path)
+    if metrics_port is not None:
+        text = open(path).read().replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{metrics_port}\n")
+        open(path, "w").write(text)
+    env.agent = env.start_agent(path, env=agent_env)
     return env.agent
 
 
@@ -188,10 +206,32 @@ def test_no_endpoint_trusts_the_api(volume_env, mock_cri):
     env.agent.wait_for_log("[runtime] endpoint is empty")
 
 
-def test_burst_then_rest_asks_nothing(volume_env, mock_cri):
+def unary(requests):
+    return [r for r in requests if r[1] != "GetContainerEvents"]
+
+
+def cpu_ticks(pid):
+    """utime + stime of the process, in clock ticks (1/100 s)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@pytest.mark.parametrize("events", ["unimplemented", "stream"])
+def test_burst_then_rest_asks_nothing(volume_env, events):
     """A burst of teardowns costs a few rounds for all the pods together, not
-    one per pod; at rest the runtime is not asked at all."""
-    env, cri = volume_env, mock_cri
+    one per pod; at rest the runtime is not asked at all, and the event
+    stream, where the runtime serves it, stays open without waking kvolumed."""
+    env = volume_env
+    cri_gen = _mock_cri(events)
+    cri = next(cri_gen)
+    try:
+        _burst_then_rest(env, cri, events)
+    finally:
+        next(cri_gen, None)
+
+
+def _burst_then_rest(env, cri, events):
     start(env, cri)
     pods = []
     for i in range(8):
@@ -200,16 +240,28 @@ def test_burst_then_rest_asks_nothing(volume_env, mock_cri):
     for pod, target in pods:
         env.wait_mounted(target)
         cri.add_pod(pod["metadata"]["uid"], name=pod["metadata"]["name"], state="EXITED")
-    assert cri.requests() == []  # nothing asked while nothing is torn down
+    # Nothing asked while nothing is torn down; the one subscription, opened
+    # at start-up, is not a question.
+    assert unary(cri.requests()) == []
+    assert [m for _, m in cri.requests()] == ["GetContainerEvents"]
     for pod, _ in pods:
         env.api.remove("pods", "default", pod["metadata"]["name"])
     for _, target in pods:
         env.wait_gone(os.path.dirname(target))
-    burst = cri.requests()
+    burst = unary(cri.requests())
     assert 2 <= len(burst) <= 8, burst  # rounds of 2 calls, far fewer than one per pod
+    if events == "stream":
+        wait_until(lambda: cri.open_streams() == 1, what="the event stream open")
     t = time.monotonic()
+    cpu = cpu_ticks(env.agent.proc.pid)
     time.sleep(3)  # an observation window, not a wait for a condition
-    assert cri.requests(t) == []
+    assert cri.requests(t) == []  # not a call, not a resubscription
+    # The idle stream does not keep the loop busy (a loop spinning on it
+    # would burn the whole window, 300 ticks); the API's watches wake it a
+    # few times, which costs next to nothing.
+    assert cpu_ticks(env.agent.proc.pid) - cpu <= 10
+    if events == "stream":
+        assert cri.open_streams() == 1
 
 
 def test_teardown_found_at_restart_goes_through_the_gate(volume_env, mock_cri):
@@ -234,3 +286,85 @@ def test_reload_names_the_endpoint_as_needing_a_restart(volume_env, mock_cri):
     open(path, "w").write(text)
     env.agent.signal(signal.SIGHUP)
     env.agent.wait_for_log('"runtime.endpoint = unix:///run/crio/crio.sock" takes effect at the next restart')
+
+
+def rounds(cri, since, until=None):
+    return [t for t, m in cri.requests(since) if m == "ListContainers" and (until is None or t < until)]
+
+
+@pytest.mark.parametrize("libcurl", ["system", "curl8"])
+def test_events_unpublish_follows_the_stop_without_polling(volume_env, mock_cri_events, libcurl):
+    """With GetContainerEvents, a waiting pod is asked about again when the
+    runtime says one of its containers stopped, not on a timer: no round at
+    all while the container runs, one right after its stop event.  With
+    libcurl 8 too, where unary calls share connections: the never-ending
+    stream has its own, and holds none of them back."""
+    env, cri = volume_env, mock_cri_events
+    start(env, cri, libcurl=libcurl)
+    wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed to the runtime's events")
+    pod, target = running_pod(env, cri, "web")
+    since = time.monotonic()
+    env.api.remove("pods", "default", "web")
+    wait_held(env, cri, pod, target, since)
+    held = rounds(cri, since)[-1]
+    # The polling fallback would ask at +0.1, +0.3, +0.7, +1.5 s: an
+    # observation window long enough to see it.
+    wait_until(lambda: time.monotonic() > held + 1.6, what="the observation window")
+    # A reconcile pass that finds the answer older than 1 s asks once more
+    # (an API event arriving late on a loaded machine); polling asks 4 times.
+    extra = rounds(cri, held + 0.001)
+    assert len(extra) <= 1, f"the runtime was polled while the stream was open: {extra}"
+    assert os.path.ismount(target) and not unpublished(env, target)
+
+    elapsed = release_and_time(env, cri, pod, target)
+    stopped = cri.changes("stop")[-1][0]
+    assert rounds(cri, stopped), "no round after the stop event"
+    env.wait_gone(os.path.dirname(target))
+    # The safety-net re-check is 10 s away: only the event explains this.
+    assert elapsed < 5.0, f"unpublished {elapsed:.2f}s after the container stopped"
+    assert [m for _, m in cri.requests()].count("GetContainerEvents") == 1
+
+
+def test_events_unimplemented_falls_back_to_polling(volume_env, mock_cri):
+    """containerd 1.6 answers GetContainerEvents with UNIMPLEMENTED: said once
+    at info, and the gate polls with its backoff while a pod waits."""
+    env, cri = volume_env, mock_cri
+    start(env, cri)
+    env.agent.wait_for_log("does not serve GetContainerEvents")
+    pod, target = running_pod(env, cri, "web")
+    since = time.monotonic()
+    env.api.remove("pods", "default", "web")
+    wait_held(env, cri, pod, target, since)
+    wait_until(lambda: len(rounds(cri, since)) >= 3, timeout=15, what="rounds of the polling fallback")
+    elapsed = release_and_time(env, cri, pod, target)
+    env.wait_gone(os.path.dirname(target))
+    assert elapsed < 3.0, f"unpublished {elapsed:.2f}s after the container stopped"
+    assert env.agent.output().count("does not serve GetContainerEvents") == 1
+    assert [m for _, m in cri.requests()].count("GetContainerEvents") == 1  # not asked again
+
+
+@pytest.mark.parametrize("libcurl", ["system", "curl8"])
+def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events, libcurl):
+    """The stream broken (a runtime restart, a reset connection): the gate
+    polls while pods wait, and subscribes again with a backoff; events work
+    again on the new stream."""
+    env, cri = volume_env, mock_cri_events
+    start(env, cri, libcurl=libcurl)
+    wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed")
+    pod, target = running_pod(env, cri, "web")
+    since = time.monotonic()
+    env.api.remove("pods", "default", "web")
+    wait_held(env, cri, pod, target, since)
+    broke = time.monotonic()
+    cri.break_streams()
+    env.agent.wait_for_log("event stream of container runtime")
+    wait_until(lambda: [m for _, m in cri.requests()].count("GetContainerEvents") >= 2 and cri.open_streams() == 1,
+               timeout=15, what="a new subscription")
+    # Between the break and the new stream, polling held the pod.
+    assert rounds(cri, broke), "no round after the stream broke"
+    assert os.path.ismount(target) and not unpublished(env, target)
+    # A stop is seen on the new stream.
+    elapsed = release_and_time(env, cri, pod, target)
+    env.wait_gone(os.path.dirname(target))
+    assert elapsed < 5.0, f"unpublished {elapsed:.2f}s after the container stopped"
+

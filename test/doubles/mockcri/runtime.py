@@ -7,8 +7,23 @@ the filters a real runtime applies, and Version.  Every other method answers
 UNIMPLEMENTED, as the generated servicer base does and as containerd 1.6
 answers GetContainerEvents.  `stop()` makes it unreachable (the socket goes:
 connection refused), `start()` brings it back on the same socket.  Every call
-is logged with its time (`requests()`)."""
+is logged with its time (`requests()`).
+
+`events` picks how GetContainerEvents behaves, as the real runtimes do:
+  "unimplemented"  the default: UNIMPLEMENTED, as Debian 12's containerd 1.6;
+  "stream"         containerd 1.7 and later: a stream that stays open and
+                   carries one ContainerEventResponse per state change of a
+                   container or sandbox (created, started, stopped, deleted;
+                   a sandbox's events name the sandbox as the container, as
+                   containerd does), each with the sandbox's status.  Like
+                   grpc-go, the server sends no response headers before the
+                   first event.  `break_streams(code)` ends the open streams
+                   with an error status, as a runtime restart or a broken
+                   connection does.
+Every state change the test makes is timestamped (`changes()`), so that a
+benchmark can measure from the runtime's change to a driver call."""
 import os
+import queue
 import threading
 import time
 import uuid
@@ -22,7 +37,10 @@ STATES = ("CREATED", "RUNNING", "EXITED", "UNKNOWN")
 
 
 class MockRuntime:
-    def __init__(self, socket_path):
+    def __init__(self, socket_path, events="unimplemented"):
+        if events not in ("unimplemented", "stream"):
+            raise ValueError(f"events mode {events!r}")
+        self.events = events
         self.socket_path = socket_path
         self.endpoint = "unix://" + socket_path
         self.pb, self.pb_grpc = load()
@@ -30,6 +48,8 @@ class MockRuntime:
         self._sandboxes = {}  # id -> dict(uid, name, namespace, state, labels)
         self._containers = {}  # id -> dict(sandbox, name, state, labels)
         self._log = []
+        self._changes = []  # (monotonic time, what, pod uid, wall-clock time)
+        self._streams = []  # one queue.Queue per open GetContainerEvents stream
         self._server = None
 
     # ---- state the test sets ------------------------------------------------
@@ -44,26 +64,83 @@ class MockRuntime:
         with self._lock:
             self._sandboxes[sid] = dict(uid=uid, name=name, namespace=namespace, state="READY", labels=labels,
                                         created=time.time_ns())
+            self._emit(sid, sid, "CONTAINER_CREATED_EVENT")
+            self._emit(sid, sid, "CONTAINER_STARTED_EVENT")
             for c in containers:
-                self._containers[uuid.uuid4().hex] = dict(sandbox=sid, name=c, state=state, labels=dict(labels),
-                                                          created=time.time_ns())
+                cid = uuid.uuid4().hex
+                self._containers[cid] = dict(sandbox=sid, name=c, state=state, labels=dict(labels),
+                                             created=time.time_ns())
+                self._emit(sid, cid, "CONTAINER_CREATED_EVENT")
+                if state != "CREATED":
+                    self._emit(sid, cid, "CONTAINER_STARTED_EVENT")
+                if state == "EXITED":
+                    self._emit(sid, cid, "CONTAINER_STOPPED_EVENT")
+            self._changes.append((time.monotonic(), "add", uid, time.time()))
         return sid
 
     def stop_pod(self, uid):
         """Every container of the pod exits and its sandbox stops."""
         with self._lock:
+            # Timestamped before the change is visible to a List or an event.
+            self._changes.append((time.monotonic(), "stop", uid, time.time()))
             for sid, s in self._sandboxes.items():
                 if s["uid"] == uid:
-                    s["state"] = "NOTREADY"
-                    for c in self._containers.values():
-                        if c["sandbox"] == sid:
+                    for cid, c in self._containers.items():
+                        if c["sandbox"] == sid and c["state"] != "EXITED":
                             c["state"] = "EXITED"
+                            self._emit(sid, cid, "CONTAINER_STOPPED_EVENT")
+                    s["state"] = "NOTREADY"
+                    self._emit(sid, sid, "CONTAINER_STOPPED_EVENT")
 
     def remove_pod(self, uid):
         with self._lock:
+            self._changes.append((time.monotonic(), "remove", uid, time.time()))
             gone = {sid for sid, s in self._sandboxes.items() if s["uid"] == uid}
+            for cid, c in self._containers.items():
+                if c["sandbox"] in gone:
+                    self._emit(c["sandbox"], cid, "CONTAINER_DELETED_EVENT")
+            for sid in gone:
+                self._emit(sid, sid, "CONTAINER_DELETED_EVENT")
             self._sandboxes = {k: v for k, v in self._sandboxes.items() if k not in gone}
             self._containers = {k: v for k, v in self._containers.items() if v["sandbox"] not in gone}
+
+    def changes(self, what=None):
+        """[(monotonic time, what, pod uid, wall-clock time)] of the state
+        changes the test made ("add", "stop", "remove"); the wall-clock time
+        compares with the mock CSI driver's call log."""
+        with self._lock:
+            return [c for c in self._changes if what is None or c[1] == what]
+
+    # ---- the event stream -------------------------------------------------------
+    def _emit(self, sid, cid, kind):
+        """Under the lock: an event to every open stream (CRI-O broadcasts;
+        containerd 1.7 hands each event to one subscriber, which is the same
+        with one)."""
+        if self.events != "stream" or not self._streams:
+            return
+        pb, s = self.pb, self._sandboxes[sid]
+        status = pb.PodSandboxStatus(
+            id=sid, metadata=pb.PodSandboxMetadata(name=s["name"], uid=s["uid"], namespace=s["namespace"]),
+            state=pb.PodSandboxState.Value("SANDBOX_" + s["state"]), created_at=s["created"], labels=s["labels"])
+        statuses = [pb.ContainerStatus(id=k, metadata=pb.ContainerMetadata(name=c["name"]),
+                                       state=pb.ContainerState.Value("CONTAINER_" + c["state"]),
+                                       created_at=c["created"], labels=c["labels"])
+                    for k, c in self._containers.items() if c["sandbox"] == sid]
+        ev = pb.ContainerEventResponse(container_id=cid, container_event_type=pb.ContainerEventType.Value(kind),
+                                       created_at=time.time_ns(), pod_sandbox_status=status,
+                                       containers_statuses=statuses)
+        for q in self._streams:
+            q.put(ev)
+
+    def open_streams(self):
+        with self._lock:
+            return len(self._streams)
+
+    def break_streams(self, code=grpc.StatusCode.UNAVAILABLE):
+        """Ends every open GetContainerEvents stream with `code`."""
+        with self._lock:
+            for q in self._streams:
+                q.put(code)
 
     # ---- the request log --------------------------------------------------------
     def requests(self, since=0.0):
@@ -124,6 +201,26 @@ class MockRuntime:
                             labels=c["labels"]))
                 return pb.ListContainersResponse(containers=out)
 
+            def GetContainerEvents(self, request, context):
+                rt._record("GetContainerEvents")
+                if rt.events != "stream":
+                    context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+                q = queue.Queue()
+                context.add_callback(lambda: q.put(None))  # the client went: end the handler
+                with rt._lock:
+                    rt._streams.append(q)
+                try:
+                    while True:
+                        ev = q.get()
+                        if ev is None:
+                            return
+                        if isinstance(ev, grpc.StatusCode):
+                            context.abort(ev, "event stream broken by the test")
+                        yield ev
+                finally:
+                    with rt._lock:
+                        rt._streams.remove(q)
+
         return Servicer()
 
     # ---- reachability -----------------------------------------------------------
@@ -132,7 +229,7 @@ class MockRuntime:
             return
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         self.pb_grpc.add_RuntimeServiceServicer_to_server(self._servicer(), server)
         server.add_insecure_port("unix:" + self.socket_path)
         server.start()

@@ -136,12 +136,52 @@ static void test_garbage(void **state) {
         strv_free(u);
 }
 
+static void test_event_decode(void **state) {
+        Runtime__V1__PodSandboxMetadata md = RUNTIME__V1__POD_SANDBOX_METADATA__INIT;
+        Runtime__V1__PodSandboxStatus sb = RUNTIME__V1__POD_SANDBOX_STATUS__INIT;
+        Runtime__V1__ContainerEventResponse e = RUNTIME__V1__CONTAINER_EVENT_RESPONSE__INIT;
+        uint8_t buf[256];
+        const uint8_t garbage[] = { 0xff, 0xff, 0xff };
+        size_t n;
+        void *owner = NULL;
+        CriEvent ev;
+
+        md.uid = (char *) UID_A;
+        sb.id = (char *) "sb1";
+        sb.metadata = &md;
+        e.container_id = (char *) "c1";
+        e.container_event_type = RUNTIME__V1__CONTAINER_EVENT_TYPE__CONTAINER_STOPPED_EVENT;
+        e.created_at = 42;
+        e.pod_sandbox_status = &sb;
+        n = runtime__v1__container_event_response__pack(&e, buf);
+        assert_int_equal(cri_event_decode(buf, n, &ev, &owner), 0);
+        assert_int_equal(ev.type, CRI_EVENT_CONTAINER_STOPPED);
+        assert_string_equal(ev.container_id, "c1");
+        assert_string_equal(ev.sandbox_id, "sb1");
+        assert_string_equal(ev.pod_uid, UID_A);
+        assert_int_equal(ev.created_at_nsec, 42);
+        cri_event_owner_free(owner);
+
+        /* A sandbox already gone: no status, so no pod to name. */
+        e.pod_sandbox_status = NULL;
+        e.container_event_type = RUNTIME__V1__CONTAINER_EVENT_TYPE__CONTAINER_DELETED_EVENT;
+        n = runtime__v1__container_event_response__pack(&e, buf);
+        assert_int_equal(cri_event_decode(buf, n, &ev, &owner), 0);
+        assert_int_equal(ev.type, CRI_EVENT_CONTAINER_DELETED);
+        assert_null(ev.sandbox_id);
+        assert_null(ev.pod_uid);
+        cri_event_owner_free(owner);
+
+        assert_int_equal(cri_event_decode(garbage, sizeof garbage, &ev, &owner), -EBADMSG);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_states_count_except_exited),
                 cmocka_unit_test(test_grouped_sorted_distinct),
                 cmocka_unit_test(test_sandbox_uid_wins_label_is_fallback),
                 cmocka_unit_test(test_garbage),
+                cmocka_unit_test(test_event_decode),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,6 +119,30 @@ static void test_unframe(void **state) {
         assert_int_equal(grpc_unframe(NULL, 0, &data, &size), -EBADMSG);
 }
 
+static void test_next_frame(void **state) {
+        /* Two messages and the start of a third, as a stream's bytes arrive. */
+        const uint8_t buf[] = { 0, 0, 0, 0, 2, 'a', 'b', 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 'x' };
+        const uint8_t compressed[] = { 1, 0, 0, 0, 1, 'a' };
+        const uint8_t big[] = { 0, 0, 0, 1, 0 };
+        const uint8_t *data;
+        size_t size, used;
+
+        assert_int_equal(grpc_next_frame(buf, sizeof buf, 16, &data, &size, &used), 1);
+        assert_ptr_equal(data, buf + 5);
+        assert_int_equal(size, 2);
+        assert_int_equal(used, 7);
+        assert_int_equal(grpc_next_frame(buf + 7, sizeof buf - 7, 16, &data, &size, &used), 1);
+        assert_int_equal(size, 0);
+        assert_int_equal(used, 5);
+        assert_int_equal(grpc_next_frame(buf + 12, sizeof buf - 12, 16, &data, &size, &used), 0);
+        assert_int_equal(grpc_next_frame(buf, 4, 16, &data, &size, &used), 0);
+        assert_int_equal(grpc_next_frame(buf, 0, 16, &data, &size, &used), 0);
+        assert_int_equal(grpc_next_frame(compressed, sizeof compressed, 16, &data, &size, &used), -EBADMSG);
+        /* Refused from its prefix alone, before 256 bytes are buffered for it. */
+        assert_int_equal(grpc_next_frame(big, sizeof big, 255, &data, &size, &used), -EMSGSIZE);
+        assert_int_equal(grpc_next_frame(big, sizeof big, 256, &data, &size, &used), 0);
+}
+
 static void check_version(const char *want, size_t n, ...) {
         char *v[8];
         const char *got = NULL;
@@ -152,7 +176,9 @@ int main(void) {
                 cmocka_unit_test(test_code_names),   cmocka_unit_test(test_is_final),
                 cmocka_unit_test(test_http_mapping), cmocka_unit_test(test_code_parse),
                 cmocka_unit_test(test_percent_decode), cmocka_unit_test(test_timeout),
-                cmocka_unit_test(test_unframe),      cmocka_unit_test(test_versions),
+                cmocka_unit_test(test_unframe),
+                cmocka_unit_test(test_next_frame),
+                cmocka_unit_test(test_versions),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

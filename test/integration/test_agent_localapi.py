@@ -390,7 +390,11 @@ def test_volumes_filters_on_both_endpoints(volume_env, sockdir):
     env.pod("other", [claim("data", "lonely")])
     status, _, _ = api_get(sock, f"/v1/pods/{web['metadata']['uid']}/volumes?wait=mounted&timeout=30s")
     assert status == 200
-    wait_until(lambda: api_get(sock, "/volumes")[1]["pending"], what="the claim's wait in /volumes")
+    # The claim's wait settles on "not bound" (after "looking up ..."): the two
+    # endpoints are compared once nothing changes between their answers.
+    wait_until(lambda: any("PVC is not bound" in p.get("message", "")
+                           for p in api_get(sock, "/volumes")[1]["pending"]),
+               what="the claim's settled wait in /volumes")
 
     def both(url):
         s1, b1, _ = api_get(sock, url)
@@ -458,7 +462,11 @@ def test_status_prints_the_volumes_as_a_table(volume_env, sockdir, kvolumed_bin)
     web = env.pod("web", [inline("scratch")])
     env.pod("other", [claim("data", "lonely")])
     assert api_get(sock, f"/v1/pods/{web['metadata']['uid']}/volumes?wait=mounted&timeout=30s")[0] == 200
-    wait_until(lambda: api_get(sock, "/volumes")[1]["pending"], what="the claim's wait in /volumes")
+    # The claim's wait settles on "not bound" (after "looking up ..."): the two
+    # endpoints are compared once nothing changes between their answers.
+    wait_until(lambda: any("PVC is not bound" in p.get("message", "")
+                           for p in api_get(sock, "/volumes")[1]["pending"]),
+               what="the claim's settled wait in /volumes")
 
     r = status(kvolumed_bin, "--socket", sock)
     assert r.returncode == 0, r.stderr

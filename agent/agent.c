@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/build-commit.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
 
@@ -344,6 +345,11 @@ static int setup_metrics(Agent *a) {
         if (r < 0)
                 return log_error_errno(r, "Failed to create the metrics registry: %m");
         csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
+        k8s_client_set_request_hook(a->k8s, metrics_k8s_hook, a->metrics);
+        metrics_enable_process(a->metrics);
+        r = metrics_set_build_info(a->metrics, KVOLUMED_VERSION, KVOLUMED_COMMIT);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set kvolumed_build_info: %m");
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
         volume_manager_set_pass_hook(a->volumes, on_pass_done, a);
         metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);

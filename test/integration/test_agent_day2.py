@@ -1,0 +1,115 @@
+"""Day-2 signals of the real kvolumed, as an operator alerts on them: the API
+client's requests by code and verb with client-go's names, labels and
+buckets (also while the API server is unreachable), kvolumed_build_info and
+the standard process_* families."""
+import os
+import resource
+import time
+
+import pytest
+
+from integration.agent_fixtures import DRIVER, wait_until, write_config
+from integration.api_outage import ApiOutage
+from integration.test_agent_metrics import SERVING, get
+from integration.test_agent_metrics_prom import scrape, value
+
+# client-go's (k8s.io/component-base/metrics/prometheus/restclient/metrics.go).
+REST_BUCKETS = ["0.005", "0.025", "0.1", "0.25", "0.5", "1", "2", "4", "8", "15", "30", "60", "+Inf"]
+
+
+@pytest.fixture
+def relay(fake_api):
+    r = ApiOutage(fake_api)
+    yield r
+    r.close()
+
+
+def start_relayed(env, relay, extra="", notify=None):
+    """kvolumed as the node, reaching the API server through the relay, with
+    /metrics on a free port; returns the metrics address."""
+    path = write_config(env.tmp_path / "kvolumed.conf", env.root, relay.kubeconfig(),
+                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n' + extra)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("\nlisten =\n", "\nlisten = 127.0.0.1:0\n"))
+    env.agent = env.start_agent(path, notify=notify)
+    env.agent.wait_for_log("Serving /metrics")
+    return SERVING.search(env.agent.output()).group(1)
+
+
+def healthy(address):
+    return get(address, "/healthz")[0] == 200
+
+
+def requests_total(families, host, code):
+    """The sum over methods of rest_client_requests_total{code,host}."""
+    fam = families.get("rest_client_requests")  # the parser names a counter without _total
+    return sum(s.value for s in fam.samples
+               if s.labels.get("host") == host and s.labels.get("code") == code) if fam else 0
+
+
+def test_api_request_metrics_while_unreachable(volume_env, relay):
+    address = start_relayed(volume_env, relay)
+    host = f"127.0.0.1:{relay.port}"
+    wait_until(lambda: healthy(address), timeout=20, what="the first listing")
+    families = scrape(address)
+
+    # The lists were GETs answered 200, counted with client-go's labels.
+    fam = families["rest_client_requests"]  # the parser names a counter without _total
+    assert fam.type == "counter"
+    assert fam.documentation == "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host."
+    assert {tuple(sorted(s.labels)) for s in fam.samples} == {("code", "host", "method")}
+    assert value(families, "rest_client_requests", code="200", method="GET", host=host) >= 3
+    dur = families["rest_client_request_duration_seconds"]
+    assert dur.type == "histogram"
+    gets = [s for s in dur.samples if s.labels.get("verb") == "GET" and s.labels.get("host") == host]
+    assert [s.labels["le"] for s in gets if s.name.endswith("_bucket")] == REST_BUCKETS
+    assert {tuple(sorted(s.labels)) for s in dur.samples if not s.name.endswith("_bucket")} == {("host", "verb")}
+
+    # The API server goes away: requests fail with no HTTP answer, which
+    # client-go counts as code="<error>", and the count keeps growing.
+    relay.down()
+    first = wait_until(lambda: requests_total(scrape(address), host, "<error>"), timeout=20,
+                       what='a request counted with code="<error>"')
+    wait_until(lambda: requests_total(scrape(address), host, "<error>") > first, timeout=30,
+               what='rest_client_requests_total{code="<error>"} growing')
+    # Back: answered requests are counted again.
+    ok = requests_total(scrape(address), host, "200")
+    relay.up()
+    wait_until(lambda: requests_total(scrape(address), host, "200") > ok, timeout=30,
+               what="requests answered after the API server is back")
+
+
+def test_build_info_and_process_metrics(volume_env, relay):
+    address = start_relayed(volume_env, relay)
+    families = scrape(address)
+    info = families["kvolumed_build_info"]
+    assert info.type == "gauge"
+    [sample] = info.samples
+    assert sample.value == 1
+    assert sample.labels["version"] == "0.1.0"
+    # The commit the binary was built from, or "unknown" outside git.
+    assert sample.labels["commit"] and all(c in "0123456789abcdef" for c in sample.labels["commit"]) \
+        or sample.labels["commit"] == "unknown"
+
+    pid = volume_env.agent.proc.pid
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    started = btime + int(fields[19]) / ticks
+    assert families["process_start_time_seconds"].samples[0].value == pytest.approx(started, abs=0.02)
+    assert abs(started - time.time()) < 120
+    assert families["process_cpu_seconds"].type == "counter"
+    assert 0 <= families["process_cpu_seconds"].samples[0].value < 120
+    rss = families["process_resident_memory_bytes"].samples[0].value
+    assert 1 << 20 < rss < families["process_virtual_memory_bytes"].samples[0].value
+    open_fds = families["process_open_fds"].samples[0].value
+    assert 3 <= open_fds <= len(os.listdir(f"/proc/{pid}/fd")) + 5
+    with open(f"/proc/{pid}/limits") as f:
+        soft = next(line.split()[3] for line in f if line.startswith("Max open files"))
+    assert families["process_max_fds"].samples[0].value == int(soft)
+    assert families["process_virtual_memory_max_bytes"].samples[0].value in (
+        float(2**64 - 1), float(resource.getrlimit(resource.RLIMIT_AS)[0]))

@@ -502,24 +502,38 @@ static void write_volumes_gauge(FILE *f, const Metrics *m) {
         if (!m->volume_stats)
                 return;
         m->volume_stats(&st, m->volume_stats_userdata);
-        /* Sorted by state, as every other series. */
+        /* Per volume (not per pod), sorted by condition; one volume may be in several. */
         const struct {
-                const char *state;
+                const char *condition;
                 unsigned value;
-        } states[] = {
-                { "desired", st.desired },     { "failing", st.failing },
-                { "published", st.published }, { "staged", st.staged },
-                { "uncertain", st.uncertain }, { "unresponsive", st.unresponsive },
-                { "waiting", st.waiting },
+        } conditions[] = {
+                { "failing", st.failing },           { "staged", st.staged },
+                { "uncertain", st.uncertain },       { "unresponsive", st.unresponsive },
+                { "waiting-for-attach", st.attach_waiting },
         };
-        write_header(f, "kvolumed_volumes",
-                     "Pod volumes known to kvolumed by state: desired (wanted by pods), waiting (of those, "
-                     "waiting for a claim, attachment or driver), published, uncertain, staged; and volumes "
-                     "failing (an operation waits to be retried) or unresponsive (their file system does not "
-                     "answer)",
+        write_header(f, "kvolumed_volume_conditions",
+                     "Volumes on the node (one per volume, not per pod; a volume may be in several): staged, "
+                     "uncertain (a stage or publish that may or may not be there), failing (an operation waits "
+                     "to be retried), unresponsive (its file system does not answer), waiting-for-attach",
                      "gauge");
-        for (size_t i = 0; i < ELEMENTSOF(states); i++)
-                fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", states[i].state, states[i].value);
+        for (size_t i = 0; i < ELEMENTSOF(conditions); i++)
+                fprintf(f, "kvolumed_volume_conditions{condition=\"%s\"} %u\n", conditions[i].condition,
+                        conditions[i].value);
+
+        /* Every pod volume in exactly one state: the states of the volumes
+         * pods want add up to kvolumed_volumes_desired. */
+        write_header(f, "kvolumed_volumes",
+                     "Pod volumes by state, each in exactly one: published, pending (on its way), failed (not "
+                     "published and something failed: claim not bound, driver not registered, lifecycle mode "
+                     "refused, CSI call failed), tearing-down (published for a pod that no longer wants it)",
+                     "gauge");
+        const PodVolumeState order[] = { POD_VOLUME_FAILED, POD_VOLUME_PENDING, POD_VOLUME_PUBLISHED,
+                                         POD_VOLUME_TEARING_DOWN };
+        for (size_t i = 0; i < ELEMENTSOF(order); i++)
+                fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", pod_volume_state_to_string(order[i]),
+                        st.by_state[order[i]]);
+        write_header(f, "kvolumed_volumes_desired", "Pod volumes the pods on the node want", "gauge");
+        fprintf(f, "kvolumed_volumes_desired %u\n", st.desired);
 }
 
 /* ---- values read at scrape time --------------------------------------------- */

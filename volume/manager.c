@@ -181,6 +181,13 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
                 return;
         }
         free(last);
+        /* Every class of failure a pod's volume can have (its claim, its
+         * driver, its lifecycle mode, its attachment) is found with the one
+         * MESSAGE_ID a failed CSI call has, so that journalctl
+         * MESSAGE_ID=... lists them all.  A source change is news, not a
+         * failure. */
+        if (!streq(reason, "VolumeSourceChanged"))
+                f.message_id = LOG_MESSAGE_ID_VOLUME_FAILED;
         log_fields(LOG_NOTICE, &f, "Volume %s of pod %s: %s", volume, p->key, message);
         manager_pod_event(m, &info, "Warning", reason, "%s", message);
 }
@@ -798,6 +805,7 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.desired++;
                         if (!e->desired->volumes[v].spec)
                                 s.waiting++;
+                        s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
                 }
         }
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
@@ -808,8 +816,12 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                 s.failing += describe_volume_failing(m, av);
                 s.unresponsive += av->unresponsive_since != 0;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
-                        s.published += ((ActualPublish *) pv)->state == PUBLISH_DONE;
-                        s.uncertain += ((ActualPublish *) pv)->state == PUBLISH_UNCERTAIN;
+                        const ActualPublish *pub = pv;
+                        s.published += pub->state == PUBLISH_DONE;
+                        s.uncertain += pub->state == PUBLISH_UNCERTAIN;
+                        /* What a pod wants is counted with its desired volumes above. */
+                        if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
+                                s.by_state[POD_VOLUME_TEARING_DOWN]++;
                 }
         }
         *ret = s;

@@ -421,7 +421,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
  * resolves to another one under the same name keeps the publish too (see
  * restored_elsewhere()).  Only the pod's end, or every volume resolved to
  * something else, says no. */
-static bool pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name) {
+bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name) {
         PodEntry *e = hashmap_get(m->pod_entries, pod_uid);
         for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++) {
                 const VolumeSpec *s = e->desired->volumes[v].spec;
@@ -509,7 +509,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 const char *slash = strchr(pub->pod_key, '/');
                 PodInfo info;
 
-                if (pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
+                if (reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
                     actual_volume_pod_busy(av, pub->pod_uid))
                         continue;
                 if (!driver_here) {

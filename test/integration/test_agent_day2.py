@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import DRIVER, wait_until, write_config
+from integration.agent_fixtures import DRIVER, kvolumed_path, wait_until, write_config
 from integration.api_outage import ApiOutage
 from integration.test_agent_metrics import SERVING, get
 from integration.test_agent_metrics_prom import scrape, value
@@ -113,3 +113,104 @@ def test_build_info_and_process_metrics(volume_env, relay):
     assert families["process_max_fds"].samples[0].value == int(soft)
     assert families["process_virtual_memory_max_bytes"].samples[0].value in (
         float(2**64 - 1), float(resource.getrlimit(resource.RLIMIT_AS)[0]))
+
+
+# --- every desired volume in exactly one state; failures share a MESSAGE_ID ----
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VOLUME_FAILED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"
+OTHER_DRIVER = "unknown.csi.example.com"
+STATES = ("failed", "pending", "published", "tearing-down")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def volume_states(address):
+    from integration.test_agent_metrics import samples
+    s = samples(get(address, "/metrics")[2])
+    return {st: s.get(f'kvolumed_volumes{{state="{st}"}}') for st in STATES}, s.get("kvolumed_volumes_desired")
+
+
+def claim(name, claim_name):
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim_name}}
+
+
+def test_every_desired_volume_in_one_state_and_every_failure_has_the_message_id(volume_env, tmp_path):
+    """One pod with a published volume, one with a volume of each class of
+    failure: a claim not bound, a driver that never registers, a lifecycle
+    mode the CSIDriver refuses, a CSI call that fails.  At every scrape the
+    states add up to the desired volumes, and each failure ends counted as
+    failed with a journal entry carrying the failure MESSAGE_ID.  Runs ~25 s:
+    the unregistered driver is reported only after its registration grace
+    (DRIVER_WAIT_GRACE_USEC, 20 s), which is the behaviour under test."""
+    import json
+    import subprocess
+
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent"])
+    env.pv("pv-ok", "h-ok", claim="c-ok")
+    env.pvc("c-ok", "pv-ok")
+    env.pv("pv-other", "h-other", claim="c-other", driver=OTHER_DRIVER)
+    env.pvc("c-other", "pv-other")
+    env.pv("pv-fail", "h-fail", claim="c-fail")
+    env.pvc("c-fail", "pv-fail")
+    env.pvc("c-unbound")
+
+    port = free_port()
+    config = write_config(tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
+                          f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n')
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace("\nlisten =\n", f"\nlisten = 127.0.0.1:{port}\n"))
+    stop = tmp_path / "stop"
+    # kvolumed logs to a stand-in journald; it runs until the test has seen
+    # what it waits for (the 90 s are only a bound).
+    capture = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "/usr/bin/python3",
+         os.path.join(HERE, "journal_capture.py"), "--seconds", "90", "--stop-file", str(stop), "--",
+         kvolumed_path(), "--config", config],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        def consistent():
+            try:
+                states, desired = volume_states(address)
+            except OSError:
+                return None
+            if desired is None:
+                return None
+            assert sum(states.values()) - states["tearing-down"] == desired, (states, desired)
+            return states, desired
+
+        env.pod("a", [claim("v", "c-ok")])
+        wait_until(lambda: (r := consistent()) and r[0]["published"] == 1 and r, timeout=20,
+                   what="pod a's volume published")
+        env.driver.control.fail_next("NodeStageVolume", "INVALID_ARGUMENT", "no such pool: gold", count=1000)
+        env.pod("b", [claim("unbound", "c-unbound"), claim("other", "c-other"), claim("failing", "c-fail"),
+                      {"name": "inline", "csi": {"driver": DRIVER}}])
+        states, desired = wait_until(lambda: (r := consistent()) and r[1] == 5 and r, timeout=20,
+                                     what="pod b's volumes desired")
+        # All of b's volumes but the one whose driver is in its grace have failed.
+        wait_until(lambda: (r := consistent()) and r[0]["failed"] == 3 and r, timeout=20,
+                   what="three failures counted")
+        # The unregistered driver is a failure once its grace has passed.
+        states, desired = wait_until(lambda: (r := consistent()) and r[0]["failed"] == 4 and r, timeout=40,
+                                     interval=0.2, what="the unregistered driver counted as failed")
+        assert states == {"failed": 4, "pending": 0, "published": 1, "tearing-down": 0} and desired == 5
+    finally:
+        stop.touch()
+        out, err = capture.communicate(timeout=60)
+        print(err)  # shown when the test fails
+    result = json.loads(out)
+    failed = [e for e in result["entries"] if e.get("MESSAGE_ID") == VOLUME_FAILED]
+    text = "\n".join(e["MESSAGE"] for e in failed)
+    for volume, what in (("unbound", "c-unbound"), ("other", f"driver name {OTHER_DRIVER} not found"),
+                         ("inline", 'volume mode "Ephemeral" not supported'), ("failing", "no such pool: gold")):
+        assert any(e.get("VOLUME") in (volume, "pv-fail") and what in e["MESSAGE"] for e in failed), \
+            f"no MESSAGE_ID={VOLUME_FAILED} entry for {volume} ({what}) in:\n{text}"

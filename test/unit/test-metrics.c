@@ -229,6 +229,9 @@ static void fake_stats(VolumeManagerStats *ret, void *userdata) {
         *ret = (VolumeManagerStats){
                 .pods = 9, .desired = 5, .waiting = 1, .published = 3,
                 .uncertain = 2, .staged = 4, .running = 7, .failing = 6, .unresponsive = 8,
+                .attach_waiting = 10,
+                .by_state = { [POD_VOLUME_FAILED] = 1, [POD_VOLUME_PENDING] = 2, [POD_VOLUME_PUBLISHED] = 2,
+                              [POD_VOLUME_TEARING_DOWN] = 1 },
         };
 }
 
@@ -241,14 +244,17 @@ static void test_volumes_gauge(void **state) {
         metrics_set_volume_stats_source(m, fake_stats, &calls);
         text = render(m);
         assert_int_equal(calls, 1); /* read at scrape time */
-        gauge = grep(text, "kvolumed_volumes");
-        assert_string_equal(gauge, "kvolumed_volumes{state=\"desired\"} 5\n"
-                                   "kvolumed_volumes{state=\"failing\"} 6\n"
-                                   "kvolumed_volumes{state=\"published\"} 3\n"
-                                   "kvolumed_volumes{state=\"staged\"} 4\n"
-                                   "kvolumed_volumes{state=\"uncertain\"} 2\n"
-                                   "kvolumed_volumes{state=\"unresponsive\"} 8\n"
-                                   "kvolumed_volumes{state=\"waiting\"} 1\n");
+        gauge = grep(text, "kvolumed_volume");
+        assert_string_equal(gauge, "kvolumed_volume_conditions{condition=\"failing\"} 6\n"
+                                   "kvolumed_volume_conditions{condition=\"staged\"} 4\n"
+                                   "kvolumed_volume_conditions{condition=\"uncertain\"} 2\n"
+                                   "kvolumed_volume_conditions{condition=\"unresponsive\"} 8\n"
+                                   "kvolumed_volume_conditions{condition=\"waiting-for-attach\"} 10\n"
+                                   "kvolumed_volumes{state=\"failed\"} 1\n"
+                                   "kvolumed_volumes{state=\"pending\"} 2\n"
+                                   "kvolumed_volumes{state=\"published\"} 2\n"
+                                   "kvolumed_volumes{state=\"tearing-down\"} 1\n"
+                                   "kvolumed_volumes_desired 5\n");
         assert_non_null(strstr(text, "# TYPE kvolumed_volumes gauge\n"));
         /* Between the reconcile histogram and storage_..., by name. */
         assert_true(strstr(text, "# TYPE kvolumed_reconcile_seconds") <

@@ -117,7 +117,7 @@ static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 
 /* What "systemctl status" shows: the three figures an operator looks for
  * first, then whatever else is not zero. */
-static int status_text(const char *node, const VolumeManagerStats *st, char **ret) {
+static int status_text(const char *node, const VolumeManagerStats *st, const char *api, char **ret) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         FILE *f = open_memstream(&text, &size);
@@ -134,6 +134,8 @@ static int status_text(const char *node, const VolumeManagerStats *st, char **re
                 fprintf(f, ", %u waiting for their claim", st->waiting);
         if (st->running > 0)
                 fprintf(f, "; %u operations in flight", st->running);
+        if (api)
+                fprintf(f, "; %s", api);
         if (fclose(f) != 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(text);
@@ -165,7 +167,7 @@ static void update_status(Agent *a) {
                 return;
         }
         volume_manager_get_stats(a->volumes, &st);
-        if (status_text(a->config->node_name, &st, &text) < 0)
+        if (status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL, &text) < 0)
                 return;
         if (streq_ptr(text, a->status))
                 return;
@@ -466,6 +468,7 @@ Agent *agent_free(Agent *a) {
         free(a->stall_file);
         sd_event_source_disable_unref(a->status_timer);
         sd_event_source_disable_unref(a->trim_timer);
+        waiting_free(a->waiting);
         free(a->status);
         /* Its handlers read the manager and the metrics. */
         http_server_free(a->http);
@@ -615,6 +618,17 @@ int agent_reload(Agent *a) {
         return 0;
 }
 
+static bool agent_is_ready(void *userdata) {
+        Agent *a = userdata;
+        return a->ready;
+}
+
+static void agent_refresh_status(void *userdata) {
+        Agent *a = userdata;
+        if (a->ready && !a->stopping)
+                update_status(a);
+}
+
 int agent_run(Agent *a) {
         int r;
 
@@ -622,6 +636,12 @@ int agent_run(Agent *a) {
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
         /* READY=1 follows from the first reconcile pass (on_pass_done). */
         (void) notify_status("Starting: listing pods, CSIDrivers and node %s", a->config->node_name);
+        r = waiting_new(a->event, a->k8s, a->volumes,
+                        &(const WaitingHooks){ .ready = agent_is_ready, .refresh_status = agent_refresh_status,
+                                               .userdata = a },
+                        &a->waiting);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the start-up reports: %m");
         r = volume_manager_start(a->volumes);
         if (r < 0)
                 return r;

@@ -8,6 +8,7 @@
 
 #include "agent/http.h"
 #include "agent/metrics.h"
+#include "agent/waiting.h"
 #include "conf/config.h"
 #include "csi/csi.h"
 #include "k8s/client.h"
@@ -30,6 +31,7 @@ typedef struct Agent {
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
         sd_event_source *trim_timer;   /* memory given back once the passes have been quiet a while */
         bool ready;       /* READY=1 sent: reconstructed and the informers synced */
+        Waiting *waiting; /* says why it is not ready yet, and an unreachable API server in STATUS= */
         bool stopping;
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */
         char *stall_file;

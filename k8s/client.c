@@ -74,6 +74,11 @@ struct K8sClient {
          * a claim must not ignore the Retry-After its lookup was given. */
         Hashmap *held_paths; /* path → uint64_t *: not before (CLOCK_MONOTONIC) */
         char *host;          /* the server's host[:port], for the request hook */
+        /* Reachability: since when no request got an HTTP answer (0: one did),
+         * the last failure, and how many failed since. */
+        uint64_t unreachable_since;
+        char *unreachable_error;
+        unsigned unreachable_failures;
         k8s_request_hook_t request_hook;
         void *request_hook_userdata;
 };
@@ -114,6 +119,45 @@ static char *server_host(const char *server) {
         p = p ? p + 3 : server;
         size_t n = strcspn(p, "/?#");
         return n > 0 ? strndup(p, n) : strdup("none");
+}
+
+/* --- reachability ----------------------------------------------------------- */
+
+/* One line when the server stops answering, with what to check, and one
+ * when it answers again: the requests failing in between are retried by
+ * their owners with their own backoffs, and one line each per retry told the
+ * operator nothing more (three informers made about one line a second). */
+static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp) {
+        /* A watch cut after its answer started says nothing of the server now. */
+        if (resp->status > 0 && !(r->watch && resp->error < 0)) {
+                if (c->unreachable_since == 0)
+                        return;
+                log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
+                         c->auth->server, (double) (now_usec() - c->unreachable_since) / USEC_PER_SEC,
+                         c->unreachable_failures);
+                c->unreachable_since = 0;
+                c->unreachable_failures = 0;
+                c->unreachable_error = mfree_str(c->unreachable_error);
+                return;
+        }
+        if (!k8s_response_unreachable(resp))
+                return;
+        c->unreachable_failures++;
+        (void) free_and_strdup(&c->unreachable_error, strempty(resp->message));
+        if (c->unreachable_since != 0)
+                return;
+        c->unreachable_since = now_usec();
+        log_warning("API server %s is unreachable: %s. Check that this is the API server's address (the "
+                    "kubeconfig's server, or [kubernetes] server), that this node reaches it (DNS, routes, "
+                    "firewall, proxy) and that it is up. Volumes stay as they are; requests are retried with "
+                    "backoff and logged at debug level until it answers again",
+                    c->auth->server, strempty(resp->message));
+}
+
+uint64_t k8s_client_unreachable_since(K8sClient *c, const char **ret_error) {
+        if (ret_error)
+                *ret_error = c->unreachable_error;
+        return c->unreachable_since;
 }
 
 /* --- credentials ------------------------------------------------------------ */
@@ -444,6 +488,7 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         };
         if (resp.error == 0 && status >= 400)
                 log_debug("%s", message);
+        reachability_note(c, r, &resp);
         r->done(c, &resp, r->userdata);
         request_free(r);
 }
@@ -837,6 +882,7 @@ K8sClient *k8s_client_free(K8sClient *c) {
         k8s_auth_free(c->auth);
         free(c->user_agent);
         free(c->host);
+        free(c->unreachable_error);
         sd_event_unref(c->event);
         free(c);
         return NULL;

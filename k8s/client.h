@@ -8,6 +8,7 @@
  * requests (kubelet's defaults: 50 QPS, burst 100).  Watches are long
  * streams and are not rate limited; their owners back off instead. */
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <systemd/sd-event.h>
@@ -97,6 +98,23 @@ typedef struct K8sRequestMetrics {
 typedef void (*k8s_request_hook_t)(const K8sRequestMetrics *m, void *userdata);
 /* NULL turns it off. */
 void k8s_client_set_request_hook(K8sClient *c, k8s_request_hook_t hook, void *userdata);
+
+/* ---- reachability ------------------------------------------------------- */
+
+/* Whether the API server answers at all: a request that got no HTTP answer
+ * (connection refused, DNS, TLS, timeout) makes it unreachable, any HTTP
+ * answer reachable again.  The client logs each change once (the first with
+ * what to check), so that the requests failing meanwhile, each retried with
+ * its own backoff, need not: they log at debug level.  Returns the
+ * CLOCK_MONOTONIC time since which it is unreachable, 0 when it answers;
+ * *ret_error (optional) the last failure's message. */
+uint64_t k8s_client_unreachable_since(K8sClient *c, const char **ret_error);
+
+/* Whether a response is a failure to reach the server (no HTTP answer), that
+ * k8s_client_unreachable_since() accounts for: its owner logs it at debug. */
+static inline bool k8s_response_unreachable(const K8sResponse *r) {
+        return r->error < 0 && r->error != -ECANCELED && r->status == 0;
+}
 
 /* Percent-encodes s for a query value or path segment. */
 char *k8s_escape(const char *s);

@@ -330,7 +330,8 @@ static void on_node_update(K8sInformer *i, const void *old, const void *new, voi
 }
 
 static void on_informer_error(K8sInformer *i, int error, long status, const char *message, void *userdata) {
-        log_warning("Watching %s: %s", k8s_informer_kind(i)->plural, strempty(message));
+        /* The informer (or, for an unreachable server, the client) logged it. */
+        log_debug("Watching %s: %s", k8s_informer_kind(i)->plural, strempty(message));
 }
 
 static void on_watch_changed(void *userdata) {
@@ -793,6 +794,16 @@ void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, voi
 
 bool volume_manager_synced(VolumeManager *m) {
         return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) && k8s_informer_synced(m->node);
+}
+
+const char *volume_manager_waiting_for(VolumeManager *m) {
+        if (!k8s_informer_synced(m->pods))
+                return "the first pod list";
+        if (!k8s_informer_synced(m->csidrivers))
+                return "the first CSIDriver list";
+        if (!k8s_informer_synced(m->node))
+                return "the node object";
+        return NULL;
 }
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {

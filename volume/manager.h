@@ -110,6 +110,9 @@ int volume_manager_describe_json(VolumeManager *m, char **ret);
  * is done before volume_manager_new() returns): what READY=1 waits for.  The
  * pass hook is first called right after this becomes true. */
 bool volume_manager_synced(VolumeManager *m);
+/* What READY=1 still waits for, for a person: "the first pod list", "the
+ * first CSIDriver list", "node NAME"; NULL when synced. */
+const char *volume_manager_waiting_for(VolumeManager *m);
 
 /* ---- volume stats and counts for the metrics (stats.c) ------------------------ */
 

@@ -3,6 +3,7 @@ client's requests by code and verb with client-go's names, labels and
 buckets (also while the API server is unreachable), kvolumed_build_info and
 the standard process_* families."""
 import os
+import re
 import resource
 import time
 
@@ -214,3 +215,87 @@ def test_every_desired_volume_in_one_state_and_every_failure_has_the_message_id(
                          ("inline", 'volume mode "Ephemeral" not supported'), ("failing", "no such pool: gold")):
         assert any(e.get("VOLUME") in (volume, "pv-fail") and what in e["MESSAGE"] for e in failed), \
             f"no MESSAGE_ID={VOLUME_FAILED} entry for {volume} ({what}) in:\n{text}"
+
+
+# --- one line per change of state, not per retry --------------------------------
+
+WARNING_LINE = re.compile(r"^\S+ (warning|err|crit|alert|emerg): ", re.M)
+
+
+def warnings(text, host):
+    """The warnings (and worse) about the API server at host."""
+    lines = [m.group(0) + text[m.end():].split("\n", 1)[0] for m in WARNING_LINE.finditer(text)]
+    return [line for line in lines if host in line]
+
+
+def wait_status(notify, prefix, timeout):
+    """The first STATUS= line starting with prefix, reading datagrams as they come."""
+    import socket
+    deadline = time.monotonic() + timeout
+    while True:
+        for m in notify.messages:
+            for line in m.split("\n"):
+                if line.startswith("STATUS=" + prefix):
+                    return line
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no STATUS={prefix}... within {timeout}s; got {notify.messages}")
+        notify.sock.settimeout(left)
+        try:
+            notify.messages.append(notify.sock.recv(65536).decode())
+        except socket.timeout:
+            pass
+
+
+def error_requests(address, host):
+    try:
+        return requests_total(scrape(address), host, "<error>")
+    except OSError:
+        return 0
+
+
+def test_unreachable_api_server_is_one_line_then_one_when_back(volume_env, relay, notify_socket):
+    """kvolumed starts while the API server is unreachable: one warning says
+    so with what to check, however many requests fail; every 30 s (the first
+    after 10 s) a notice and STATUS= say what READY=1 waits for and for how
+    long; one line when the server answers again.  A second outage while
+    running is again one line each way.  Runs ~15 s: the first periodic
+    report is due 10 s after start, which is the behaviour under test."""
+    env = volume_env
+    relay.down()
+    address = start_relayed(env, relay, notify=notify_socket)
+    host = f"127.0.0.1:{relay.port}"
+    server = relay.server_url
+
+    # Several rounds of retries of the three informers fail...
+    wait_until(lambda: error_requests(address, host) >= 6, timeout=30, interval=0.2,
+               what="the informers' requests failing")
+    # ... and the periodic report comes, in the log and in STATUS=.
+    env.agent.wait_for_log("Waiting for the first pod list: API server " + server + " unreachable for ",
+                           timeout=25)
+    status = wait_status(notify_socket, "Waiting for the first pod list: API server " + server + " unreachable for ",
+                         timeout=5)
+    assert "Couldn't connect" in status or "Connection refused" in status or "connect" in status, status
+    out = env.agent.output()
+    lines = warnings(out, host)
+    assert len(lines) == 1, "\n".join(lines)
+    assert f"API server {server} is unreachable" in lines[0] and "Check that" in lines[0], lines[0]
+    assert out.count("Waiting for the first pod list") == 1
+
+    relay.up()
+    notify_socket.wait_for("READY=1", timeout=30)
+    env.agent.wait_for_log(f"API server {server} answers again", timeout=10)
+    assert len(warnings(env.agent.output(), host)) == 1
+
+    # A second outage while running: one line down, one line back.
+    mark = len(env.agent.output())
+    before = error_requests(address, host)
+    relay.down()
+    wait_until(lambda: error_requests(address, host) >= before + 4, timeout=30, interval=0.2,
+               what="requests failing in the second outage")
+    relay.up()
+    wait_until(lambda: env.agent.output()[mark:].count("answers again"), timeout=30,
+               what="the API server answering again")
+    lines = warnings(env.agent.output()[mark:], host)
+    assert len(lines) == 1 and "is unreachable" in lines[0], "\n".join(lines)
+    assert env.agent.output()[mark:].count("answers again") == 1

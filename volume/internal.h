@@ -200,6 +200,11 @@ struct VolumeManager {
          * before the restart, which the in-memory pin of manager.c no longer
          * knows.  Entries whose publish went are ignored, not removed. */
         Hashmap *restored_publishes;
+        /* Intent records (relative paths) of a newer format than this build
+         * knows, found at start-up (a rollback): left as they are; their
+         * volumes are kept out of the actual state (never torn down) and no
+         * operation may write over them (intent_write refuses). */
+        Hashmap *newer_records;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
         ExpandTable *expand;    /* expand.c: online expansion of published volumes */
         PublishRefs *publish_refs; /* publishrefs.c: what a scan found on disk, for one loop iteration */

@@ -624,11 +624,12 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->caps = hashmap_new();
         m->one_call_per_volume = hashmap_new();
         m->restored_publishes = hashmap_new();
+        m->newer_records = hashmap_new();
         m->dirty_pods = hashmap_new();
         m->dirty_volumes = hashmap_new();
         m->verify_incremental = o->verify_incremental;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
-            !m->restored_publishes || !m->dirty_pods || !m->dirty_volumes)
+            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -758,6 +759,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         for (size_t i = 0; hashmap_iterate(m->restored_publishes, &i, NULL, &value);)
                 free(value);
         hashmap_free(m->restored_publishes);
+        hashmap_free(m->newer_records);
         hashmap_free(m->dirty_pods);
         hashmap_free(m->dirty_volumes);
         k8s_informer_free(m->pods);

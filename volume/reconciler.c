@@ -437,6 +437,15 @@ bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *uni
  * path is adopted as an uncertain publish, unpublished first; anything else
  * holds the unstage until it goes, reported once.  operation.c checks again
  * right before the call: this only spares a doomed operation and finds work. */
+static bool publish_record_newer(VolumeManager *m, const char *pod_uid, const char *spec_name) {
+        _cleanup_free_ char *dir = NULL, *record = NULL;
+
+        if (hashmap_size(m->newer_records) == 0)
+                return false;
+        return path_pod_volume_dir(pod_uid, spec_name, &dir) >= 0 && path_intent_record(dir, NULL, &record) >= 0 &&
+               hashmap_get(m->newer_records, record);
+}
+
 static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
         _cleanup_free_ char *staging = NULL, *abs = NULL;
         const char *refs[16];
@@ -459,6 +468,10 @@ static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
                 _cleanup_free_ char *uid = NULL, *spec_name = NULL;
                 const char *rel = refs[i] + strlen(m->root->path) + 1;
                 if (path_parse_publish_target(rel, &uid, &spec_name) < 0 || hashmap_get(av->publishes, uid))
+                        continue;
+                /* A publish a newer kvolumed's record describes is left alone
+                 * (reconstruct.c): it holds the unstage, it is not adopted. */
+                if (publish_record_newer(m, uid, spec_name))
                         continue;
                 PodInfo info = { .uid = uid, .key = uid };
                 if (actual_publish_set(av, &info, spec_name, rel, PUBLISH_UNCERTAIN) >= 0) {

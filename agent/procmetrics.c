@@ -51,19 +51,15 @@ static int read_file(const char *path, char *buf, size_t size) {
 }
 
 static int read_btime(unsigned long long *ret) {
-        FILE *f = fopen("/proc/stat", "re");
+        _cleanup_(fclosep) FILE *f = fopen("/proc/stat", "re");
         char line[256];
-        int r = -ENOENT;
 
         if (!f)
                 return -errno;
         while (fgets(line, sizeof line, f))
-                if (sscanf(line, "btime %llu", ret) == 1) {
-                        r = 0;
-                        break;
-                }
-        fclose(f);
-        return r;
+                if (sscanf(line, "btime %llu", ret) == 1)
+                        return 0;
+        return -ENOENT;
 }
 
 static double open_fds(void) {

@@ -15,7 +15,7 @@
 #include "k8s/client.h"
 #include "volume/manager.h"
 
-#define WAITING_FIRST_REPORT_USEC (10 * USEC_PER_SEC)
+#define WAITING_FIRST_REPORT_USEC (5 * USEC_PER_SEC)
 #define WAITING_REPORT_INTERVAL_USEC (30 * USEC_PER_SEC)
 
 typedef struct Waiting Waiting;

@@ -257,10 +257,10 @@ def error_requests(address, host):
 def test_unreachable_api_server_is_one_line_then_one_when_back(volume_env, relay, notify_socket):
     """kvolumed starts while the API server is unreachable: one warning says
     so with what to check, however many requests fail; every 30 s (the first
-    after 10 s) a notice and STATUS= say what READY=1 waits for and for how
+    after 5 s) a notice and STATUS= say what READY=1 waits for and for how
     long; one line when the server answers again.  A second outage while
-    running is again one line each way.  Runs ~15 s: the first periodic
-    report is due 10 s after start, which is the behaviour under test."""
+    running is again one line each way.  Runs ~10 s: the first periodic
+    report is due 5 s after start, which is the behaviour under test."""
     env = volume_env
     relay.down()
     address = start_relayed(env, relay, notify=notify_socket)

@@ -6,6 +6,7 @@
 
 #include "agent/agent.h"
 #include "agent/check.h"
+#include "agent/version.h"
 #include "systemd/log.h"
 #include "systemd/notify.h"
 #include "systemd/testhook.h"
@@ -112,7 +113,7 @@ static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 
 /* What "systemctl status" shows: the three figures an operator looks for
  * first, then whatever else is not zero. */
-static int status_text(const char *node, const VolumeManagerStats *st, char **ret) {
+static int status_text(const char *node, const VolumeManagerStats *st, const char *api, char **ret) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         FILE *f = open_memstream(&text, &size);
@@ -129,6 +130,8 @@ static int status_text(const char *node, const VolumeManagerStats *st, char **re
                 fprintf(f, ", %u waiting for their claim", st->waiting);
         if (st->running > 0)
                 fprintf(f, "; %u operations in flight", st->running);
+        if (api)
+                fprintf(f, "; %s", api);
         if (fclose(f) != 0)
                 return -ENOMEM;
         *ret = TAKE_PTR(text);
@@ -160,7 +163,7 @@ static void update_status(Agent *a) {
                 return;
         }
         volume_manager_get_stats(a->volumes, &st);
-        if (status_text(a->config->node_name, &st, &text) < 0)
+        if (status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL, &text) < 0)
                 return;
         if (streq_ptr(text, a->status))
                 return;
@@ -348,6 +351,11 @@ static int setup_metrics(Agent *a) {
         if (r < 0)
                 return log_error_errno(r, "Failed to create the metrics registry: %m");
         csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
+        k8s_client_set_request_hook(a->k8s, metrics_k8s_hook, a->metrics);
+        metrics_enable_process(a->metrics);
+        r = metrics_set_build_info(a->metrics, KVOLUMED_VERSION, KVOLUMED_COMMIT);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set kvolumed_build_info: %m");
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
         volume_manager_set_pass_hook(a->volumes, on_pass_done, a);
         metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);
@@ -474,6 +482,7 @@ Agent *agent_free(Agent *a) {
         free(a->stall_file);
         sd_event_source_disable_unref(a->status_timer);
         sd_event_source_disable_unref(a->trim_timer);
+        waiting_free(a->waiting);
         free(a->status);
         /* Its handlers read the manager and the metrics. */
         http_server_free(a->http);
@@ -703,11 +712,28 @@ static int ask_identity(Agent *a) {
         return k8s_identity_request(a->k8s, on_identity, a, &a->identity_request);
 }
 
+static bool agent_is_ready(void *userdata) {
+        Agent *a = userdata;
+        return a->ready;
+}
+
+static void agent_refresh_status(void *userdata) {
+        Agent *a = userdata;
+        if (a->ready && !a->stopping)
+                update_status(a);
+}
+
 int agent_run(Agent *a) {
         int r;
 
         log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
+        r = waiting_new(a->event, a->k8s, a->volumes,
+                        &(const WaitingHooks){ .ready = agent_is_ready, .refresh_status = agent_refresh_status,
+                                               .userdata = a },
+                        &a->waiting);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up the start-up reports: %m");
         (void) notify_status("Starting: asking API server %s who kvolumed is", k8s_client_server(a->k8s));
         r = ask_identity(a);
         if (r < 0) {

@@ -9,6 +9,7 @@
 #include "agent/http.h"
 #include "agent/localapi.h"
 #include "agent/metrics.h"
+#include "agent/waiting.h"
 #include "conf/config.h"
 #include "csi/csi.h"
 #include "k8s/client.h"
@@ -39,6 +40,7 @@ typedef struct Agent {
         sd_event_source *identity_retry;
         uint64_t identity_backoff_usec;
         bool volumes_started;
+        Waiting *waiting; /* says why it is not ready yet, and an unreachable API server in STATUS= */
         bool stopping;
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */
         char *stall_file;

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "agent/metrics.h"
+#include "agent/procmetrics.h"
 #include "systemd/log.h"
 
 /* kubelet's buckets for both volume histograms (pkg/volume/util/metrics.go).
@@ -13,6 +14,14 @@ static const char *const bucket_names[] = { "0.1", "0.25", "0.5", "1",   "2.5", 
                                             "15",  "25",   "50",  "120", "300", "600" };
 #define N_BUCKETS ELEMENTSOF(bucket_bounds)
 _Static_assert(ELEMENTSOF(bucket_bounds) == ELEMENTSOF(bucket_names), "one name per bucket");
+
+/* client-go's buckets for rest_client_request_duration_seconds
+ * (k8s.io/component-base/metrics/prometheus/restclient/metrics.go). */
+static const double rest_bucket_bounds[] = { .005, .025, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60 };
+static const char *const rest_bucket_names[] = { "0.005", "0.025", "0.1", "0.25", "0.5", "1",
+                                                 "2",     "4",     "8",   "15",   "30",  "60" };
+_Static_assert(ELEMENTSOF(rest_bucket_bounds) == ELEMENTSOF(rest_bucket_names), "one name per bucket");
+_Static_assert(ELEMENTSOF(rest_bucket_bounds) <= N_BUCKETS, "room for the buckets in a Series");
 
 #define MAX_LABELS 4
 
@@ -28,6 +37,10 @@ typedef struct HistogramVec {
         const char *help;
         const char *labels[MAX_LABELS];
         size_t n_labels;
+        /* NULL: kubelet's volume buckets above. */
+        const double *bounds;
+        const char *const *bound_names;
+        size_t n_bounds;
         Series **series; /* sorted by label values */
         size_t n_series;
 } HistogramVec;
@@ -109,6 +122,12 @@ struct Metrics {
         HistogramVec csi_operations;
         HistogramVec storage_operations;
         HistogramVec reconcile;
+        /* client-go's rest_client_* of the API client; the counter is kept as
+         * a HistogramVec whose series' count is the value. */
+        HistogramVec rest_requests;
+        HistogramVec rest_duration;
+        char *version, *commit; /* kvolumed_build_info */
+        bool process;           /* process_* families on */
         metrics_volume_stats_t volume_stats;
         void *volume_stats_userdata;
         metrics_collector_t collect;
@@ -180,9 +199,17 @@ static int histogram_vec_get(HistogramVec *h, const char *const *values, Series 
         return 0;
 }
 
-static void series_observe(Series *s, double seconds) {
-        for (size_t i = 0; i < N_BUCKETS; i++)
-                if (seconds <= bucket_bounds[i]) {
+static const double *vec_bounds(const HistogramVec *h, size_t *ret_n) {
+        *ret_n = h->bounds ? h->n_bounds : N_BUCKETS;
+        return h->bounds ?: bucket_bounds;
+}
+
+static void series_observe(const HistogramVec *h, Series *s, double seconds) {
+        size_t n;
+        const double *bounds = vec_bounds(h, &n);
+
+        for (size_t i = 0; i < n; i++)
+                if (seconds <= bounds[i]) {
                         s->in_bucket[i]++;
                         break;
                 }
@@ -200,7 +227,7 @@ static int histogram_vec_observe(HistogramVec *h, const char *const *values, dou
         r = histogram_vec_get(h, values, &s);
         if (r < 0)
                 return r;
-        series_observe(s, seconds);
+        series_observe(h, s, seconds);
         return 0;
 }
 
@@ -231,6 +258,21 @@ int metrics_new(Metrics **ret) {
                 .help = "Duration of one reconciler pass of the volume manager, until it has issued its "
                         "operations",
         };
+        m->rest_requests = (HistogramVec){
+                .name = "rest_client_requests_total",
+                .help = "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+                .labels = { "code", "method", "host" },
+                .n_labels = 3,
+        };
+        m->rest_duration = (HistogramVec){
+                .name = "rest_client_request_duration_seconds",
+                .help = "[ALPHA] Request latency in seconds. Broken down by verb, and host.",
+                .labels = { "verb", "host" },
+                .n_labels = 2,
+                .bounds = rest_bucket_bounds,
+                .bound_names = rest_bucket_names,
+                .n_bounds = ELEMENTSOF(rest_bucket_bounds),
+        };
         /* Without labels there is a single series, shown from the start as the
          * Go client shows a plain histogram. */
         r = histogram_vec_get(&m->reconcile, NULL, &unused);
@@ -246,6 +288,10 @@ Metrics *metrics_free(Metrics *m) {
         histogram_vec_done(&m->csi_operations);
         histogram_vec_done(&m->storage_operations);
         histogram_vec_done(&m->reconcile);
+        histogram_vec_done(&m->rest_requests);
+        histogram_vec_done(&m->rest_duration);
+        free(m->version);
+        free(m->commit);
         free(m);
         return NULL;
 }
@@ -271,7 +317,49 @@ int metrics_observe_storage(Metrics *m, const char *plugin, const char *operatio
 void metrics_observe_reconcile(Metrics *m, double seconds) {
         if (!m || !isfinite(seconds) || seconds < 0)
                 return;
-        series_observe(m->reconcile.series[0], seconds);
+        series_observe(&m->reconcile, m->reconcile.series[0], seconds);
+}
+
+int metrics_observe_api_request(Metrics *m, const char *method, const char *host, long status, bool watch,
+                                double seconds) {
+        char code[32];
+        Series *s;
+        int r;
+
+        if (!m)
+                return 0;
+        /* client-go's label for a request that got no HTTP answer. */
+        if (status <= 0)
+                strcpy(code, "<error>");
+        else
+                snprintf(code, sizeof code, "%ld", status);
+        r = histogram_vec_get(&m->rest_requests, (const char *const[]){ code, method, host }, &s);
+        if (r < 0)
+                return r;
+        s->count++;
+        /* client-go observes no latency for a watch: it lasts as long as the
+         * server keeps it, which says nothing of the server's health. */
+        if (watch)
+                return 0;
+        return histogram_vec_observe(&m->rest_duration, (const char *const[]){ method, host }, seconds);
+}
+
+void metrics_k8s_hook(const K8sRequestMetrics *req, void *userdata) {
+        int r = metrics_observe_api_request(userdata, req->method, req->host, req->status, req->watch,
+                                            (double) req->duration_usec / USEC_PER_SEC);
+        if (r < 0)
+                log_debug_errno(r, "Dropped a rest_client_requests_total observation: %m");
+}
+
+int metrics_set_build_info(Metrics *m, const char *version, const char *commit) {
+        if (free_and_strdup(&m->version, strempty(version)) < 0 ||
+            free_and_strdup(&m->commit, strempty(commit)) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+void metrics_enable_process(Metrics *m) {
+        m->process = true;
 }
 
 void metrics_csi_hook(const CsiCallMetrics *call, void *userdata) {
@@ -351,9 +439,38 @@ static void write_labels(FILE *f, const HistogramVec *h, const Series *s, const 
         fputc('}', f);
 }
 
+static void write_counter_vec(FILE *f, const HistogramVec *h) {
+        if (h->n_series == 0)
+                return;
+        write_header(f, h->name, h->help, "counter");
+        for (size_t i = 0; i < h->n_series; i++) {
+                fputs(h->name, f);
+                write_labels(f, h, h->series[i], NULL);
+                fprintf(f, " %" PRIu64 "\n", h->series[i]->count);
+        }
+}
+
+static void write_build_info(FILE *f, const Metrics *m) {
+        if (!m->version)
+                return;
+        /* As kubernetes_build_info: a constant 1 whose labels are the facts. */
+        write_header(f, "kvolumed_build_info",
+                     "A metric with a constant '1' value labeled by the version and git commit kvolumed was "
+                     "built from",
+                     "gauge");
+        fputs("kvolumed_build_info{commit=\"", f);
+        write_escaped(f, m->commit, true);
+        fputs("\",version=\"", f);
+        write_escaped(f, m->version, true);
+        fputs("\"} 1\n", f);
+}
+
 static void write_histogram_vec(FILE *f, const HistogramVec *h) {
+        const char *const *names = h->bound_names ?: bucket_names;
+        size_t n_bounds;
         char buf[32];
 
+        (void) vec_bounds(h, &n_bounds);
         if (h->n_series == 0)
                 return;
         write_header(f, h->name, h->help, "histogram");
@@ -361,10 +478,10 @@ static void write_histogram_vec(FILE *f, const HistogramVec *h) {
                 const Series *s = h->series[i];
                 uint64_t cumulative = 0;
 
-                for (size_t b = 0; b < N_BUCKETS; b++) {
+                for (size_t b = 0; b < n_bounds; b++) {
                         cumulative += s->in_bucket[b];
                         fprintf(f, "%s_bucket", h->name);
-                        write_labels(f, h, s, bucket_names[b]);
+                        write_labels(f, h, s, names[b]);
                         fprintf(f, " %" PRIu64 "\n", cumulative);
                 }
                 fprintf(f, "%s_bucket", h->name);
@@ -385,24 +502,38 @@ static void write_volumes_gauge(FILE *f, const Metrics *m) {
         if (!m->volume_stats)
                 return;
         m->volume_stats(&st, m->volume_stats_userdata);
-        /* Sorted by state, as every other series. */
+        /* Per volume (not per pod), sorted by condition; one volume may be in several. */
         const struct {
-                const char *state;
+                const char *condition;
                 unsigned value;
-        } states[] = {
-                { "desired", st.desired },     { "failing", st.failing },
-                { "published", st.published }, { "staged", st.staged },
-                { "uncertain", st.uncertain }, { "unresponsive", st.unresponsive },
-                { "waiting", st.waiting },
+        } conditions[] = {
+                { "failing", st.failing },           { "staged", st.staged },
+                { "uncertain", st.uncertain },       { "unresponsive", st.unresponsive },
+                { "waiting-for-attach", st.attach_waiting },
         };
-        write_header(f, "kvolumed_volumes",
-                     "Pod volumes known to kvolumed by state: desired (wanted by pods), waiting (of those, "
-                     "waiting for a claim, attachment or driver), published, uncertain, staged; and volumes "
-                     "failing (an operation waits to be retried) or unresponsive (their file system does not "
-                     "answer)",
+        write_header(f, "kvolumed_volume_conditions",
+                     "Volumes on the node (one per volume, not per pod; a volume may be in several): staged, "
+                     "uncertain (a stage or publish that may or may not be there), failing (an operation waits "
+                     "to be retried), unresponsive (its file system does not answer), waiting-for-attach",
                      "gauge");
-        for (size_t i = 0; i < ELEMENTSOF(states); i++)
-                fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", states[i].state, states[i].value);
+        for (size_t i = 0; i < ELEMENTSOF(conditions); i++)
+                fprintf(f, "kvolumed_volume_conditions{condition=\"%s\"} %u\n", conditions[i].condition,
+                        conditions[i].value);
+
+        /* Every pod volume in exactly one state: the states of the volumes
+         * pods want add up to kvolumed_volumes_desired. */
+        write_header(f, "kvolumed_volumes",
+                     "Pod volumes by state, each in exactly one: published, pending (on its way), failed (not "
+                     "published and something failed: claim not bound, driver not registered, lifecycle mode "
+                     "refused, CSI call failed), tearing-down (published for a pod that no longer wants it)",
+                     "gauge");
+        const PodVolumeState order[] = { POD_VOLUME_FAILED, POD_VOLUME_PENDING, POD_VOLUME_PUBLISHED,
+                                         POD_VOLUME_TEARING_DOWN };
+        for (size_t i = 0; i < ELEMENTSOF(order); i++)
+                fprintf(f, "kvolumed_volumes{state=\"%s\"} %u\n", pod_volume_state_to_string(order[i]),
+                        st.by_state[order[i]]);
+        write_header(f, "kvolumed_volumes_desired", "Pod volumes the pods on the node want", "gauge");
+        fprintf(f, "kvolumed_volumes_desired %u\n", st.desired);
 }
 
 /* ---- values read at scrape time --------------------------------------------- */
@@ -496,12 +627,19 @@ int metrics_write(Metrics *m, FILE *f) {
          * kvolumed_csi_..., kvolumed_reconcile_..., kvolumed_volumes,
          * storage_..., volume_manager_... */
         write_histogram_vec(f, &m->csi_operations);
-        for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_CSI_CALLS_QUEUED; i++)
+        for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_API_WATCH_RESTARTS; i++)
+                write_scraped(f, &s, i);
+        write_build_info(f, m);
+        for (MetricsScraped i = METRICS_CSI_CALLS_IN_FLIGHT; i <= METRICS_CSI_CALLS_QUEUED; i++)
                 write_scraped(f, &s, i);
         write_histogram_vec(f, &m->reconcile);
         for (MetricsScraped i = METRICS_RUNTIME_ERRORS; i <= METRICS_RUNTIME_WAITING_PODS; i++)
                 write_scraped(f, &s, i);
         write_volumes_gauge(f, m);
+        if (m->process)
+                process_metrics_write(f);
+        write_histogram_vec(f, &m->rest_duration);
+        write_counter_vec(f, &m->rest_requests);
         write_histogram_vec(f, &m->storage_operations);
         write_scraped(f, &s, METRICS_VOLUME_MANAGER_TOTAL_VOLUMES);
         scrape_done(&s);

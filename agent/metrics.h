@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "csi/csi.h"
+#include "k8s/client.h"
 #include "systemd/macro.h"
 #include "volume/manager.h"
 
@@ -58,6 +59,21 @@ void metrics_observe_reconcile(Metrics *m, double seconds);
 void metrics_csi_hook(const CsiCallMetrics *call, void *userdata);
 void metrics_volume_hook(const char *plugin, const char *operation, bool success, uint64_t duration_usec,
                          void *userdata);
+
+/* client-go's rest_client_requests_total{code,method,host} (code "<error>"
+ * for status 0: no HTTP answer) and, unless watch,
+ * rest_client_request_duration_seconds{verb,host} with client-go's buckets. */
+int metrics_observe_api_request(Metrics *m, const char *method, const char *host, long status, bool watch,
+                                double seconds);
+/* Adapter for k8s_client_set_request_hook(); userdata is the Metrics. */
+void metrics_k8s_hook(const K8sRequestMetrics *req, void *userdata);
+
+/* kvolumed_build_info{version,commit} 1, shown once set. */
+int metrics_set_build_info(Metrics *m, const char *version, const char *commit);
+
+/* The process_* families of this process (agent/procmetrics.h), read at
+ * each scrape; off until called, so that a registry's text is exact. */
+void metrics_enable_process(Metrics *m);
 
 /* Where kvolumed_volumes reads its values; NULL removes the gauge. */
 void metrics_set_volume_stats_source(Metrics *m, metrics_volume_stats_t source, void *userdata);

@@ -47,6 +47,8 @@ struct K8sRequest {
         void (*destroy)(void *userdata);
         char errbuf[CURL_ERROR_SIZE];
         unsigned credentials_used; /* the generation it was sent with, to notice a rotation */
+        uint64_t started_usec;  /* CLOCK_MONOTONIC when it was handed to libcurl */
+        bool counted;           /* given to the request hook already (a watch's answer started) */
 };
 
 struct K8sClient {
@@ -71,12 +73,91 @@ struct K8sClient {
          * left, as the server would answer it.  The expansion check reading
          * a claim must not ignore the Retry-After its lookup was given. */
         Hashmap *held_paths; /* path → uint64_t *: not before (CLOCK_MONOTONIC) */
+        char *host;          /* the server's host[:port], for the request hook */
+        /* Reachability: since when no request got an HTTP answer (0: one did),
+         * the last failure, and how many failed since. */
+        uint64_t unreachable_since;
+        char *unreachable_error;
+        unsigned unreachable_failures;
+        k8s_request_hook_t request_hook;
+        void *request_hook_userdata;
 };
 
 static uint64_t now_usec(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* --- request metrics -------------------------------------------------------- */
+
+static void request_count(K8sRequest *r, long status) {
+        K8sClient *c = r->client;
+        K8sRequestMetrics m;
+
+        if (r->counted || !c->request_hook)
+                return;
+        r->counted = true;
+        m = (K8sRequestMetrics) {
+                .method = r->method,
+                .host = c->host,
+                .status = status,
+                .watch = r->watch,
+                .duration_usec = r->watch || r->started_usec == 0 ? 0 : now_usec() - r->started_usec,
+        };
+        c->request_hook(&m, c->request_hook_userdata);
+}
+
+void k8s_client_set_request_hook(K8sClient *c, k8s_request_hook_t hook, void *userdata) {
+        c->request_hook = hook;
+        c->request_hook_userdata = userdata;
+}
+
+/* client-go's host label: the URL's host and port, "none" when it has none. */
+static char *server_host(const char *server) {
+        const char *p = strstr(server, "://");
+        p = p ? p + 3 : server;
+        size_t n = strcspn(p, "/?#");
+        return n > 0 ? strndup(p, n) : strdup("none");
+}
+
+/* --- reachability ----------------------------------------------------------- */
+
+/* One line when the server stops answering, with what to check, and one
+ * when it answers again: the requests failing in between are retried by
+ * their owners with their own backoffs, and one line each per retry told the
+ * operator nothing more (three informers made about one line a second). */
+static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp) {
+        /* A watch cut after its answer started says nothing of the server now. */
+        if (resp->status > 0 && !(r->watch && resp->error < 0)) {
+                if (c->unreachable_since == 0)
+                        return;
+                log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
+                         c->auth->server, (double) (now_usec() - c->unreachable_since) / USEC_PER_SEC,
+                         c->unreachable_failures);
+                c->unreachable_since = 0;
+                c->unreachable_failures = 0;
+                c->unreachable_error = mfree_str(c->unreachable_error);
+                return;
+        }
+        if (!k8s_response_unreachable(resp))
+                return;
+        c->unreachable_failures++;
+        (void) free_and_strdup(&c->unreachable_error, strempty(resp->message));
+        if (c->unreachable_since != 0)
+                return;
+        c->unreachable_since = now_usec();
+        log_warning("API server %s is unreachable: %s. Check that this is the API server's address (the "
+                    "kubeconfig's server, or [kubernetes] server), that this node reaches it (DNS, routes, "
+                    "firewall, proxy) and that it is up. Volumes stay as they are; requests are retried with "
+                    "backoff and logged at debug level until it answers again",
+                    c->auth->server, strempty(resp->message));
+}
+
+uint64_t k8s_client_unreachable_since(K8sClient *c, const char **ret_error) {
+        if (ret_error)
+                *ret_error = c->unreachable_error;
+        return c->unreachable_since;
 }
 
 /* --- credentials ------------------------------------------------------------ */
@@ -210,8 +291,11 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *userdata) {
 
         if (r->watch && r->on_data) {
                 (void) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-                if (status == 200)
+                if (status == 200) {
+                        /* The watch is established: client-go counts it now. */
+                        request_count(r, status);
                         return r->on_data(r->client, data, len, r->userdata) < 0 ? 0 : len;
+                }
         }
         return response_append(r, data, len) < 0 ? 0 : len;
 }
@@ -376,6 +460,8 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
                         log_info("%s %s on API server %s was refused, retrying with the credentials read again",
                                  r->method, r->path, c->auth->server);
                         r->retried_credentials = true;
+                        request_count(r, code == CURLE_OK ? status : 0);
+                        r->counted = false;
                         curl_easy_cleanup(r->easy);
                         r->easy = NULL;
                         curl_slist_free_all(r->headers);
@@ -387,6 +473,9 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         }
 
         r->state = REQUEST_FINISHING;
+        /* A watch cancelled by its owner (the write callback refused) was
+         * counted when its answer started. */
+        request_count(r, code == CURLE_OK ? status : 0);
         if (code != CURLE_OK || status < 200 || status >= 300)
                 message = request_failure_message(r, code, status);
         resp = (K8sResponse) {
@@ -399,6 +488,7 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         };
         if (resp.error == 0 && status >= 400)
                 log_debug("%s", message);
+        reachability_note(c, r, &resp);
         r->done(c, &resp, r->userdata);
         request_free(r);
 }
@@ -539,6 +629,7 @@ static int request_start(K8sRequest *r) {
         k = curl_loop_add(c->loop, r->easy, on_done, r);
         if (k < 0)
                 return k;
+        r->started_usec = now_usec();
         r->state = REQUEST_RUNNING;
         r->prev = NULL;
         r->next = c->running;
@@ -557,6 +648,7 @@ static void request_fail_now(K8sRequest *r, int error) {
         K8sResponse resp;
 
         r->state = REQUEST_FINISHING;
+        request_count(r, 0);
         if (asprintf(&m, "%s %s on API server %s could not start: %s", r->method, r->path, c->auth->server,
                      strerror(-error)) < 0)
                 m = NULL;
@@ -710,6 +802,9 @@ int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8
         c->request_timeout_usec = o->request_timeout_usec ?: 60 * USEC_PER_SEC;
         if (asprintf(&c->user_agent, "%s", o->user_agent ?: "kvolumed/" KVOLUMED_VERSION) < 0)
                 return -ENOMEM;
+        c->host = server_host(auth->server);
+        if (!c->host)
+                return -ENOMEM;
         k8s_token_bucket_init(&c->bucket, o->qps > 0 ? o->qps : K8S_DEFAULT_QPS,
                           (double) (o->burst > 0 ? o->burst : K8S_DEFAULT_BURST), now_usec());
 
@@ -786,6 +881,8 @@ K8sClient *k8s_client_free(K8sClient *c) {
         k8s_credential_file_done(&c->key_file);
         k8s_auth_free(c->auth);
         free(c->user_agent);
+        free(c->host);
+        free(c->unreachable_error);
         sd_event_unref(c->event);
         free(c);
         return NULL;

@@ -8,6 +8,8 @@
  * requests (kubelet's defaults: 50 QPS, burst 100).  Watches are long
  * streams and are not rate limited; their owners back off instead. */
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
@@ -76,6 +78,43 @@ void k8s_request_set_destroy(K8sRequest *r, void (*destroy)(void *userdata));
 /* Requests queued behind the rate limit, and running. */
 unsigned k8s_client_queued(K8sClient *c);
 unsigned k8s_client_running(K8sClient *c);
+
+/* ---- request metrics ------------------------------------------------------ */
+
+/* One request that reached the network, for client-go's rest_client_*
+ * metrics: counted once per request as client-go's updateURLMetrics does
+ * (status 0: a transport error, client-go's code "<error>"); a watch when
+ * its answer starts (or when it fails before that), with no duration, as
+ * client-go observes latency only for requests that are read whole.  A
+ * request answered locally from a Retry-After hold never left: not counted. */
+typedef struct K8sRequestMetrics {
+        const char *method;     /* "GET", "PATCH", ... */
+        const char *host;       /* the server's host[:port], client-go's label */
+        long status;            /* HTTP status, 0 on a transport error */
+        bool watch;
+        uint64_t duration_usec; /* from start to the whole answer; 0 for a watch */
+} K8sRequestMetrics;
+
+typedef void (*k8s_request_hook_t)(const K8sRequestMetrics *m, void *userdata);
+/* NULL turns it off. */
+void k8s_client_set_request_hook(K8sClient *c, k8s_request_hook_t hook, void *userdata);
+
+/* ---- reachability ------------------------------------------------------- */
+
+/* Whether the API server answers at all: a request that got no HTTP answer
+ * (connection refused, DNS, TLS, timeout) makes it unreachable, any HTTP
+ * answer reachable again.  The client logs each change once (the first with
+ * what to check), so that the requests failing meanwhile, each retried with
+ * its own backoff, need not: they log at debug level.  Returns the
+ * CLOCK_MONOTONIC time since which it is unreachable, 0 when it answers;
+ * *ret_error (optional) the last failure's message. */
+uint64_t k8s_client_unreachable_since(K8sClient *c, const char **ret_error);
+
+/* Whether a response is a failure to reach the server (no HTTP answer), that
+ * k8s_client_unreachable_since() accounts for: its owner logs it at debug. */
+static inline bool k8s_response_unreachable(const K8sResponse *r) {
+        return r->error < 0 && r->error != -ECANCELED && r->status == 0;
+}
 
 /* Percent-encodes s for a query value or path segment. */
 char *k8s_escape(const char *s);

@@ -34,6 +34,7 @@ struct K8sInformer {
         K8sInformerHandlers handlers;
         void *userdata;
         char *namespace, *field_selector, *label_selector;
+        char *last_error; /* the error last logged as a warning; NULL once it works again */
         unsigned page_size;
         uint64_t min_watch_timeout_usec;
         int (*filter)(const void *obj, const char **ret_field);
@@ -153,8 +154,18 @@ static bool busy_leave(K8sInformer *i) {
 }
 
 static void report_error(K8sInformer *i, int error, long status, const char *message) {
+        K8sResponse resp = { .error = error, .status = status };
+
         i->stats.errors++;
-        log_warning("%s informer: %s", i->kind->kind, strempty(message));
+        /* The client said once that the server is unreachable; an answer
+         * that refuses is said once until another one comes: one line per
+         * change, not per retry. */
+        if (k8s_response_unreachable(&resp) || streq_ptr(i->last_error, message))
+                log_debug("%s informer: %s", i->kind->kind, strempty(message));
+        else {
+                log_warning("%s informer: %s", i->kind->kind, strempty(message));
+                (void) free_and_strdup(&i->last_error, message);
+        }
         if (i->handlers.on_error && !i->free_requested)
                 i->handlers.on_error(i, error, status, message, i->userdata);
 }
@@ -315,6 +326,7 @@ static void list_finish(K8sInformer *i, const char *rv) {
         }
         i->stats.lists++;
         k8s_backoff_reset(&i->backoff);
+        i->last_error = mfree_str(i->last_error);
         log_debug("%s informer: listed %zu objects at resourceVersion %s, %zu changes", i->kind->kind, n_items,
                   rv, n);
         for (size_t k = 0; k < n; k++)
@@ -492,6 +504,7 @@ static int apply_event(K8sInformer *i, const char *text, size_t size) {
         t = type->valuestring;
         i->watch_events++;
         k8s_backoff_reset(&i->backoff);
+        i->last_error = mfree_str(i->last_error);
 
         if (streq(t, "BOOKMARK")) {
                 set_rv_from(i, obj);
@@ -741,6 +754,7 @@ static void informer_destroy(K8sInformer *i) {
         k8s_store_free(i->store);
         free(i->resource_version);
         free(i->namespace);
+        free(i->last_error);
         free(i->field_selector);
         free(i->label_selector);
         free(i);

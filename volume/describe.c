@@ -157,6 +157,72 @@ bool describe_volume_failing(VolumeManager *m, const ActualVolume *av) {
         return false;
 }
 
+const char *pod_volume_state_to_string(PodVolumeState s) {
+        static const char *const names[_POD_VOLUME_STATE_MAX] = {
+                [POD_VOLUME_FAILED] = "failed",
+                [POD_VOLUME_PENDING] = "pending",
+                [POD_VOLUME_PUBLISHED] = "published",
+                [POD_VOLUME_TEARING_DOWN] = "tearing-down",
+        };
+        return s >= 0 && s < _POD_VOLUME_STATE_MAX ? names[s] : NULL;
+}
+
+/* A stage of the volume, or this pod's publish, failed and waits for its retry. */
+static bool failing_for_pod(const ActualVolume *av, const char *pod_uid) {
+        const char *key;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(av->backoffs, &i, &key, &value);) {
+                const char *slash = strchr(key, '/');
+                if (((const Backoff *) value)->last_error_usec == 0 || !slash ||
+                    strncmp(key, "unpublish/", strlen("unpublish/")) == 0)
+                        continue;
+                if (isempty(slash + 1) || streq(slash + 1, pod_uid))
+                        return true;
+        }
+        return false;
+}
+
+/* Published wins over everything (a running pod has its volume); then what
+ * was reported to the pod as a FailedMount-like Event and not cleared since
+ * (manager_report_once: a claim not bound, the driver not registered after
+ * its grace, a lifecycle mode refused, an attach that takes too long); then
+ * a failed CSI call waiting for its retry.  Anything else is on its way. */
+PodVolumeState describe_pod_volume_state(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
+                                         const char **ret_reason) {
+        const char *reported = hashmap_get(e->reported, dv->name);
+        const ActualVolume *av = NULL;
+        const ActualPublish *pub = NULL;
+        const char *reason = NULL;
+        PodVolumeState state = POD_VOLUME_PENDING;
+
+        if (dv->spec) {
+                av = hashmap_get(m->volumes, dv->spec->unique_name);
+                pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
+        }
+        if (pub && pub->state == PUBLISH_DONE)
+                state = POD_VOLUME_PUBLISHED;
+        else if (dv->failed) {
+                state = POD_VOLUME_FAILED;
+                reason = dv->failed;
+        } else if (!dv->spec && !dv->looking_up) {
+                /* kubelet's populator fails the pod for it (an unbound claim,
+                 * a missing PV): its pod worker sees the error at once. */
+                state = POD_VOLUME_FAILED;
+                reason = reported ?: dv->waiting;
+        } else if (reported) {
+                state = POD_VOLUME_FAILED;
+                reason = reported;
+        } else if (av && failing_for_pod(av, e->uid)) {
+                state = POD_VOLUME_FAILED;
+                reason = av->last_error;
+        } else if (!dv->spec)
+                reason = dv->waiting;
+        if (ret_reason)
+                *ret_reason = reason;
+        return state;
+}
+
 /* The backoffs of the volume's failed operations ("<kind>/<pod UID>"): each
  * with when it may run again; the earliest is the volume's next retry. */
 static cJSON *retries_json(VolumeManager *m, const Clocks *c, const ActualVolume *av, uint64_t *ret_next) {

@@ -303,8 +303,11 @@ static void on_written(K8sClient *c, int error, const char *message, void *userd
         WriteState *ws = write_state(t, w->kind, w->driver);
         LogFields f = { .driver = w->driver };
 
+        /* While the API server is unreachable the client said so once; each
+         * retry of the write says nothing more. */
         if (error < 0)
-                log_fields(LOG_WARNING, &f, "Failed to write %s%s%s on node %s: %s", write_what(w->kind),
+                log_fields(k8s_client_unreachable_since(c, NULL) ? LOG_DEBUG : LOG_WARNING, &f,
+                           "Failed to write %s%s%s on node %s: %s", write_what(w->kind),
                            w->driver ? " of CSI driver " : "", strempty(w->driver), t->m->node_name,
                            strempty(message));
         else

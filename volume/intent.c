@@ -41,7 +41,8 @@ int intent_format(const Intent *i, char **ret) {
 
         if (!o)
                 return -ENOMEM;
-        if (!cJSON_AddStringToObject(o, "operation", op_kind_to_string(i->operation)) ||
+        if (!cJSON_AddNumberToObject(o, "version", INTENT_VERSION) ||
+            !cJSON_AddStringToObject(o, "operation", op_kind_to_string(i->operation)) ||
             !cJSON_AddBoolToObject(o, "done", i->done) || !cJSON_AddBoolToObject(o, "mount", i->mount) ||
             !cJSON_AddStringToObject(o, "bootID", i->boot_id) ||
             (i->pod && !cJSON_AddStringToObject(o, "pod", i->pod)) ||
@@ -58,14 +59,40 @@ out:
         return 0;
 }
 
+static int object_version(const cJSON *o) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "version");
+
+        if (!v)
+                return 1;
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e6 ||
+            v->valuedouble != (double) (int) v->valuedouble)
+                return -EBADMSG;
+        return (int) v->valuedouble;
+}
+
+int intent_version(const char *text) {
+        cJSON *o = cJSON_Parse(text);
+        int r = cJSON_IsObject(o) ? object_version(o) : -EBADMSG;
+        cJSON_Delete(o);
+        return r;
+}
+
 int intent_parse(const char *text, Intent *ret) {
         cJSON *o = cJSON_Parse(text);
         const cJSON *op, *done, *mount, *boot, *pod;
         Intent i = {};
-        int r = -EBADMSG;
+        int r = -EBADMSG, version;
 
         if (!cJSON_IsObject(o))
                 goto out;
+        /* A newer format may mean anything by the fields below. */
+        version = object_version(o);
+        if (version < 0)
+                goto out;
+        if (version > INTENT_VERSION) {
+                r = -EPROTONOSUPPORT;
+                goto out;
+        }
         op = cJSON_GetObjectItemCaseSensitive(o, "operation");
         done = cJSON_GetObjectItemCaseSensitive(o, "done");
         mount = cJSON_GetObjectItemCaseSensitive(o, "mount");

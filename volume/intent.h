@@ -20,6 +20,11 @@
 
 #define BOOT_ID_MAX 37 /* a UUID and NUL */
 
+/* The format of the records this build writes ("version"): bumped when a
+ * change would make an older kvolumed misread a record (a rollback).  A
+ * record without one is version 1 (kvolumed before the field). */
+#define INTENT_VERSION 1
+
 typedef enum OpKind {
         OP_STAGE,
         OP_PUBLISH,
@@ -46,8 +51,13 @@ typedef struct Intent {
 } Intent;
 
 int intent_format(const Intent *i, char **ret);
-/* -EBADMSG for anything that is not a record of ours. */
+/* -EBADMSG for anything that is not a record of ours; -EPROTONOSUPPORT for a
+ * record of a newer format than INTENT_VERSION (a newer kvolumed's, after a
+ * rollback): it must be left as it is, and its volume neither torn down nor
+ * set up again on what this build would guess of it. */
 int intent_parse(const char *text, Intent *ret);
+/* The version a record says it has (1 without the field), -EBADMSG. */
+int intent_version(const char *text);
 void intent_done(Intent *i);
 
 /* Creates the dirs a record at relpath (from path_intent_record()) goes in. */

@@ -204,6 +204,11 @@ struct VolumeManager {
          * before the restart, which the in-memory pin of manager.c no longer
          * knows.  Entries whose publish went are ignored, not removed. */
         Hashmap *restored_publishes;
+        /* Intent records (relative paths) of a newer format than this build
+         * knows, found at start-up (a rollback): left as they are; their
+         * volumes are kept out of the actual state (never torn down) and no
+         * operation may write over them (intent_write refuses). */
+        Hashmap *newer_records;
         DriverTable *drivers;   /* drivers.c: what the Node and CSINode say of each driver */
         ExpandTable *expand;    /* expand.c: online expansion of published volumes */
         PublishRefs *publish_refs; /* publishrefs.c: what a scan found on disk, for one loop iteration */
@@ -292,6 +297,9 @@ void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver);
 void reconciler_pass(VolumeManager *m);
 /* The Node informer showed the Node: our last volumesInUse patch may be in it. */
 void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
+/* Whether the pod still wants its publish of the volume at spec_name's path:
+ * a publish it does not want is torn down. */
+bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name);
 
 /* reconstruct.c */
 /* Rebuilds the actual state from the volume directories under root-dir,
@@ -424,6 +432,11 @@ static inline void erase_and_freep(char **p) {
 void describe_note_outcome(VolumeManager *m, const Operation *op, bool success);
 /* Whether an operation of the volume failed and is to be retried (a pod gone
  * since its publish failed does not count). */
+/* The state kvolumed_volumes counts a pod's desired volume in (exactly
+ * one), and the reason it is not published (NULL when it is, or when it
+ * merely waits for work in progress). */
+PodVolumeState describe_pod_volume_state(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
+                                         const char **ret_reason);
 bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
 
 /* podview.c: the watches of the pod runner's waiters.  Before a pass

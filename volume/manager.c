@@ -186,6 +186,13 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
                 return;
         }
         free(last);
+        /* Every class of failure a pod's volume can have (its claim, its
+         * driver, its lifecycle mode, its attachment) is found with the one
+         * MESSAGE_ID a failed CSI call has, so that journalctl
+         * MESSAGE_ID=... lists them all.  A source change is news, not a
+         * failure. */
+        if (!streq(reason, "VolumeSourceChanged"))
+                f.message_id = LOG_MESSAGE_ID_VOLUME_FAILED;
         log_fields(LOG_NOTICE, &f, "Volume %s of pod %s: %s", volume, p->key, message);
         manager_pod_event(m, &info, "Warning", reason, "%s", message);
 }
@@ -330,7 +337,8 @@ static void on_node_update(K8sInformer *i, const void *old, const void *new, voi
 }
 
 static void on_informer_error(K8sInformer *i, int error, long status, const char *message, void *userdata) {
-        log_warning("Watching %s: %s", k8s_informer_kind(i)->plural, strempty(message));
+        /* The informer (or, for an unreachable server, the client) logged it. */
+        log_debug("Watching %s: %s", k8s_informer_kind(i)->plural, strempty(message));
 }
 
 static void on_watch_changed(void *userdata) {
@@ -623,11 +631,12 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->caps = hashmap_new();
         m->one_call_per_volume = hashmap_new();
         m->restored_publishes = hashmap_new();
+        m->newer_records = hashmap_new();
         m->dirty_pods = hashmap_new();
         m->dirty_volumes = hashmap_new();
         m->verify_incremental = o->verify_incremental;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
-            !m->restored_publishes || !m->dirty_pods || !m->dirty_volumes)
+            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -758,6 +767,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         for (size_t i = 0; hashmap_iterate(m->restored_publishes, &i, NULL, &value);)
                 free(value);
         hashmap_free(m->restored_publishes);
+        hashmap_free(m->newer_records);
         hashmap_free(m->dirty_pods);
         hashmap_free(m->dirty_volumes);
         k8s_informer_free(m->pods);
@@ -796,6 +806,16 @@ bool volume_manager_synced(VolumeManager *m) {
         return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) && k8s_informer_synced(m->node);
 }
 
+const char *volume_manager_waiting_for(VolumeManager *m) {
+        if (!k8s_informer_synced(m->pods))
+                return "the first pod list";
+        if (!k8s_informer_synced(m->csidrivers))
+                return "the first CSIDriver list";
+        if (!k8s_informer_synced(m->node))
+                return "the node object";
+        return NULL;
+}
+
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
         VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running };
         void *value, *pv;
@@ -806,6 +826,7 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.desired++;
                         if (!e->desired->volumes[v].spec)
                                 s.waiting++;
+                        s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
                 }
         }
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
@@ -816,8 +837,12 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                 s.failing += describe_volume_failing(m, av);
                 s.unresponsive += av->unresponsive_since != 0;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
-                        s.published += ((ActualPublish *) pv)->state == PUBLISH_DONE;
-                        s.uncertain += ((ActualPublish *) pv)->state == PUBLISH_UNCERTAIN;
+                        const ActualPublish *pub = pv;
+                        s.published += pub->state == PUBLISH_DONE;
+                        s.uncertain += pub->state == PUBLISH_UNCERTAIN;
+                        /* What a pod wants is counted with its desired volumes above. */
+                        if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
+                                s.by_state[POD_VOLUME_TEARING_DOWN]++;
                 }
         }
         *ret = s;

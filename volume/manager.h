@@ -31,6 +31,21 @@ typedef struct VolumeManagerOptions {
         bool verify_incremental;
 } VolumeManagerOptions;
 
+/* The one state of each pod volume on the node (kvolumed_volumes{state}):
+ * every volume a pod wants is in exactly one of the first three, and a
+ * publish no pod wants any more is tearing-down. */
+typedef enum PodVolumeState {
+        POD_VOLUME_FAILED,       /* not published, and something failed: a claim not bound, a driver not
+                                  * registered after its grace, a lifecycle mode refused, a CSI call failed */
+        POD_VOLUME_PENDING,      /* not published yet, nothing failed: work in progress or a wait in its grace */
+        POD_VOLUME_PUBLISHED,
+        POD_VOLUME_TEARING_DOWN, /* published for a pod that no longer wants it */
+        _POD_VOLUME_STATE_MAX,
+} PodVolumeState;
+
+/* "failed", "pending", "published", "tearing-down". */
+const char *pod_volume_state_to_string(PodVolumeState s);
+
 typedef struct VolumeManagerStats {
         unsigned pods;          /* pods on this node the manager tracks */
         unsigned desired;       /* pod volumes wanted */
@@ -42,6 +57,7 @@ typedef struct VolumeManagerStats {
         unsigned attach_waiting; /* volumes waiting for their attachment */
         unsigned failing;       /* volumes with an operation that failed and waits to be retried */
         unsigned unresponsive;  /* volumes whose file system did not answer */
+        unsigned by_state[_POD_VOLUME_STATE_MAX]; /* pod volumes by PodVolumeState */
 } VolumeManagerStats;
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",
@@ -94,6 +110,9 @@ int volume_manager_describe_json(VolumeManager *m, char **ret);
  * is done before volume_manager_new() returns): what READY=1 waits for.  The
  * pass hook is first called right after this becomes true. */
 bool volume_manager_synced(VolumeManager *m);
+/* What READY=1 still waits for, for a person: "the first pod list", "the
+ * first CSIDriver list", "node NAME"; NULL when synced. */
+const char *volume_manager_waiting_for(VolumeManager *m);
 
 /* ---- volume stats and counts for the metrics (stats.c) ------------------------ */
 

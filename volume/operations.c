@@ -154,13 +154,18 @@ static int write_vol_data(Operation *op, const char *dir) {
         if (asprintf(&path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
         /* Not durable yet: the pass makes all of them durable with one syncfs. */
-        return root_dir_write_file(op->m->root, path, text, strlen(text), 0640, false);
+        /* kubelet's os.Create under systemd's default umask 0022 (kubelet-facts §1.2). */
+        return root_dir_write_file(op->m->root, path, text, strlen(text), 0644, false);
 }
 
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable) {
         _cleanup_free_ char *text = NULL;
         int r;
 
+        /* A newer kvolumed's record stays as it is: this build cannot tell
+         * what it says of the volume, and a rollback must not lose it. */
+        if (hashmap_get(m->newer_records, path))
+                return -EPROTONOSUPPORT;
         memcpy(i->boot_id, m->boot_id, sizeof i->boot_id);
         r = intent_format(i, &text);
         if (r < 0)
@@ -232,6 +237,13 @@ int operation_prepare(Operation *op) {
                 r = record_path_of(op, &record);
         if (r < 0)
                 return r;
+        /* A newer kvolumed's record (reconstruct.c): nothing of this volume
+         * dir is touched, not its vol_data.json, not its directories. */
+        if (hashmap_get(op->m->newer_records, record)) {
+                log_fields(LOG_DEBUG, &f, "Not %s %s: %s/%s is a newer kvolumed's record", op_kind_to_string(op->kind),
+                           op->av->unique_name, op->m->root->path, record);
+                return -EPROTONOSUPPORT;
+        }
         if (setup) {
                 r = make_dirs(op, dir);
                 if (r < 0)

@@ -16,17 +16,6 @@ struct PodWatch {
         PodWatch *prev, *next;
 };
 
-static const char *const state_names[] = {
-        [POD_VOLUME_PUBLISHED] = "published",
-        [POD_VOLUME_PENDING] = "pending",
-        [POD_VOLUME_FAILED] = "failed",
-        [POD_VOLUME_TEARING_DOWN] = "tearing-down",
-};
-
-const char *pod_volume_state_to_string(PodVolumeState s) {
-        return (size_t) s < ELEMENTSOF(state_names) ? state_names[s] : NULL;
-}
-
 PodView *pod_view_free(PodView *v) {
         if (!v)
                 return NULL;

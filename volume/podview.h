@@ -13,14 +13,14 @@
 #include "systemd/macro.h"
 #include "volume/manager.h"
 
-typedef enum PodVolumeState {
-        POD_VOLUME_PUBLISHED,    /* NodePublishVolume done (and its stage certain) */
-        POD_VOLUME_PENDING,      /* on its way, or waiting for something that may come */
-        POD_VOLUME_FAILED,       /* a final error: only a change of the objects (or the driver) helps */
-        POD_VOLUME_TEARING_DOWN, /* on the node, no longer wanted by the pod */
-} PodVolumeState;
-
-const char *pod_volume_state_to_string(PodVolumeState s);
+/* A volume's state is volume/manager.h's PodVolumeState, with one
+ * difference of meaning that the runner needs: here FAILED is a final error
+ * only (kubelet's WaitForAttachAndMount gives up at once on it: a claim not
+ * bound, a driver not registered after its grace, a lifecycle mode refused,
+ * a CSI call that failed with a final code), while kvolumed_volumes{state}
+ * and /volumes count a volume whose CSI call failed and will be retried as
+ * failed too, to alert on.  Here such a volume is pending, with the error as
+ * its reason. */
 
 typedef struct PodVolumeView {
         char *name;   /* the pod's name of the volume (pod.spec.volumes[].name) */

@@ -422,7 +422,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
  * resolves to another one under the same name keeps the publish too (see
  * restored_elsewhere()).  Only the pod's end, or every volume resolved to
  * something else, says no. */
-static bool pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name) {
+bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_name, const char *spec_name) {
         PodEntry *e = hashmap_get(m->pod_entries, pod_uid);
         for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++) {
                 const VolumeSpec *s = e->desired->volumes[v].spec;
@@ -438,6 +438,15 @@ static bool pod_wants(VolumeManager *m, const char *pod_uid, const char *unique_
  * path is adopted as an uncertain publish, unpublished first; anything else
  * holds the unstage until it goes, reported once.  operation.c checks again
  * right before the call: this only spares a doomed operation and finds work. */
+static bool publish_record_newer(VolumeManager *m, const char *pod_uid, const char *spec_name) {
+        _cleanup_free_ char *dir = NULL, *record = NULL;
+
+        if (hashmap_size(m->newer_records) == 0)
+                return false;
+        return path_pod_volume_dir(pod_uid, spec_name, &dir) >= 0 && path_intent_record(dir, NULL, &record) >= 0 &&
+               hashmap_get(m->newer_records, record);
+}
+
 static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
         _cleanup_free_ char *staging = NULL, *abs = NULL;
         const char *refs[16];
@@ -460,6 +469,10 @@ static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
                 _cleanup_free_ char *uid = NULL, *spec_name = NULL;
                 const char *rel = refs[i] + strlen(m->root->path) + 1;
                 if (path_parse_publish_target(rel, &uid, &spec_name) < 0 || hashmap_get(av->publishes, uid))
+                        continue;
+                /* A publish a newer kvolumed's record describes is left alone
+                 * (reconstruct.c): it holds the unstage, it is not adopted. */
+                if (publish_record_newer(m, uid, spec_name))
                         continue;
                 PodInfo info = { .uid = uid, .key = uid };
                 if (actual_publish_set(av, &info, spec_name, rel, PUBLISH_UNCERTAIN) >= 0) {
@@ -510,7 +523,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 const char *slash = strchr(pub->pod_key, '/');
                 PodInfo info;
 
-                if (pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
+                if (reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name) ||
                     actual_volume_pod_busy(av, pub->pod_uid))
                         continue;
                 if (!driver_here) {

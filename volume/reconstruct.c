@@ -40,6 +40,7 @@ typedef struct Counts {
 /* The files of one volume dir; either may be missing. */
 typedef struct Records {
         bool has_vol_data, has_intent;
+        bool newer;             /* the intent record is a newer kvolumed's: hands off */
         VolData vol_data;
         Intent intent;
 } Records;
@@ -70,6 +71,20 @@ static void move_legacy_record(VolumeManager *m, Counts *c, const char *dir, con
         c->moved++;
 }
 
+/* A record of a format newer than this build's (INTENT_VERSION): written by
+ * a newer kvolumed before a rollback.  What it says of the volume (a call
+ * in flight? a mount made?) cannot be known here, so the volume is neither
+ * torn down nor set up again on a guess: it is left for a kvolumed that
+ * reads the record, and said once. */
+static bool note_newer_record(VolumeManager *m, const char *record, const char *text, const char *dir) {
+        (void) hashmap_put(m->newer_records, record, (void *) 1, NULL);
+        log_warning("%s/%s has record format version %d, newer than this kvolumed's (%d): left untouched, and "
+                    "the volume at %s/%s is neither torn down nor set up again by this version. Run the newer "
+                    "kvolumed again, or tear the volume down by hand, to release it",
+                    m->root->path, record, intent_version(text), INTENT_VERSION, m->root->path, dir);
+        return true;
+}
+
 static int read_records(VolumeManager *m, Counts *c, const char *dir, Records *ret) {
         _cleanup_free_ char *vd_path = NULL, *in_path = NULL, *text = NULL;
         Records rec = {};
@@ -94,7 +109,10 @@ static int read_records(VolumeManager *m, Counts *c, const char *dir, Records *r
         r = root_dir_read_file(m->root, in_path, RECORD_MAX, &text, NULL);
         if (r >= 0) {
                 /* A record we cannot read says nothing: the volume is uncertain. */
-                rec.has_intent = intent_parse(text, &rec.intent) >= 0;
+                r = intent_parse(text, &rec.intent);
+                rec.has_intent = r >= 0;
+                if (r == -EPROTONOSUPPORT)
+                        rec.newer = note_newer_record(m, in_path, text, dir);
         } else if (r != -ENOENT) {
                 records_done(&rec);
                 return r;
@@ -163,6 +181,10 @@ static bool load_volume_dir(VolumeManager *m, Counts *c, const char *dir, const 
 
         if (r < 0) {
                 log_warning_errno(r, "Cannot read the records of %s/%s; skipping it: %m", m->root->path, dir);
+                c->skipped++;
+                return false;
+        }
+        if (rec->newer) {
                 c->skipped++;
                 return false;
         }
@@ -317,8 +339,15 @@ static void reconstruct_block_publish(VolumeManager *m, Counts *c, ActualVolume 
         if (validate_uid(pod_uid) < 0 || hashmap_get(av->publishes, pod_uid) ||
             path_block_publish(spec_name, pod_uid, &target) < 0 || path_intent_record(data, pod_uid, &record) < 0)
                 return;
-        if (root_dir_read_file(m->root, record, RECORD_MAX, &text, NULL) >= 0)
-                rec.has_intent = intent_parse(text, &rec.intent) >= 0;
+        if (root_dir_read_file(m->root, record, RECORD_MAX, &text, NULL) >= 0) {
+                r = intent_parse(text, &rec.intent);
+                rec.has_intent = r >= 0;
+                if (r == -EPROTONOSUPPORT) {
+                        (void) note_newer_record(m, record, text, target);
+                        c->skipped++;
+                        return;
+                }
+        }
         mounted = is_mounted(m, target);
         found = judge(m, &rec, OP_PUBLISH, mounted);
         if (found == FOUND_DONE) {
@@ -359,6 +388,10 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
             path_block_map_dir(spec_name, &map_dir) < 0)
                 return;
         r = read_records(m, c, data, &rec);
+        if (r >= 0 && rec.newer) {
+                c->skipped++;
+                return;
+        }
         if (r < 0 || !rec.has_vol_data || !rec.vol_data.driver_name || !rec.vol_data.volume_handle ||
             validate_csi_driver_name(rec.vol_data.driver_name) < 0 ||
             csi_unique_volume_name(rec.vol_data.driver_name, rec.vol_data.volume_handle, &unique) < 0) {
@@ -518,6 +551,13 @@ static void prune_records(VolumeManager *m, Counts *c, const char *rel, unsigned
                 }
                 if (root_dir_exists(m->root, volume_dir) != 0)
                         continue;
+                /* A newer kvolumed's record is not ours to judge, even orphaned. */
+                _cleanup_free_ char *text = NULL;
+                if (root_dir_read_file(m->root, path, RECORD_MAX, &text, NULL) >= 0 &&
+                    intent_version(text) > INTENT_VERSION) {
+                        (void) note_newer_record(m, path, text, volume_dir);
+                        continue;
+                }
                 if (intent_record_remove(m->root, path) >= 0) {
                         log_info("Removed %s/%s: %s/%s is gone", m->root->path, path, m->root->path, volume_dir);
                         c->pruned++;

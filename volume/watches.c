@@ -153,7 +153,7 @@ static bool entry_failed(ObjectEntry *e, const K8sResponse *resp, char *message,
                 /* The first failure of a series says what happened: an API
                  * server that is down must not flood the log once per object
                  * and retry. */
-                if (e->failures++ == 0)
+                if (e->failures++ == 0 && !(resp && k8s_response_unreachable(resp)))
                         log_warning("GET %s failed, retrying with backoff: %s", e->key, strempty(e->error));
                 else
                         log_debug("GET %s failed (%u in a row): %s", e->key, e->failures, strempty(e->error));

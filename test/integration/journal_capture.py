@@ -3,7 +3,8 @@
 Run as `unshare -m --propagation private python3 journal_capture.py -- CMD...`:
 it mounts a tmpfs over /run in that (nested, private) mount namespace, binds
 /run/systemd/journal/socket, runs CMD with JOURNAL_STREAM naming CMD's stderr,
-stops CMD with SIGTERM after --seconds, and prints each received entry as one
+stops CMD with SIGTERM after --seconds (or, with --stop-file, as soon as that
+file exists, --seconds being the most it waits), and prints each received entry as one
 JSON object per line (journald's native protocol, decoded)."""
 import argparse
 import json
@@ -13,6 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -37,6 +39,7 @@ def parse_native(data):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=0.5)
+    ap.add_argument("--stop-file")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -55,25 +58,49 @@ def main():
     env.pop("KVOLUMED_LOG_TARGET", None)
     proc = subprocess.Popen(cmd, stderr=w, env=env)
     os.close(w)
-    time.sleep(args.seconds)
+    # Entries are read as they come, as journald does: a datagram socket
+    # holds only net.unix.max_dgram_qlen of them, and a sender facing a full
+    # queue blocks.  stderr is drained too, for the same reason.
+    entries = []
+    stderr_chunks = []
+    done = threading.Event()
+    sock.settimeout(0.1)
+
+    def read_entries():
+        while True:
+            try:
+                data, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))
+            except socket.timeout:
+                if done.is_set():
+                    return
+                continue
+            if not data:  # large entries arrive as a memfd
+                for level, typ, payload in anc:
+                    if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                        fd = struct.unpack("i", payload[:4])[0]
+                        data = os.pread(fd, 1 << 24, 0)
+                        os.close(fd)
+            entries.append(parse_native(data))
+
+    def read_stderr():
+        while chunk := os.read(r, 65536):
+            stderr_chunks.append(chunk)
+
+    readers = [threading.Thread(target=read_entries), threading.Thread(target=read_stderr)]
+    for t in readers:
+        t.start()
+    if args.stop_file:
+        deadline = time.monotonic() + args.seconds
+        while not os.path.exists(args.stop_file) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+    else:
+        time.sleep(args.seconds)
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=10)
-    stderr_text = os.read(r, 1 << 20).decode()
-
-    sock.setblocking(False)
-    entries = []
-    while True:
-        try:
-            data, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 4))
-        except BlockingIOError:
-            break
-        if not data:  # large entries arrive as a memfd
-            for level, typ, payload in anc:
-                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                    fd = struct.unpack("i", payload[:4])[0]
-                    data = os.pread(fd, 1 << 24, 0)
-                    os.close(fd)
-        entries.append(parse_native(data))
+    readers[1].join()  # stderr ends with the process
+    done.set()  # what it sent is queued: read until the socket is idle
+    readers[0].join()
+    stderr_text = b"".join(stderr_chunks).decode()
     print(json.dumps({"exit": code, "stderr": stderr_text, "entries": entries}))
 
 

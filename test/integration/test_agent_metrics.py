@@ -92,7 +92,7 @@ def test_metrics_after_inline_publish(volume_env):
     # Every reconcile pass is measured: the passes that set the volume up ran.
     assert s["kvolumed_reconcile_seconds_count"] >= 1
     assert "# TYPE kvolumed_volumes gauge" in body
-    assert s['kvolumed_volumes{state="desired"}'] == 1
+    assert s['kvolumed_volumes_desired'] == 1
 
     status, headers, body = get(address, "/volumes")
     assert status == 200 and headers["Content-Type"] == "application/json"

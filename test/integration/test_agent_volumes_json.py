@@ -175,7 +175,7 @@ def test_a_failing_volume_shows_its_last_error_and_next_retry(volume_env, notify
     assert parse_time(vol["next_retry"]) > parse_time(err["at"])
     assert vol["publishes"] == [] and vol["uncertain"] is False  # a final code: nothing there
     status, _, body = get(address, "/metrics")
-    assert samples(body)['kvolumed_volumes{state="failing"}'] == 1
+    assert samples(body)['kvolumed_volume_conditions{condition="failing"}'] == 1
     wait_status(notify_socket, "Running on node test-node: 0 volumes published, 0 waiting for attach, 1 failing")
 
     env.driver.control.clear_faults("NodePublishVolume")

@@ -214,7 +214,7 @@ def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
     completes, with an fsGroup to apply: kvolumed never touches it on its
     event loop (the walk runs in a child, with a deadline), so /healthz and
     other pods' volumes keep working; the volume is reported unresponsive
-    (an Event, kvolumed_volumes{state="unresponsive"}, /volumes) and retried
+    (an Event, kvolumed_volume_conditions{condition="unresponsive"}, /volumes) and retried
     with backoff until its file system answers again."""
     from integration.agent_fixtures import DRIVER
     from integration.test_agent_metrics import get, samples
@@ -241,7 +241,7 @@ def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
         assert vol["last_error"]["operation"] == "publish"
         assert vol["publishes"][0]["state"] == "uncertain"  # mounted, not as the pod asked
         _, _, body = get(address, "/metrics")
-        assert samples(body)['kvolumed_volumes{state="unresponsive"}'] == 1
+        assert samples(body)['kvolumed_volume_conditions{condition="unresponsive"}'] == 1
 
         # Retried with backoff (a second stalled walk doubled it), while
         # other pods' volumes keep coming and going.
@@ -256,7 +256,7 @@ def test_a_hung_file_system_does_not_hold_up_the_agent(volume_env):
                and v["publishes"][0]["state"] == "done", timeout=30, what="the volume published once it answers")
     assert os.stat(env.target(stuck, "v")).st_gid == 2000
     _, _, body = get(address, "/metrics")
-    assert samples(body)['kvolumed_volumes{state="unresponsive"}'] == 0
+    assert samples(body)['kvolumed_volume_conditions{condition="unresponsive"}'] == 0
     env.api.remove("pods", "default", "stuck")
     env.wait_gone(env.target(stuck, "v"))
 

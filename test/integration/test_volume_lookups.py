@@ -226,7 +226,9 @@ def test_authorizer_lag_is_retried(volume_env):
     pod = env.pod("web", [claim_volume("data", "c1")])
     env.wait_mounted(env.target(pod, "pv-1"))
 
-    statuses = [r["status"] for r in gets(env, PVC_PATH + "c1")]
+    # A request's effect comes before its answer is logged: wait for the answers.
+    statuses = [r["status"] for r in answered_requests(
+        env.api, lambda r: r["method"] == "GET" and r["path"] == PVC_PATH + "c1")]
     assert statuses[0] == 403 and statuses[-1] == 200, statuses
     assert not [e for e in env.events() if e.get("reason") == "FailedMount"]
     assert lists_or_watches(env) == []

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "agent/metrics.h"
+#include "agent/procmetrics.h"
 
 /* The exposition of m, as a string the caller frees. */
 static char *render(Metrics *m) {
@@ -228,6 +229,9 @@ static void fake_stats(VolumeManagerStats *ret, void *userdata) {
         *ret = (VolumeManagerStats){
                 .pods = 9, .desired = 5, .waiting = 1, .published = 3,
                 .uncertain = 2, .staged = 4, .running = 7, .failing = 6, .unresponsive = 8,
+                .attach_waiting = 10,
+                .by_state = { [POD_VOLUME_FAILED] = 1, [POD_VOLUME_PENDING] = 2, [POD_VOLUME_PUBLISHED] = 2,
+                              [POD_VOLUME_TEARING_DOWN] = 1 },
         };
 }
 
@@ -240,14 +244,17 @@ static void test_volumes_gauge(void **state) {
         metrics_set_volume_stats_source(m, fake_stats, &calls);
         text = render(m);
         assert_int_equal(calls, 1); /* read at scrape time */
-        gauge = grep(text, "kvolumed_volumes");
-        assert_string_equal(gauge, "kvolumed_volumes{state=\"desired\"} 5\n"
-                                   "kvolumed_volumes{state=\"failing\"} 6\n"
-                                   "kvolumed_volumes{state=\"published\"} 3\n"
-                                   "kvolumed_volumes{state=\"staged\"} 4\n"
-                                   "kvolumed_volumes{state=\"uncertain\"} 2\n"
-                                   "kvolumed_volumes{state=\"unresponsive\"} 8\n"
-                                   "kvolumed_volumes{state=\"waiting\"} 1\n");
+        gauge = grep(text, "kvolumed_volume");
+        assert_string_equal(gauge, "kvolumed_volume_conditions{condition=\"failing\"} 6\n"
+                                   "kvolumed_volume_conditions{condition=\"staged\"} 4\n"
+                                   "kvolumed_volume_conditions{condition=\"uncertain\"} 2\n"
+                                   "kvolumed_volume_conditions{condition=\"unresponsive\"} 8\n"
+                                   "kvolumed_volume_conditions{condition=\"waiting-for-attach\"} 10\n"
+                                   "kvolumed_volumes{state=\"failed\"} 1\n"
+                                   "kvolumed_volumes{state=\"pending\"} 2\n"
+                                   "kvolumed_volumes{state=\"published\"} 2\n"
+                                   "kvolumed_volumes{state=\"tearing-down\"} 1\n"
+                                   "kvolumed_volumes_desired 5\n");
         assert_non_null(strstr(text, "# TYPE kvolumed_volumes gauge\n"));
         /* Between the reconcile histogram and storage_..., by name. */
         assert_true(strstr(text, "# TYPE kvolumed_reconcile_seconds") <
@@ -345,6 +352,63 @@ static void collect_fake(MetricsScrape *s, void *userdata) {
         assert_int_equal(metrics_scrape_add(s, _METRICS_SCRAPED_MAX, NULL, 1), -EINVAL);
 }
 
+/* client-go's families: requests by code (a transport error as "<error>"),
+ * method and host; latency with client-go's buckets, none for a watch. */
+static void test_api_requests(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *total = NULL, *dur = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        assert_int_equal(metrics_set_build_info(m, "0.1.0", "abc"), 0);
+        assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 200, false, 0.02), 0);
+        assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 0, false, 10), 0);
+        assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 0, true, 0), 0);
+        assert_int_equal(metrics_observe_api_request(m, "PATCH", "h:6443", 409, false, 0.001), 0);
+        text = render(m);
+        total = grep(text, "rest_client_requests_total");
+        assert_string_equal(total, "rest_client_requests_total{code=\"200\",method=\"GET\",host=\"h:6443\"} 1\n"
+                                   "rest_client_requests_total{code=\"409\",method=\"PATCH\",host=\"h:6443\"} 1\n"
+                                   "rest_client_requests_total{code=\"<error>\",method=\"GET\",host=\"h:6443\"} 2\n");
+        dur = grep(text, "rest_client_request_duration_seconds_bucket{verb=\"GET\"");
+        assert_string_equal(dur,
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"0.005\"} 0\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"0.025\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"0.1\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"0.25\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"0.5\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"1\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"2\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"4\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"8\"} 1\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"15\"} 2\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"30\"} 2\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"60\"} 2\n"
+                            "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"h:6443\",le=\"+Inf\"} 2\n");
+        assert_non_null(strstr(text, "# TYPE rest_client_requests_total counter\n"));
+        assert_non_null(strstr(text, "kvolumed_build_info{commit=\"abc\",version=\"0.1.0\"} 1\n"));
+        /* Families sorted by name, as the Go client writes them. */
+        assert_true(strstr(text, "# TYPE kvolumed_build_info") < strstr(text, "# TYPE kvolumed_reconcile"));
+        assert_true(strstr(text, "# TYPE rest_client_request_duration") < strstr(text, "# TYPE rest_client_requests"));
+        assert_null(strstr(text, "process_"));
+}
+
+static void test_process_stat(void **state) {
+        ProcessSample s;
+        /* A command name with a space and a ')' in it. */
+        const char stat[] = "42 (kvol) umed) S 1 42 42 0 -1 4194560 100 0 0 0 250 150 0 0 20 0 1 0 500 "
+                            "104857600 2560 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n";
+
+        assert_int_equal(process_parse_stat(stat, 1000, 100, 4096, &s), 0);
+        assert_true(s.cpu_seconds == 4.0);
+        assert_true(s.start_time == 1005.0);
+        assert_true(s.virtual_bytes == 104857600.0);
+        assert_true(s.resident_bytes == 2560.0 * 4096);
+        assert_int_equal(process_parse_stat("42 no paren", 1000, 100, 4096, &s), -EINVAL);
+        assert_int_equal(process_parse_stat("42 (x) S 1", 1000, 100, 4096, &s), -EINVAL);
+        assert_int_equal(process_sample_read(&s), 0);
+        assert_true(s.open_fds >= 3 && s.max_fds > 0 && s.resident_bytes > 0);
+}
+
 static void test_scraped_families(void **state) {
         _cleanup_(metrics_freep) Metrics *m = NULL;
         _cleanup_free_ char *text = NULL, *capacity = NULL;
@@ -398,6 +462,8 @@ int main(void) {
                 cmocka_unit_test(test_invalid_observations),
                 cmocka_unit_test(test_many_series),
                 cmocka_unit_test(test_scraped_families),
+                cmocka_unit_test(test_api_requests),
+                cmocka_unit_test(test_process_stat),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

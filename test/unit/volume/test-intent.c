@@ -72,6 +72,29 @@ static void test_refuses_what_is_not_a_record(void **state) {
         }
 }
 
+/* Records carry their format's version; one without is version 1 (written
+ * before the field); a newer one is refused as such, whatever its fields. */
+static void test_versions(void **state) {
+        Intent in = { .operation = OP_STAGE, .done = true, .boot_id = "abcd" }, out = {};
+        _cleanup_free_ char *text = NULL;
+
+        assert_int_equal(intent_format(&in, &text), 0);
+        assert_non_null(strstr(text, "\"version\":1,"));
+        assert_int_equal(intent_version(text), INTENT_VERSION);
+        assert_int_equal(intent_version("{\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}"), 1);
+        assert_int_equal(intent_parse("{\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out), 0);
+        intent_done(&out);
+        assert_int_equal(intent_parse("{\"version\":1,\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out), 0);
+        intent_done(&out);
+        assert_int_equal(intent_parse("{\"version\":2,\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out),
+                         -EPROTONOSUPPORT);
+        assert_int_equal(intent_parse("{\"version\":7,\"steps\":[]}", &out), -EPROTONOSUPPORT);
+        assert_int_equal(intent_version("{\"version\":7,\"steps\":[]}"), 7);
+        assert_int_equal(intent_parse("{\"version\":0,\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out), -EBADMSG);
+        assert_int_equal(intent_parse("{\"version\":1.5,\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out), -EBADMSG);
+        assert_int_equal(intent_parse("{\"version\":\"2\",\"operation\":\"stage\",\"done\":true,\"mount\":false,\"bootID\":\"ab\"}", &out), -EBADMSG);
+}
+
 static void test_boot_id(void **state) {
         char a[BOOT_ID_MAX], b[BOOT_ID_MAX];
         assert_int_equal(boot_id_read(a), 0);
@@ -111,6 +134,7 @@ int main(void) {
                 cmocka_unit_test(test_block_device_fields),
                 cmocka_unit_test(test_refuses_what_is_not_a_record),
                 cmocka_unit_test(test_boot_id),
+                cmocka_unit_test(test_versions),
                 cmocka_unit_test(test_parse_publish_target),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -207,7 +207,7 @@ int check_online(const Config *c, FILE *out, char **ret_error) {
                 k8s_auth_free(auth);
                 return r;
         }
-        r = k8s_client_new(event, auth, &(K8sClientOptions){ .request_timeout_usec = ONLINE_TIMEOUT_USEC },
+        r = k8s_client_new(event, auth, &(K8sClientOptions){ .request_timeout_usec = ONLINE_TIMEOUT_USEC, .quiet_reachability = true },
                            &client);
         if (r < 0)
                 return r;

@@ -62,6 +62,7 @@ struct K8sClient {
         unsigned credentials_generation; /* bumped whenever one of them changes */
         char *user_agent;
         uint64_t request_timeout_usec;
+        bool quiet_reachability;
         K8sTokenBucket bucket;
         sd_event_source *bucket_timer;
         K8sRequest *queue_head, *queue_tail; /* waiting for the rate limit, FIFO */
@@ -132,7 +133,8 @@ static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sRespon
         if (resp->status > 0 && !(r->watch && resp->error < 0)) {
                 if (c->unreachable_since == 0)
                         return;
-                log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
+                if (!c->quiet_reachability)
+                        log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
                          c->auth->server, (double) (now_usec() - c->unreachable_since) / USEC_PER_SEC,
                          c->unreachable_failures);
                 c->unreachable_since = 0;
@@ -147,6 +149,8 @@ static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sRespon
         if (c->unreachable_since != 0)
                 return;
         c->unreachable_since = now_usec();
+        if (c->quiet_reachability)
+                return;
         log_warning("API server %s is unreachable: %s. Check that this is the API server's address (the "
                     "kubeconfig's server, or [kubernetes] server), that this node reaches it (DNS, routes, "
                     "firewall, proxy) and that it is up. Volumes stay as they are; requests are retried with "
@@ -800,6 +804,7 @@ int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8
         c->auth = auth;
         c->event = sd_event_ref(event);
         c->request_timeout_usec = o->request_timeout_usec ?: 60 * USEC_PER_SEC;
+        c->quiet_reachability = o->quiet_reachability;
         if (asprintf(&c->user_agent, "%s", o->user_agent ?: "kvolumed/" KVOLUMED_VERSION) < 0)
                 return -ENOMEM;
         c->host = server_host(auth->server);

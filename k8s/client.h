@@ -27,6 +27,9 @@ typedef struct K8sClientOptions {
         unsigned burst;         /* 0: K8S_DEFAULT_BURST */
         const char *user_agent; /* NULL: "kvolumed/<version>" */
         uint64_t request_timeout_usec; /* 0: 60 s, for everything but watches */
+        /* No "unreachable"/"answers again" lines: a one-shot client (the
+         * online check) reports its one answer itself. */
+        bool quiet_reachability;
 } K8sClientOptions;
 
 typedef struct K8sResponse {

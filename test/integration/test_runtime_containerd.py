@@ -151,7 +151,10 @@ def test_burst_of_100_pods_then_no_cri_request_at_rest(node):
         running = {}
         for pod, target in pods[:10]:
             running[pod["metadata"]["name"]] = node.run_writer(pod, target)
-        assert proxy.requests() == []  # nothing asked while nothing is torn down
+        # Nothing asked while nothing is torn down: only the one subscription
+        # to GetContainerEvents at start, which containerd 1.6 answers
+        # UNIMPLEMENTED (kvolumed then asks with a backoff while pods wait).
+        assert [m for _, m in proxy.requests()] in ([], ["GetContainerEvents"]), proxy.requests()
         since, since_log = time.monotonic(), node.ctrd.log_size()
         for pod, _ in pods:
             node.env.api.remove("pods", "default", pod["metadata"]["name"])

@@ -125,6 +125,7 @@ static void test_every_key(void **state) {
         assert_string_equal(text, "agent.node-name = worker-7.example\n"
                                   "agent.root-dir = /srv/kubelet\n"
                                   "agent.resync-interval = 90s\n"
+                                  "agent.mount-source = auto\n"
                                   "kubernetes.kubeconfig = \n"
                                   "kubernetes.server = https://10.0.0.1:6443\n"
                                   "kubernetes.token-file = /run/token\n"

@@ -471,7 +471,7 @@ static int open_source(MountTable *t, MountSource source) {
         int r;
 
         if (source == MOUNT_SOURCE_MOUNTINFO)
-                why = "mount-source = mountinfo";
+                log_info("Mount table: read from /proc/self/mountinfo (mount-source = mountinfo)");
         else {
                 r = mount_events_open(&t->fan_fd, &why);
                 if (r >= 0) {
@@ -480,9 +480,8 @@ static int open_source(MountTable *t, MountSource source) {
                                  "listmount)");
                         return 0;
                 }
-                log_debug_errno(r, "Mount events from the kernel unavailable: %s: %m", why);
+                log_info("Mount table: read from /proc/self/mountinfo (%s: %s)", why, strerror(-r));
         }
-        log_info("Mount table: read from /proc/self/mountinfo (%s)", why);
         if (!t->event)
                 return 0;
         t->monitor = mnt_new_monitor();

@@ -200,6 +200,8 @@ static void test_errors_name_file_and_line(void **state) {
         parse_fails("[agent]\nnode-name = n\nresync-interval = 5\n",
                     "t.conf:3: resync-interval: \"5\" is not a positive duration (an integer with ms, s, m or h, "
                     "e.g. 90s)");
+        parse_fails("[agent]\nnode-name = n\nmount-source = fanotify\n",
+                    "t.conf:3: mount-source: \"fanotify\" is not auto or mountinfo");
         parse_fails("[agent]\nnode-name = n\nresync-interval = 0s\n",
                     "t.conf:3: resync-interval: \"0s\" is not a positive duration (an integer with ms, s, m or h, "
                     "e.g. 90s)");
@@ -238,6 +240,16 @@ static void test_bool(void **state) {
         config_free(c);
         parse_fails("[agent]\nnode-name = n\n[volumes]\nselinux-mount-all = yes\n",
                     "t.conf:4: selinux-mount-all: \"yes\" is not true or false");
+        /* [agent] mount-source: auto by default, mountinfo forces the fallback. */
+        c = parse_ok("[agent]\nnode-name = n\n");
+        assert_false(c->mount_source_mountinfo);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\nmount-source = mountinfo\n");
+        assert_true(c->mount_source_mountinfo);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\nmount-source = auto\n");
+        assert_false(c->mount_source_mountinfo);
+        config_free(c);
 }
 
 static void test_more_errors(void **state) {

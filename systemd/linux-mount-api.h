@@ -64,6 +64,8 @@ struct statmount {
         __u64 __spare2[49]; /* fs_subtype, sb_source, ... in newer kernels */
         char str[];
 };
+_Static_assert(sizeof(struct statmount) == 512, "struct statmount: the kernel's fixed part is 512 bytes");
+_Static_assert(sizeof(struct mnt_id_req) == 32, "struct mnt_id_req: the kernel's MNT_ID_REQ_SIZE_VER1");
 
 #  define STATMOUNT_SB_BASIC 0x00000001U  /* sb_dev_major/minor, sb_magic, sb_flags */
 #  define STATMOUNT_MNT_BASIC 0x00000002U /* mnt_id, mnt_parent_id, *_old, mnt_attr, ... */

@@ -33,7 +33,11 @@ int mount_events_open(int *ret_fd, const char **ret_why) {
         *ret_why = NULL;
         /* listmount of one ID tells whether both calls exist (6.8). */
         if (sys_listmount(0, &id, 1) < 0) {
-                *ret_why = "listmount(2) and statmount(2) need Linux 6.8";
+                /* EPERM: a seccomp filter that cannot name them, as the
+                 * unit's SystemCallFilter= under Debian 12's systemd. */
+                *ret_why = errno == ENOSYS ? "listmount(2) and statmount(2) need Linux 6.8"
+                         : errno == EPERM  ? "listmount(2) refused (a system call filter: SystemCallFilter=?)"
+                                           : "listmount(2) failed";
                 return -errno;
         }
         /* FAN_REPORT_MNT is refused (EINVAL) before 6.15.  The queue is

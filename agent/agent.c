@@ -90,6 +90,7 @@ static int connect_clients(Agent *a) {
                                                         .attach_limit_refresh_usec = c->attach_limit_refresh_usec,
                                                         .selinux_mount_all = c->selinux_mount_all,
                                                         .runtime_endpoint = c->runtime_endpoint,
+                                                        .mount_source_mountinfo = c->mount_source_mountinfo,
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
                                                                 test_hook_getenv("VERIFY_INCREMENTAL") != NULL },
@@ -411,6 +412,55 @@ static int setup_stall_switch(Agent *a) {
         return 0;
 }
 
+/* TEST ONLY — a loop that never goes idle.  With KVOLUMED_TEST_BUSY_FILE=PATH
+ * in the environment, while PATH exists a timer at normal priority is due on
+ * every iteration, as a node whose work never stops keeps the loop: each
+ * time it is dispatched it is due again, behind the sources that became
+ * pending meanwhile (a deferred source would stay pending with its first
+ * turn's place and starve them), so everything else still takes its turn
+ * and nothing at idle priority ever runs.  Looked for every 50 ms, at a priority the busy
+ * source cannot starve.  Without the variable nothing of this exists. */
+static int on_busy(sd_event_source *s, uint64_t usec, void *userdata) {
+        (void) sd_event_source_set_time(s, 1); /* long past: due at once */
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int on_busy_check(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+        int enabled = SD_EVENT_OFF;
+        bool want = access(a->busy_file, F_OK) == 0;
+
+        (void) sd_event_source_get_enabled(a->busy_source, &enabled);
+        if (want != (enabled != SD_EVENT_OFF)) {
+                log_warning("Test busy switch %s: the loop is %s", a->busy_file, want ? "never idle" : "idle again");
+                (void) sd_event_source_set_enabled(a->busy_source, want ? SD_EVENT_ONESHOT : SD_EVENT_OFF);
+        }
+        (void) sd_event_source_set_time_relative(s, 50 * USEC_PER_MSEC);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static int setup_busy_switch(Agent *a) {
+        const char *path = test_hook_getenv("BUSY_FILE");
+        int r;
+
+        if (isempty(path))
+                return 0;
+        a->busy_file = strdup(path);
+        if (!a->busy_file)
+                return -ENOMEM;
+        r = sd_event_add_time(a->event, &a->busy_source, CLOCK_MONOTONIC, 1, 1, on_busy, a);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_enabled(a->busy_source, SD_EVENT_OFF);
+        r = sd_event_add_time_relative(a->event, &a->busy_check, CLOCK_MONOTONIC, 50 * USEC_PER_MSEC,
+                                       USEC_PER_MSEC, on_busy_check, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to add the test busy switch: %m");
+        (void) sd_event_source_set_priority(a->busy_check, SD_EVENT_PRIORITY_IMPORTANT);
+        log_warning("Test busy switch armed: the loop never goes idle while %s exists", a->busy_file);
+        return 0;
+}
+
 int agent_new(const char *config_path, Config *config, Agent **ret) {
         _cleanup_(agent_freep) Agent *a = NULL;
         sigset_t mask;
@@ -456,6 +506,8 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
         if (r < 0)
                 return r;
         r = setup_stall_switch(a);
+        if (r >= 0)
+                r = setup_busy_switch(a);
         if (r < 0)
                 return r;
         if (a->config->api_socket) {
@@ -480,6 +532,9 @@ Agent *agent_free(Agent *a) {
         sd_event_source_disable_unref(a->sighup_source);
         sd_event_source_disable_unref(a->stall_source);
         free(a->stall_file);
+        sd_event_source_disable_unref(a->busy_source);
+        sd_event_source_disable_unref(a->busy_check);
+        free(a->busy_file);
         sd_event_source_disable_unref(a->status_timer);
         sd_event_source_disable_unref(a->trim_timer);
         waiting_free(a->waiting);

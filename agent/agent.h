@@ -45,6 +45,9 @@ typedef struct Agent {
         /* Test-only watchdog fault switch (KVOLUMED_TEST_STALL_FILE), NULL otherwise. */
         char *stall_file;
         sd_event_source *stall_source;
+        /* Test-only never-idle switch (KVOLUMED_TEST_BUSY_FILE), NULL otherwise. */
+        char *busy_file;
+        sd_event_source *busy_source, *busy_check;
 } Agent;
 
 /* Takes ownership of config.  Blocks the signals it handles, connects the

@@ -28,6 +28,7 @@ typedef enum ValueType {
         VALUE_LISTEN,      /* empty: off */
         VALUE_LOG_LEVEL,   /* empty: default */
         VALUE_BOOL,        /* true | false; empty: default */
+        VALUE_MOUNT_SOURCE, /* auto | mountinfo (a bool: mountinfo); empty: default */
         VALUE_UNIX_ENDPOINT, /* unix:///abs or /abs (a socket); empty: unset / off */
         VALUE_GROUP,       /* a group name or a numeric gid; empty: unset */
 } ValueType;
@@ -67,6 +68,7 @@ static const KeyDef key_table[] = {
         { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0, NULL },
         { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 30, 24 * 3600,
           "a full pass re-reads every pod's objects from the API server" },
+        { "agent", "mount-source", VALUE_MOUNT_SOURCE, FIELD(mount_source_mountinfo), "auto", 0, 0, NULL },
         { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0, NULL },
         { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0, NULL },
         { "kubernetes", "token-file", VALUE_OPTIONAL_PATH, FIELD(token_file), NULL, 0, 0, NULL },
@@ -371,6 +373,14 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                         return -EINVAL;
                 }
                 *(bool *) field = streq(value, "true");
+                return 0;
+
+        case VALUE_MOUNT_SOURCE:
+                if (!streq(value, "auto") && !streq(value, "mountinfo")) {
+                        fail(st, line, "%s: \"%s\" is not auto or mountinfo", k->key, value);
+                        return -EINVAL;
+                }
+                *(bool *) field = streq(value, "mountinfo");
                 return 0;
         }
         return -EINVAL;
@@ -994,6 +1004,9 @@ static void print_listing(const Config *c, bool sources, FILE *out) {
                         break;
                 case VALUE_BOOL:
                         fputs(*(const bool *) field ? "true" : "false", out);
+                        break;
+                case VALUE_MOUNT_SOURCE:
+                        fputs(*(const bool *) field ? "mountinfo" : "auto", out);
                         break;
                 }
                 print_source(c, c->sources ? c->sources[i] : (ConfigSource){}, sources, out);

@@ -37,6 +37,7 @@ typedef struct Config {
         char *node_name; /* never empty after loading: defaults to the host name */
         char *root_dir;
         uint64_t resync_interval_usec;
+        bool mount_source_mountinfo; /* mount-source = mountinfo (else auto: the kernel's events where it has them) */
 
         /* [kubernetes]: either kubeconfig, or server and its credentials */
         char *kubeconfig;

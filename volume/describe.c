@@ -348,6 +348,8 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
                 return -ENOMEM;
         cJSON_AddStringToObject(root, "node", m->node_name);
         cJSON_AddBoolToObject(root, "synced", volume_manager_synced(m));
+        /* Where the mount table comes from: "kernel" or "mountinfo". */
+        cJSON_AddStringToObject(root, "mount_source", mount_table_source(m->mounts));
         /* The counters first, as the status line and kvolumed_volumes have them. */
         cJSON_AddNumberToObject(root, "pods", st.pods);
         cJSON_AddNumberToObject(root, "desired", st.desired);

@@ -651,7 +651,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = object_watches_new(k8s, on_watch_changed, m, &m->watches);
         if (r < 0)
                 return r;
-        r = mount_table_new(event, m->root->path, on_mounts_changed, m, &m->mounts);
+        r = mount_table_new(event, m->root->path,
+                            o->mount_source_mountinfo ? MOUNT_SOURCE_MOUNTINFO : MOUNT_SOURCE_AUTO,
+                            on_mounts_changed, m, &m->mounts);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the mount table: %m");
         r = runtime_gate_new(event, o->runtime_endpoint, on_runtime_answer, m, &m->runtime);

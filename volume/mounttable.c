@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libmount.h>
 #include <limits.h>
 #include <stdint.h>
@@ -7,15 +8,27 @@
 #include <unistd.h>
 
 #include "systemd/log.h"
+#include "volume/mountkernel.h"
 #include "volume/mounttable.h"
 
 struct MountTable {
         sd_event *event;
         char *root_dir;
         size_t root_len;
+        /* The kernel path: mount events on fan_fd, statmount for each. */
+        bool kernel;
+        int fan_fd;
+        sd_event_source *fan_source;
+        StatmountBuffer statbuf;
+        bool reload; /* events were lost: list every mount again */
+        bool changed_since_notify; /* a mount under root-dir came or went */
+        /* The mountinfo path: libmount's monitor says when to read again. */
         struct libmnt_monitor *monitor;
         sd_event_source *monitor_source;
+        /* Tells the owner: refresh_timer at idle priority, deadline_timer at
+         * normal priority for when the loop is never idle. */
         sd_event_source *refresh_timer;
+        sd_event_source *deadline_timer;
         mount_table_changed_t changed;
         void *userdata;
         /* Sorted by target, then mount ID: mounts stacked on one target are
@@ -23,15 +36,15 @@ struct MountTable {
          * under another mount is still mounted there, and still a reference
          * to it (a bind of a staged volume under whatever came on top). */
         MountEntry *entries;
-        size_t n_entries;
+        size_t n_entries, allocated;
         size_t n_targets;    /* distinct targets */
 };
 
 static int cmp_entry(const void *a, const void *b) {
         const MountEntry *x = a, *y = b;
         int c = strcmp(x->target, y->target);
-        /* Stacked mounts: the later one (higher mount id) is what the path shows. */
-        return c != 0 ? c : (x->id > y->id) - (x->id < y->id);
+        /* Stacked mounts: the later one is what the path shows. */
+        return c != 0 ? c : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
 static void free_entries(MountEntry *entries, size_t n) {
@@ -42,6 +55,21 @@ static void free_entries(MountEntry *entries, size_t n) {
 
 static bool under_root(MountTable *t, const char *target) {
         return strncmp(target, t->root_dir, t->root_len) == 0 && target[t->root_len] == '/';
+}
+
+/* Takes entries (unsorted) as the whole table. */
+static void replace_entries(MountTable *t, MountEntry *entries, size_t n) {
+        size_t targets = 0;
+
+        if (n > 0)
+                qsort(entries, n, sizeof *entries, cmp_entry);
+        for (size_t i = 0; i < n; i++)
+                targets += i == 0 || !streq(entries[i - 1].target, entries[i].target);
+        free_entries(t->entries, t->n_entries);
+        t->entries = entries;
+        t->n_entries = n;
+        t->allocated = n;
+        t->n_targets = targets;
 }
 
 /* A decimal number that is all of [s, s+len): the fields are not
@@ -154,7 +182,7 @@ static int read_mountinfo(char **ret, size_t *ret_len) {
  * volumes mounted, its full parse of every line (a dozen allocations each)
  * was a fifth of kvolumed's CPU time while pods came and went one by one;
  * only three fields of the lines under root-dir are needed here. */
-int mount_table_refresh(MountTable *t) {
+static int mountinfo_refresh(MountTable *t) {
         _cleanup_free_ char *text = NULL;
         MountEntry *entries = NULL;
         size_t n = 0, allocated = 0, len = 0;
@@ -165,7 +193,8 @@ int mount_table_refresh(MountTable *t) {
                 log_warning_errno(r, "Failed to read /proc/self/mountinfo: %m");
                 return r;
         }
-        for (const char *line = text, *end = text + len; line < end;) {
+        uint64_t line_no = 0;
+        for (const char *line = text, *end = text + len; line < end; line_no++) {
                 const char *nl = memchr(line, '\n', end - line);
                 size_t line_len = (nl ? nl : end) - line;
                 char *target = NULL;
@@ -191,17 +220,9 @@ int mount_table_refresh(MountTable *t) {
                         entries = ne;
                         allocated = want;
                 }
-                entries[n++] = (MountEntry){ .target = target, .devno = devno, .id = id };
+                entries[n++] = (MountEntry){ .target = target, .devno = devno, .id = id, .seq = line_no };
         }
-        if (n > 0)
-                qsort(entries, n, sizeof *entries, cmp_entry);
-        size_t targets = 0;
-        for (size_t i = 0; i < n; i++)
-                targets += i == 0 || !streq(entries[i - 1].target, entries[i].target);
-        free_entries(t->entries, t->n_entries);
-        t->entries = TAKE_PTR(entries);
-        t->n_entries = n;
-        t->n_targets = targets;
+        replace_entries(t, TAKE_PTR(entries), n);
         n = 0;
         r = 0;
 out:
@@ -209,38 +230,211 @@ out:
         return r;
 }
 
-static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+/* The kernel path. */
+
+static void entry_remove_at(MountTable *t, size_t i) {
+        const char *target = t->entries[i].target;
+        bool shared = (i > 0 && streq(t->entries[i - 1].target, target)) ||
+                      (i + 1 < t->n_entries && streq(t->entries[i + 1].target, target));
+
+        free(t->entries[i].target);
+        memmove(&t->entries[i], &t->entries[i + 1], (t->n_entries - i - 1) * sizeof *t->entries);
+        t->n_entries--;
+        if (!shared)
+                t->n_targets--;
+}
+
+static int entry_insert(MountTable *t, MountEntry e) {
+        size_t lo = 0, hi = t->n_entries;
+        bool shared;
+
+        if (t->n_entries == t->allocated) {
+                size_t want = t->allocated ? 2 * t->allocated : 64;
+                MountEntry *ne = reallocarray(t->entries, want, sizeof *ne);
+                if (!ne)
+                        return -ENOMEM;
+                t->entries = ne;
+                t->allocated = want;
+        }
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (cmp_entry(&t->entries[mid], &e) < 0)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        shared = (lo > 0 && streq(t->entries[lo - 1].target, e.target)) ||
+                 (lo < t->n_entries && streq(t->entries[lo].target, e.target));
+        memmove(&t->entries[lo + 1], &t->entries[lo], (t->n_entries - lo) * sizeof *t->entries);
+        t->entries[lo] = e;
+        t->n_entries++;
+        if (!shared)
+                t->n_targets++;
+        return 0;
+}
+
+/* Drops the mount mnt_id (seq holds it on this path); whether it was held. */
+static bool kernel_forget(MountTable *t, uint64_t mnt_id) {
+        for (size_t i = 0; i < t->n_entries; i++)
+                if (t->entries[i].seq == mnt_id) {
+                        entry_remove_at(t, i);
+                        return true;
+                }
+        return false;
+}
+
+/* Asks the kernel what mount mnt_id is: 1 and *ret when it is under
+ * root-dir, 0 when not or gone already. */
+static int kernel_stat(MountTable *t, uint64_t mnt_id, MountEntry *ret) {
+        const char *target;
+        dev_t devno;
+        int old_id, r;
+
+        r = mount_stat(&t->statbuf, mnt_id, &target, &devno, &old_id);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        if (!under_root(t, target))
+                return 0;
+        *ret = (MountEntry){ .target = strdup(target), .devno = devno, .id = old_id, .seq = mnt_id };
+        return ret->target ? 1 : -ENOMEM;
+}
+
+/* Every mount of the namespace, listed and asked one by one: at start, and
+ * after lost events.  The mark is set before, so a change during the
+ * listing is also queued, and applying it again changes nothing. */
+static int kernel_load(MountTable *t) {
+        _cleanup_free_ uint64_t *ids = NULL;
+        MountEntry *entries = NULL;
+        size_t n_ids = 0, n = 0;
+        int r;
+
+        r = mount_list_all(&ids, &n_ids);
+        if (r < 0)
+                return log_warning_errno(r, "Failed to list the mounts (listmount): %m");
+        entries = n_ids > 0 ? calloc(n_ids, sizeof *entries) : NULL;
+        if (n_ids > 0 && !entries)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_ids; i++) {
+                r = kernel_stat(t, ids[i], &entries[n]);
+                if (r < 0) {
+                        free_entries(entries, n);
+                        return log_warning_errno(r, "Failed to read mount %" PRIu64 " (statmount): %m", ids[i]);
+                }
+                n += r;
+        }
+        replace_entries(t, entries, n);
+        t->allocated = n_ids;
+        t->reload = false;
+        return 0;
+}
+
+static int on_kernel_event(MountEventKind kind, uint64_t mnt_id, void *userdata) {
         MountTable *t = userdata;
-        if (mount_table_refresh(t) >= 0 && t->changed)
+        MountEntry e;
+        int r = 0;
+
+        if (kind == MOUNT_EVENT_OVERFLOW)
+                t->reload = true;
+        if (t->reload)
+                return 0; /* everything is listed again after this batch */
+        /* Detached, or attached: a move reports both, and an ID seen again
+         * is looked up again. */
+        if (kernel_forget(t, mnt_id))
+                t->changed_since_notify = true;
+        if (kind == MOUNT_EVENT_ATTACH) {
+                r = kernel_stat(t, mnt_id, &e);
+                if (r > 0) {
+                        r = entry_insert(t, e);
+                        if (r < 0)
+                                free(e.target);
+                        else
+                                t->changed_since_notify = true;
+                }
+                if (r < 0) {
+                        log_debug_errno(r, "Failed to read mount %" PRIu64 " (statmount), listing all again: %m",
+                                        mnt_id);
+                        t->reload = true;
+                }
+        }
+        return 0;
+}
+
+static void arm_notify(MountTable *t, uint64_t usec);
+
+static int kernel_refresh(MountTable *t) {
+        int r;
+
+        r = mount_events_read(t->fan_fd, on_kernel_event, t);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to read the mount events, listing all mounts again: %m");
+                t->reload = true;
+        }
+        if (t->reload) {
+                r = kernel_load(t);
+                if (r < 0)
+                        return r;
+                t->changed_since_notify = true;
+        }
+        /* Even a synchronous refresh's news reaches the owner: the events
+         * are consumed here, the descriptor will not wake the loop for them. */
+        if (t->changed_since_notify)
+                arm_notify(t, MOUNT_TABLE_REFRESH_USEC);
+        return 0;
+}
+
+static int on_mount_events(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        (void) kernel_refresh(userdata);
+        return 0;
+}
+
+int mount_table_refresh(MountTable *t) {
+        return t->kernel ? kernel_refresh(t) : mountinfo_refresh(t);
+}
+
+/* Telling the owner. */
+
+static int notify_owner(MountTable *t) {
+        (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_OFF);
+        if (mount_table_refresh(t) < 0)
+                return 0;
+        /* The refresh may have found more: that is told now, not again. */
+        (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_OFF);
+        t->changed_since_notify = false;
+        if (t->changed)
                 t->changed(t, t->userdata);
         return 0;
 }
 
-static int on_monitor(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        MountTable *t = userdata;
-        const char *filename;
-        int type, enabled = SD_EVENT_OFF;
-        bool changed = false;
-
-        /* next_change() reads the pending events itself (and so drains the fd). */
-        while (mnt_monitor_next_change(t->monitor, &filename, &type) == 0)
-                changed = true;
-        if (!changed)
-                return 0;
-        (void) sd_event_source_get_enabled(t->refresh_timer, &enabled);
-        if (enabled != SD_EVENT_OFF)
-                return 0; /* a read is already due */
-        (void) sd_event_source_set_time_relative(t->refresh_timer, MOUNT_TABLE_REFRESH_USEC);
-        (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_ONESHOT);
-        return 0;
+static int on_refresh_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        return notify_owner(userdata);
 }
 
-void mount_table_refresh_soon(MountTable *t, uint64_t usec) {
+static int on_deadline_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        MountTable *t = userdata;
+        log_debug("Mount table: the loop was busy for %" PRIu64 " ms, telling the owner now",
+                  MOUNT_TABLE_MAX_DELAY_USEC / USEC_PER_MSEC);
+        return notify_owner(t);
+}
+
+/* The owner is told within usec if the loop has time, and within
+ * MOUNT_TABLE_MAX_DELAY_USEC of the first change however busy it is: the
+ * idle-priority timer alone waits for an idle loop, which a node with
+ * work always coming in may never have. */
+static void arm_notify(MountTable *t, uint64_t usec) {
         int enabled = SD_EVENT_OFF;
         uint64_t now = 0, armed = 0;
 
         if (!t->refresh_timer || sd_event_now(t->event, CLOCK_MONOTONIC, &now) < 0)
                 return;
+        (void) sd_event_source_get_enabled(t->deadline_timer, &enabled);
+        if (enabled == SD_EVENT_OFF) {
+                (void) sd_event_source_set_time(t->deadline_timer, now + MAX(usec, MOUNT_TABLE_MAX_DELAY_USEC));
+                (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_ONESHOT);
+        }
         (void) sd_event_source_get_enabled(t->refresh_timer, &enabled);
         if (enabled != SD_EVENT_OFF && sd_event_source_get_time(t->refresh_timer, &armed) >= 0 &&
             armed <= now + usec)
@@ -249,36 +443,91 @@ void mount_table_refresh_soon(MountTable *t, uint64_t usec) {
         (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_ONESHOT);
 }
 
-int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t changed, void *userdata,
-                    MountTable **ret) {
+static int on_monitor(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        MountTable *t = userdata;
+        const char *filename;
+        int type;
+        bool changed = false;
+
+        /* next_change() reads the pending events itself (and so drains the fd). */
+        while (mnt_monitor_next_change(t->monitor, &filename, &type) == 0)
+                changed = true;
+        if (changed)
+                arm_notify(t, MOUNT_TABLE_REFRESH_USEC);
+        return 0;
+}
+
+void mount_table_refresh_soon(MountTable *t, uint64_t usec) {
+        arm_notify(t, usec);
+}
+
+const char *mount_table_source(MountTable *t) {
+        return t->kernel ? "kernel" : "mountinfo";
+}
+
+/* Chooses the source, logged once. */
+static int open_source(MountTable *t, MountSource source) {
+        const char *why = NULL;
+        int r;
+
+        if (source == MOUNT_SOURCE_MOUNTINFO)
+                log_info("Mount table: read from /proc/self/mountinfo (mount-source = mountinfo)");
+        else {
+                r = mount_events_open(&t->fan_fd, &why);
+                if (r >= 0) {
+                        t->kernel = true;
+                        log_info("Mount table: changes from the kernel (fanotify mount events, statmount, "
+                                 "listmount)");
+                        return 0;
+                }
+                log_info("Mount table: read from /proc/self/mountinfo (%s: %s)", why, strerror(-r));
+        }
+        if (!t->event)
+                return 0;
+        t->monitor = mnt_new_monitor();
+        if (!t->monitor)
+                return -ENOMEM;
+        r = mnt_monitor_enable_kernel(t->monitor, 1);
+        if (r < 0)
+                return log_error_errno(r, "Failed to monitor the mount table: %m");
+        return 0;
+}
+
+int mount_table_new(sd_event *event, const char *root_dir, MountSource source, mount_table_changed_t changed,
+                    void *userdata, MountTable **ret) {
         _cleanup_(mount_table_freep) MountTable *t = NULL;
         int fd, r;
 
         t = calloc(1, sizeof *t);
         if (!t)
                 return -ENOMEM;
+        t->fan_fd = -EBADF;
         t->root_dir = strdup(root_dir);
         if (!t->root_dir)
                 return -ENOMEM;
         t->root_len = strlen(root_dir);
         t->changed = changed;
         t->userdata = userdata;
+        t->event = event ? sd_event_ref(event) : NULL;
 
+        r = open_source(t, source);
+        if (r < 0)
+                return r;
         if (event) {
-                t->event = sd_event_ref(event);
-                t->monitor = mnt_new_monitor();
-                if (!t->monitor)
-                        return -ENOMEM;
-                r = mnt_monitor_enable_kernel(t->monitor, 1);
-                if (r < 0)
-                        return log_error_errno(r, "Failed to monitor the mount table: %m");
-                fd = mnt_monitor_get_fd(t->monitor);
+                fd = t->kernel ? t->fan_fd : mnt_monitor_get_fd(t->monitor);
                 if (fd < 0)
                         return log_error_errno(fd, "Failed to monitor the mount table: %m");
-                r = sd_event_add_io(event, &t->monitor_source, fd, EPOLLIN, on_monitor, t);
+                r = sd_event_add_io(event, t->kernel ? &t->fan_source : &t->monitor_source, fd, EPOLLIN,
+                                    t->kernel ? on_mount_events : on_monitor, t);
                 if (r < 0)
                         return log_error_errno(r, "Failed to watch the mount table monitor: %m");
-                (void) sd_event_source_set_description(t->monitor_source, "mount-table");
+                (void) sd_event_source_set_description(t->kernel ? t->fan_source : t->monitor_source,
+                                                       "mount-table");
+                /* Cheap (the news read and, on the kernel path, each changed
+                 * mount asked about): ahead of the loop's other work, so that
+                 * no amount of it can hide a change. */
+                (void) sd_event_source_set_priority(t->kernel ? t->fan_source : t->monitor_source,
+                                                    SD_EVENT_PRIORITY_IMPORTANT);
                 r = sd_event_add_time(event, &t->refresh_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
                                       on_refresh_timer, t);
                 if (r < 0)
@@ -287,8 +536,19 @@ int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t
                 (void) sd_event_source_set_description(t->refresh_timer, "mount-table-read");
                 /* Work that came in (a pod's event) goes first: the read is a check. */
                 (void) sd_event_source_set_priority(t->refresh_timer, SD_EVENT_PRIORITY_IDLE);
+                /* ... but not forever. */
+                r = sd_event_add_time(event, &t->deadline_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
+                                      on_deadline_timer, t);
+                if (r < 0)
+                        return r;
+                (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_OFF);
+                (void) sd_event_source_set_description(t->deadline_timer, "mount-table-deadline");
+                /* Ahead of normal work too: sd-event runs an ever-pending
+                 * source of equal priority (a deferred pass re-armed at
+                 * once) before any that became pending after it. */
+                (void) sd_event_source_set_priority(t->deadline_timer, SD_EVENT_PRIORITY_IMPORTANT);
         }
-        r = mount_table_refresh(t);
+        r = t->kernel ? kernel_load(t) : mountinfo_refresh(t);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(t);
@@ -299,8 +559,13 @@ MountTable *mount_table_free(MountTable *t) {
         if (!t)
                 return NULL;
         sd_event_source_disable_unref(t->monitor_source);
+        sd_event_source_disable_unref(t->fan_source);
         sd_event_source_disable_unref(t->refresh_timer);
+        sd_event_source_disable_unref(t->deadline_timer);
         mnt_unref_monitor(t->monitor);
+        if (t->fan_fd >= 0)
+                (void) close(t->fan_fd);
+        statmount_buffer_done(&t->statbuf);
         sd_event_unref(t->event);
         free_entries(t->entries, t->n_entries);
         free(t->root_dir);

@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* The mount points under root-dir, from /proc/self/mountinfo (three fields
- * of each line, read by mountinfo_parse_line()), kept current by libmount's
- * kernel monitor on the event loop.  Reading mountinfo costs the kernel real
- * work per line, so a burst of mount changes is read once per
- * MOUNT_TABLE_REFRESH_USEC (sooner when mount_table_refresh_soon() asks), at
- * idle priority, and the owner is told after each read, to compare what it
- * holds mounted with what is. */
+/* The mount points under root-dir, from one of two sources, chosen at start:
+ *  - the kernel (Linux 6.15+): fanotify reports each mount attached to or
+ *    detached from our mount namespace with its ID, statmount(2) answers
+ *    what that one mount is, and listmount(2) lists the namespace's mount IDs
+ *    (at start, and should the event queue ever overflow).  A change costs
+ *    the kernel work for that mount only, however many the node has;
+ *  - /proc/self/mountinfo (older kernels, or [agent] mount-source =
+ *    mountinfo): three fields of each line, read by mountinfo_parse_line(),
+ *    the whole table again after libmount's monitor says it changed.
+ * Both give the same answers to every query below.  The owner is told after
+ * mounts under root-dir changed, once per MOUNT_TABLE_REFRESH_USEC for a
+ * burst, at idle priority so that work that came in goes first, but never
+ * later than MOUNT_TABLE_MAX_DELAY_USEC after the change however busy the
+ * loop is: a lost mount is noticed within that bound. */
 
 #include <systemd/sd-event.h>
 
@@ -20,17 +27,30 @@ typedef struct MountTable MountTable;
 typedef struct MountEntry {
         char *target;
         dev_t devno; /* st_dev of the mounted file system: shared by its bind mounts */
-        int id;      /* mountinfo's mount ID */
+        int id;      /* mountinfo's mount ID (reused by the kernel) */
+        /* The order the kernel attached the mounts in, for mounts stacked on
+         * one target (the last one shows): the 64-bit mount ID that is never
+         * reused (the kernel path), or the mountinfo line's index (the
+         * kernel writes the lines in that same order). */
+        uint64_t seq;
 } MountEntry;
 
 #define MOUNT_TABLE_REFRESH_USEC (200 * USEC_PER_MSEC)
+/* However busy the loop, the owner hears of a change within this. */
+#define MOUNT_TABLE_MAX_DELAY_USEC (1 * USEC_PER_SEC)
+
+typedef enum MountSource {
+        MOUNT_SOURCE_AUTO,      /* the kernel's mount events where it has them, else mountinfo */
+        MOUNT_SOURCE_MOUNTINFO, /* mountinfo, whatever the kernel has */
+} MountSource;
 
 /* Called after the table was read again because mounts changed. */
 typedef void (*mount_table_changed_t)(MountTable *t, void *userdata);
 
-/* Only mounts below root_dir (absolute) are tracked. */
-int mount_table_new(sd_event *event, const char *root_dir, mount_table_changed_t changed, void *userdata,
-                    MountTable **ret);
+/* Only mounts below root_dir (absolute) are tracked.  Logs once, at info,
+ * which source it uses and why. */
+int mount_table_new(sd_event *event, const char *root_dir, MountSource source, mount_table_changed_t changed,
+                    void *userdata, MountTable **ret);
 MountTable *mount_table_free(MountTable *t);
 DEFINE_TRIVIAL_CLEANUP_FUNC(MountTable *, mount_table_free);
 
@@ -39,7 +59,12 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(MountTable *, mount_table_free);
  * that is not one. */
 int mountinfo_parse_line(const char *line, size_t len, int *ret_id, dev_t *ret_devno, char **ret_target);
 
-/* Re-reads the table now (the monitor does this on its own). */
+/* "kernel" (fanotify, statmount, listmount) or "mountinfo": for /volumes. */
+const char *mount_table_source(MountTable *t);
+
+/* Brings the table up to date now (the monitor does this on its own): on
+ * the kernel path, the mount events queued so far (a mount a CSI call made
+ * is queued before the call returns), on mountinfo, the whole table. */
 int mount_table_refresh(MountTable *t);
 /* Re-reads the table within usec, and tells the owner: one read however many
  * ask and however many mounts change meanwhile. */

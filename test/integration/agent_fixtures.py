@@ -88,10 +88,19 @@ def notify_socket(tmp_path):
     s.close()
 
 
+# KVOLUMED_TEST_MOUNT_SOURCE=mountinfo: every kvolumed a test starts reads
+# /proc/self/mountinfo ([agent] mount-source), not the kernel's mount events,
+# unless the test chose a source itself: test/check runs the restart and
+# crash-matrix tests again so, the fallback of kernels older than 6.15.
+MOUNT_SOURCE = os.environ.get("KVOLUMED_TEST_MOUNT_SOURCE", "")
+
+
 def write_config(path, root_dir, kubeconfig, extra="", node="test-node", csi="", agent=""):
     """A configuration for tests: a private root-dir, the fake API server's
     kubeconfig, no metrics port, no registration dir unless asked; `extra`
     is appended verbatim."""
+    if MOUNT_SOURCE and "mount-source" not in agent:
+        agent += f"mount-source = {MOUNT_SOURCE}\n"
     text = (
         "[agent]\n"
         f"node-name = {node}\n"
@@ -243,13 +252,14 @@ class VolumeEnv:
         self.stage_mounts = driver.opts.get("stage_mount", True)
         fake_api.create(make_node())
 
-    def start(self, extra="", csi="", agent="", wrapper=()):
-        """wrapper: a command kvolumed runs under (valgrind, say)."""
+    def start(self, extra="", csi="", agent="", wrapper=(), env=None):
+        """wrapper: a command kvolumed runs under (valgrind, say); env: more
+        environment for it."""
         kubeconfig = self.api.kubeconfig_path if self.broad else self.api.node_kubeconfig("test-node")
         config = write_config(self.tmp_path / "kvolumed.conf", self.root, kubeconfig,
                               f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
                               "[log]\nlevel = debug\n" + extra, csi=csi, agent=agent)
-        self.agent = self.start_agent(config, wrapper=wrapper)
+        self.agent = self.start_agent(config, wrapper=wrapper, env=env)
         return self.agent
 
     # objects

@@ -12,6 +12,7 @@ DEFAULT_LISTING = """\
 agent.node-name = {node}
 agent.root-dir = /var/lib/kubelet
 agent.resync-interval = 5m
+agent.mount-source = auto
 kubernetes.kubeconfig = /etc/kvolumed/kubeconfig
 kubernetes.server = 
 kubernetes.token-file = 

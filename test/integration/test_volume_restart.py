@@ -574,6 +574,10 @@ def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume
     wait_until(lambda: [c for c in env.calls()[before:] if c["method"] == "NodePublishVolume"
                         and c["request"]["target_path"] == env.target(probe, "x")], what="the probe's publish logged")
     assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    # The driver logs a call after its reply, so after the mount appeared.
+    wait_until(lambda: [c for c in env.calls()[before:] if c["method"] == "NodePublishVolume"
+                        and c["request"]["target_path"] == env.target(probe, "x")],
+               what="the probe's NodePublishVolume in the driver's log")
     assert [c["request"]["target_path"] for c in env.calls()[before:] if c["method"] in
             ("NodeStageVolume", "NodePublishVolume")] == [env.target(probe, "x")], "set up again: records not read"
     env.api.remove("pods", "default", "web")

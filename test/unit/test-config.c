@@ -161,6 +161,7 @@ static void test_every_key(void **state) {
         assert_string_equal(text, "agent.node-name = worker-7.example\n"
                                   "agent.root-dir = /srv/kubelet\n"
                                   "agent.resync-interval = 90s\n"
+                                  "agent.mount-source = auto\n"
                                   "kubernetes.kubeconfig = \n"
                                   "kubernetes.server = https://10.0.0.1:6443\n"
                                   "kubernetes.token-file = /run/token\n"
@@ -237,6 +238,8 @@ static void test_errors_name_file_and_line(void **state) {
         parse_fails("[agent]\nnode-name = n\nresync-interval = 5\n",
                     "t.conf:3: resync-interval: \"5\" is not a positive duration (integers with h, m, s or ms, "
                     "largest first, e.g. 90s or 1m30s)");
+        parse_fails("[agent]\nnode-name = n\nmount-source = fanotify\n",
+                    "t.conf:3: mount-source: \"fanotify\" is not auto or mountinfo");
         parse_fails("[agent]\nnode-name = n\nresync-interval = 0s\n",
                     "t.conf:3: resync-interval: \"0s\" is not a positive duration (integers with h, m, s or ms, "
                     "largest first, e.g. 90s or 1m30s)");
@@ -275,6 +278,16 @@ static void test_bool(void **state) {
         config_free(c);
         parse_fails("[agent]\nnode-name = n\n[volumes]\nselinux-mount-all = yes\n",
                     "t.conf:4: selinux-mount-all: \"yes\" is not true or false");
+        /* [agent] mount-source: auto by default, mountinfo forces the fallback. */
+        c = parse_ok("[agent]\nnode-name = n\n");
+        assert_false(c->mount_source_mountinfo);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\nmount-source = mountinfo\n");
+        assert_true(c->mount_source_mountinfo);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\nmount-source = auto\n");
+        assert_false(c->mount_source_mountinfo);
+        config_free(c);
 }
 
 static void test_more_errors(void **state) {

@@ -27,7 +27,7 @@ static VolumeManager m;
 static int setup(void **state) {
         assert_non_null(mkdtemp(base));
         assert_int_equal(root_dir_open(base, &m.root), 0);
-        assert_int_equal(mount_table_new(NULL, base, NULL, NULL, &m.mounts), 0);
+        assert_int_equal(mount_table_new(NULL, base, MOUNT_SOURCE_AUTO, NULL, NULL, &m.mounts), 0);
         return 0;
 }
 
@@ -115,6 +115,10 @@ static void test_mount_points(void **state) {
                 skip();
         assert_int_equal(unshare(CLONE_NEWNS), 0);
         assert_int_equal(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+        /* The table of the namespace we are in now: the kernel's events
+         * are those of the namespace it was made in. */
+        mount_table_free(m.mounts);
+        assert_int_equal(mount_table_new(NULL, base, MOUNT_SOURCE_AUTO, NULL, NULL, &m.mounts), 0);
         /* A publish file the driver mounted is a publish. */
         vol_data(VD "/pv-m/data", DRV, "hm");
         put(VD "/publish/pv-m/" UID1, "");

@@ -65,18 +65,18 @@ bool k8s_host_backoff_end(K8sHostBackoff *b, unsigned epoch, bool probe, bool an
 
         if (probe)
                 b->probing = false;
+        /* A request from before the last change says nothing new: answered,
+         * its answer may have come before the server went (a loaded loop
+         * reads it late); failed, the first of its kind already counted. */
+        if (epoch != b->epoch)
+                return false;
         if (answered) {
-                /* Any answer, even one from before the failures: it listens. */
                 if (b->failures == 0)
                         return false;
                 b->failures = 0;
                 b->epoch++;
                 return true;
         }
-        /* A request that was on the wire before the last change failed with
-         * the others of its kind: the first of them already counted. */
-        if (epoch != b->epoch)
-                return false;
         b->failures++;
         b->epoch++;
         step = b->base_usec;

@@ -32,8 +32,10 @@ uint64_t k8s_token_bucket_wait_usec(K8sTokenBucket *b, uint64_t now_usec);
  * backoff doubles).  So a dead server sees at most one connection attempt
  * per backoff step, 200 ms doubling to 5 s, whatever the number of requests
  * waiting: 10 attempts in the first 30 s of an outage, then 1 every 5 s.
- * Failures of requests started before the last change of state (all those
- * that were on the wire when the server went) count once, not once each. */
+ * Requests started before the last change of state say nothing: their
+ * failures (all those on the wire when the server went) count once, not
+ * once each, and their answers may predate the failure (read late by a
+ * loaded loop), so only the probe's answer ends the backoff. */
 #define K8S_HOST_BACKOFF_BASE_USEC (200u * 1000u)
 #define K8S_HOST_BACKOFF_MAX_USEC (5u * 1000u * 1000u)
 

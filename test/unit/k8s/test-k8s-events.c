@@ -252,8 +252,10 @@ static void test_host_backoff(void **state) {
         assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 200000), 0);
         assert_true(k8s_host_backoff_begin(&b, &ep));
         assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 300000), UINT64_MAX);
-        /* A late failure from before does not count. */
+        /* A late failure from before does not count, nor a late answer. */
         assert_false(k8s_host_backoff_end(&b, e3, false, false, t + 300000));
+        assert_false(k8s_host_backoff_end(&b, e3, false, true, t + 300000));
+        assert_true(k8s_host_backoff_down(&b));
         /* The probe fails: doubled. */
         assert_false(k8s_host_backoff_end(&b, ep, true, false, t + 400000));
         assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 400000), 400000);

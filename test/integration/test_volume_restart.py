@@ -571,6 +571,9 @@ def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume
     env.wait_mounted(env.target(probe, "x"))
     wait_until(lambda: not [p for p in old if os.path.exists(p)], timeout=15, what="old records moved")
     assert_only_kubelets_files(env, pod, fs_dirs, staging_dir, blk)
+    # The driver logs a call after answering it: the mount can be seen first.
+    wait_until(lambda: any(c["method"] == "NodePublishVolume" and c["request"]["target_path"] == env.target(probe, "x")
+                           for c in env.calls()[before:]), 10, what="the probe's publish logged")
     assert [c["request"]["target_path"] for c in env.calls()[before:] if c["method"] in
             ("NodeStageVolume", "NodePublishVolume")] == [env.target(probe, "x")], "set up again: records not read"
     env.api.remove("pods", "default", "web")

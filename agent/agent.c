@@ -93,6 +93,8 @@ static int connect_clients(Agent *a) {
                                                         .attach_limit_refresh_usec = c->attach_limit_refresh_usec,
                                                         .selinux_mount_all = c->selinux_mount_all,
                                                         .runtime_endpoint = c->runtime_endpoint,
+                                                        .max_pending = VOLUME_PENDING_PER_PARALLEL *
+                                                                       (c->max_parallel ?: 64),
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
                                                                 getenv("KVOLUMED_TEST_VERIFY_INCREMENTAL") != NULL },

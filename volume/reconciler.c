@@ -318,10 +318,10 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         const char *problem;
         ActualVolume *av;
         ActualPublish *pub;
+        PodInfo info;
 
         if (!s || s->lifecycle == VOLUME_PERSISTENT)
                 m->in_use_dirty = true; /* desired: feeds volumesInUse */
-        PodInfo info;
 
         if (dv->failed) {
                 manager_report_once(m, e, p, dv->name, "FailedMount", dv->failed);

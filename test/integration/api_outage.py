@@ -47,6 +47,14 @@ class ApiOutage:
             s, self._listener = self._listener, None
             conns, self._conns = self._conns, []
         if s:
+            # close() alone does not wake the thread blocked in accept(),
+            # which keeps the port bound until a connection comes: up()
+            # could not bind it again (seen once the client stopped
+            # knocking while the server is down).  shutdown() wakes it.
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             s.close()
         for c in conns:
             try:

@@ -52,14 +52,7 @@ static int connect_clients(Agent *a) {
         K8sAuth *auth = NULL;
         int r;
 
-        r = k8s_auth_resolve(&(K8sAuthSettings){ .kubeconfig = c->kubeconfig,
-                                                 .server = c->server,
-                                                 .token_file = c->token_file,
-                                                 .certificate_authority = c->certificate_authority,
-                                                 .client_certificate = c->client_certificate,
-                                                 .client_key = c->client_key,
-                                                 .service_account_dir = getenv("KVOLUMED_SERVICE_ACCOUNT_DIR") },
-                             &auth, &error);
+        r = check_resolve_auth(c, &auth, &error);
         if (r < 0)
                 return log_error_errno(r, "Cannot use the [kubernetes] settings: %s", error ? error : strerror(-r));
         r = k8s_client_new(a->event, auth, &(K8sClientOptions){}, &a->k8s);

@@ -14,7 +14,7 @@ static const char *strna(const char *s) {
         return s ?: "n/a";
 }
 
-static int resolve(const Config *c, K8sAuth **ret, char **ret_error) {
+int check_resolve_auth(const Config *c, K8sAuth **ret, char **ret_error) {
         return k8s_auth_resolve(&(K8sAuthSettings){ .kubeconfig = c->kubeconfig,
                                                     .server = c->server,
                                                     .token_file = c->token_file,
@@ -31,7 +31,7 @@ int check_credentials(const Config *c, char **ret_error) {
         const char *key = NULL;
         int r;
 
-        r = resolve(c, &auth, &error);
+        r = check_resolve_auth(c, &auth, &error);
         if (r == -ENOMEM)
                 return r;
         if (r < 0 && c->kubeconfig) {
@@ -194,7 +194,7 @@ int check_online(const Config *c, FILE *out, char **ret_error) {
         OnlineCheck o = { .config = c, .out = out, .result = -EINPROGRESS };
         int r;
 
-        r = resolve(c, &auth, ret_error);
+        r = check_resolve_auth(c, &auth, ret_error);
         if (r < 0)
                 return r;
         r = curl_loop_global_init();

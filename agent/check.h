@@ -9,7 +9,13 @@
 #include <stdio.h>
 
 #include "conf/config.h"
+#include "k8s/auth.h"
 #include "k8s/identity.h"
+
+/* The [kubernetes] settings (and KVOLUMED_SERVICE_ACCOUNT_DIR) resolved to
+ * the API server's address and credentials: what the daemon and the checks
+ * both use.  -errno with *ret_error naming the key and file on failure. */
+int check_resolve_auth(const Config *c, K8sAuth **ret, char **ret_error);
 
 /* Resolves the [kubernetes] settings as the daemon does and opens and parses
  * every file they name.  -EINVAL (or -ENOMEM) with *ret_error on failure. */

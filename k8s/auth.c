@@ -439,18 +439,6 @@ static const char *field_name(const K8sAuth *a, const char *kubeconfig_field, co
         return a->kubeconfig ? kubeconfig_field : setting_key;
 }
 
-_printf_(2, 3) static int check_fail(char **ret_error, const char *fmt, ...) {
-        va_list ap;
-
-        if (ret_error) {
-                va_start(ap, fmt);
-                if (vasprintf(ret_error, fmt, ap) < 0)
-                        *ret_error = NULL;
-                va_end(ap);
-        }
-        return -EINVAL;
-}
-
 /* PEM bytes of a file or of inline data, as one BIO. */
 static int credential_bio(const char *file, const uint8_t *data, size_t size, BIO **ret, char **ret_reason) {
         _cleanup_free_ char *text = NULL;
@@ -509,7 +497,7 @@ static int check_ca(const K8sAuth *a, char **ret_error) {
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return check_fail(ret_error, "%s %s: cannot read: %s", field, where(a->ca_file, buf),
+                return auth_fail(ret_error, "%s %s: cannot read: %s", field, where(a->ca_file, buf),
                                   strempty(reason));
         for (;;) {
                 X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
@@ -520,7 +508,7 @@ static int check_ca(const K8sAuth *a, char **ret_error) {
         }
         ERR_clear_error();
         if (n == 0)
-                return check_fail(ret_error, "%s %s: no PEM certificate in it (expected \"-----BEGIN "
+                return auth_fail(ret_error, "%s %s: no PEM certificate in it (expected \"-----BEGIN "
                                   "CERTIFICATE-----\")", field, where(a->ca_file, buf));
         return 0;
 }
@@ -544,12 +532,12 @@ static int check_client_certificate(const K8sAuth *a, const char **ret_key, char
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return check_fail(ret_error, "%s %s: cannot read: %s", cert_field,
+                return auth_fail(ret_error, "%s %s: cannot read: %s", cert_field,
                                   where(a->client_cert_file, buf), strempty(reason));
         cert = PEM_read_bio_X509(cert_bio, NULL, NULL, NULL);
         if (!cert) {
                 ERR_clear_error();
-                return check_fail(ret_error, "%s %s: no PEM certificate in it", cert_field,
+                return auth_fail(ret_error, "%s %s: no PEM certificate in it", cert_field,
                                   where(a->client_cert_file, buf));
         }
         *ret_key = "client-key";
@@ -557,17 +545,17 @@ static int check_client_certificate(const K8sAuth *a, const char **ret_key, char
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return check_fail(ret_error, "%s %s: cannot read: %s", key_field, where(key_file, buf),
+                return auth_fail(ret_error, "%s %s: cannot read: %s", key_field, where(key_file, buf),
                                   strempty(reason));
         key = PEM_read_bio_PrivateKey(key_bio, NULL, NULL, NULL);
         if (!key) {
                 ERR_clear_error();
-                return check_fail(ret_error, "%s %s: no PEM private key in it (or one with a passphrase)",
+                return auth_fail(ret_error, "%s %s: no PEM private key in it (or one with a passphrase)",
                                   key_field, where(key_file, buf));
         }
         if (X509_check_private_key(cert, key) != 1) {
                 ERR_clear_error();
-                return check_fail(ret_error, "%s %s is not the key of the certificate in %s %s", key_field,
+                return auth_fail(ret_error, "%s %s is not the key of the certificate in %s %s", key_field,
                                   where(key_file, buf), cert_field,
                                   a->client_cert_file ? a->client_cert_file : "(inline data)");
         }
@@ -586,12 +574,12 @@ static int check_token_file(const K8sAuth *a, char **ret_error) {
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return check_fail(ret_error, "%s %s: cannot read: %s", field, a->token_file, strerror(-r));
+                return auth_fail(ret_error, "%s %s: cannot read: %s", field, a->token_file, strerror(-r));
         while (n > 0 && strchr(" \t\r\n", text[n - 1]))
                 n--;
         explicit_bzero(text, n);
         if (n == 0)
-                return check_fail(ret_error, "%s %s: the file is empty", field, a->token_file);
+                return auth_fail(ret_error, "%s %s: the file is empty", field, a->token_file);
         return 0;
 }
 

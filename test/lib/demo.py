@@ -82,6 +82,7 @@ def main():
             f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
                     f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
                     f"[csi]\nregistration-dir = {root}/plugins_registry\n"
+                    f"[api]\nsocket = {work}/kvolumed.sock\n"
                     "[metrics]\nlisten =\n[log]\nlevel = info\n")
         say("kvolumed (its log lines are prefixed with 'kvolumed |')")
         agent = subprocess.Popen([os.path.join(BUILD, "agent", "kvolumed"), "--config", config],
@@ -127,6 +128,13 @@ def main():
         time.sleep(0.5)
         say("mounted under root-dir (kubelet's paths)")
         show_mounts(root)
+        say("kvolumed status: the node's volumes, read from the local volumes API")
+        status = subprocess.run([os.path.join(BUILD, "agent", "kvolumed"), "status", "--socket",
+                                 os.path.join(work, "kvolumed.sock")], capture_output=True, text=True, timeout=30)
+        for line in status.stdout.splitlines():
+            print("   " + line)
+        if status.returncode != 0:
+            raise SystemExit(f"kvolumed status failed: {status.stderr.strip()}")
         target = f"{root}/pods/{pods[1]['metadata']['uid']}/volumes/kubernetes.io~csi/pv-data/mount"
         with open(os.path.join(target, "hello.txt"), "w") as f:
             f.write("hello from the db pod\n")

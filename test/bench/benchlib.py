@@ -187,6 +187,8 @@ def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral"
                 f"[kubernetes]\nkubeconfig = {api.kubeconfig_path}\n"
                 f"[csi]\nregistration-dir =\n"
                 f'[driver "{DRIVER}"]\nendpoint = unix://{sockdir}/csi.sock\n'
+                # The local API in the work directory, not the machine's /run.
+                f"[api]\nsocket = {work}/kvolumed.sock\n"
                 f"[metrics]\nlisten = {listen}\n[log]\nlevel = warning\n")
     return driver, driver_state, config
 

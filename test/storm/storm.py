@@ -417,6 +417,8 @@ class Storm:
                     f"[kubernetes]\nkubeconfig = {kubeconfig}\n"
                     f"[csi]\nregistration-dir =\ncall-timeout = {a.call_timeout}s\nmax-parallel = {a.max_parallel}\n"
                     f'[driver "{DRIVER}"]\nendpoint = {self.driver.endpoint}\n'
+                    # The local API in the work directory, not the machine's /run.
+                    f"[api]\nsocket = {self.work}/kvolumed.sock\n"
                     f"[metrics]\nlisten = {self.listen}\n[log]\nlevel = {a.log_level}\n")
         build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
         binary = os.path.join(build, "agent", "kvolumed")

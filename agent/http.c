@@ -536,6 +536,7 @@ static int bind_unix_socket(const char *path, gid_t gid) {
         struct sockaddr_un sa = { .sun_family = AF_UNIX };
         _cleanup_free_ char *dir = NULL;
         _cleanup_close_ int fd = -1;
+        struct stat st;
         mode_t old_umask;
         char *slash;
         int r;
@@ -561,6 +562,9 @@ static int bind_unix_socket(const char *path, gid_t gid) {
                 return log_error_errno(errno, "Failed to create the local API socket: %m");
         /* A socket left by a previous run (a crash, SIGKILL) is ours to
          * replace: the root-dir lock says no other kvolumed runs here. */
+        if (lstat(path, &st) >= 0 && !S_ISSOCK(st.st_mode))
+                /* A file someone else put there (a mistyped path): never removed. */
+                return log_error_errno(EEXIST, "[api] socket %s exists and is not a socket; not replacing it", path);
         if (unlink(path) < 0 && errno != ENOENT)
                 return log_error_errno(errno, "Failed to remove the old local API socket %s: %m", path);
         old_umask = umask(0177);

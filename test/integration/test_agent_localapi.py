@@ -490,3 +490,17 @@ def test_status_prints_the_volumes_as_a_table(volume_env, sockdir, kvolumed_bin)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr == (f"kvolumed status: kvolumed is not running: nothing answers on {sock} "
                         "(is kvolumed.service active? is [api] socket set?)\n")
+
+
+def test_a_file_that_is_not_a_socket_is_never_replaced(volume_env, sockdir):
+    """A mistyped [api] socket naming someone's file: kvolumed refuses to
+    start rather than unlink it."""
+    env = volume_env
+    path = os.path.join(sockdir, "notes.txt")
+    with open(path, "w") as f:
+        f.write("keep me\n")
+    env.agent = env.start_agent(api_config(env, path))
+    assert env.agent.wait(timeout=30) != 0
+    assert "exists and is not a socket" in env.agent.output()
+    with open(path) as f:
+        assert f.read() == "keep me\n"

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from integration.agent_fixtures import DRIVER, REPO_DIR, make_node, wait_until
-from integration.test_systemd_unit import Container, pod, run
+from integration.test_systemd_unit import container, driver, pod  # noqa: F401  (fixtures)
 
 PACKAGE_SCRIPT = os.path.join(REPO_DIR, "test", "package")
 STALL_FILE = "/run/kvolumed-test-stall"
@@ -48,20 +48,6 @@ def deb():
         yield path
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-@pytest.fixture
-def driver(mock_csi_factory):
-    return mock_csi_factory(name=DRIVER, tmpfs=True)
-
-
-@pytest.fixture
-def container(fake_api, driver):
-    c = Container([fake_api.workdir, driver.sock_dir])
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def file_list(container, also_skip=()):

@@ -77,8 +77,14 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="kvinterop", dir="/tmp")
         self.socket = os.path.join(self.dir, "csi.sock")
         env = dict(os.environ, PYTHONPATH=TEST_DIR)
-        self.out = open(os.path.join(self.dir, "out"), "w+")
-        self.proc = subprocess.Popen(cmd + [self.socket], stdout=self.out, stderr=subprocess.STDOUT, env=env)
+        # The server writes through its own descriptor in append mode and we read
+        # through another: with one shared descriptor our seek(0) moved the
+        # server's write offset too, and a line it wrote after "READY" could
+        # overwrite the "R" (seen in CI: "server did not start: \nEADY ...").
+        out_path = os.path.join(self.dir, "out")
+        with open(out_path, "a") as server_out:
+            self.proc = subprocess.Popen(cmd + [self.socket], stdout=server_out, stderr=subprocess.STDOUT, env=env)
+        self.out = open(out_path, "r")
         end = time.time() + 60
         while time.time() < end:
             self.out.seek(0)

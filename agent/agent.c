@@ -84,6 +84,8 @@ static int connect_clients(Agent *a) {
                                                         .selinux_mount_all = c->selinux_mount_all,
                                                         .runtime_endpoint = c->runtime_endpoint,
                                                         .mount_source_mountinfo = c->mount_source_mountinfo,
+                                                        .max_pending = VOLUME_PENDING_PER_PARALLEL *
+                                                                       (c->max_parallel ?: 64),
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
                                                                 test_hook_getenv("VERIFY_INCREMENTAL") != NULL },

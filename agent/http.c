@@ -635,6 +635,11 @@ static int http_server_start(HttpServer *s, int fd) {
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the HTTP server on %s: %m", s->address);
         (void) sd_event_source_set_description(s->io, "http-server");
+        /* Before the CSI answers and passes pending in the same iteration:
+         * sd-event dispatches one source at a time, and a probe must not
+         * queue behind a recovery's hundreds of completions.  Its requests
+         * are few and short (a liveness probe, a scrape). */
+        (void) sd_event_source_set_priority(s->io, SD_EVENT_PRIORITY_IMPORTANT);
         r = sd_event_add_time_relative(event, &s->sweep, CLOCK_MONOTONIC, HTTP_SWEEP_USEC, USEC_PER_MSEC, on_sweep,
                                        s);
         if (r < 0)

@@ -32,6 +32,8 @@ struct K8sRequest {
         RequestState state;
         bool watch;
         bool retried_credentials;
+        bool probe;          /* let through alone while the host is taken for down */
+        unsigned host_epoch; /* the host backoff's epoch when it started */
         char *method;
         char *path;
         char *content_type;
@@ -64,6 +66,7 @@ struct K8sClient {
         uint64_t request_timeout_usec;
         bool quiet_reachability;
         K8sTokenBucket bucket;
+        K8sHostBackoff host; /* every request and watch waits for it too */
         sd_event_source *bucket_timer;
         K8sRequest *queue_head, *queue_tail; /* waiting for the rate limit, FIFO */
         K8sRequest *running;
@@ -74,7 +77,7 @@ struct K8sClient {
          * left, as the server would answer it.  The expansion check reading
          * a claim must not ignore the Retry-After its lookup was given. */
         Hashmap *held_paths; /* path → uint64_t *: not before (CLOCK_MONOTONIC) */
-        char *host;          /* the server's host[:port], for the request hook */
+        char *host_label;    /* the server's host[:port], for the request hook */
         /* Reachability: since when no request got an HTTP answer (0: one did),
          * the last failure, and how many failed since. */
         uint64_t unreachable_since;
@@ -101,7 +104,7 @@ static void request_count(K8sRequest *r, long status) {
         r->counted = true;
         m = (K8sRequestMetrics) {
                 .method = r->method,
-                .host = c->host,
+                .host = c->host_label,
                 .status = status,
                 .watch = r->watch,
                 .duration_usec = r->watch || r->started_usec == 0 ? 0 : now_usec() - r->started_usec,
@@ -225,6 +228,8 @@ static void request_unlink(K8sRequest *r) {
                         c->queue_tail = r->prev;
                 c->n_queued--;
         } else if (r->state == REQUEST_RUNNING) {
+                k8s_host_backoff_abandon(&c->host, r->probe);
+                r->probe = false;
                 if (r->prev)
                         r->prev->next = r->next;
                 else
@@ -257,11 +262,15 @@ static void request_free(K8sRequest *r) {
         free(r);
 }
 
+static void queue_kick(K8sClient *c);
+
 void k8s_request_cancel(K8sRequest *r) {
         if (!r || r->state == REQUEST_FINISHING)
                 return;
         if (r->state == REQUEST_RUNNING && r->easy)
                 (void) curl_loop_cancel(r->client->loop, r->easy);
+        if (r->probe)
+                queue_kick(r->client); /* another request probes in its place */
         request_unlink(r);
         if (r->destroy)
                 r->destroy(r->userdata);
@@ -384,6 +393,46 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
 
 static int request_start(K8sRequest *r);
 
+/* --- the host backoff (k8s/ratelimit.h) ---------------------------------------- */
+
+/* Arms the pump to run from the loop, now. */
+static void queue_kick(K8sClient *c) {
+        if (sd_event_source_set_time(c->bucket_timer, 1) >= 0)
+                (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_ONESHOT);
+}
+
+/* A whole answer says the server is there; no answer at all (refused,
+ * reset, TLS, timed out before a status) counts against the host.  A
+ * request cut after its status (a watch, mostly) or given up by us says
+ * nothing either way: when the server dies, its watches end so, and they
+ * must not clear the failure their neighbours just recorded. */
+static void host_backoff_end(K8sRequest *r, bool probe, CURLcode code, long status) {
+        K8sClient *c = r->client;
+        bool was_down = k8s_host_backoff_down(&c->host);
+
+        if (code != CURLE_OK && (status > 0 || code == CURLE_WRITE_ERROR || code == CURLE_ABORTED_BY_CALLBACK)) {
+                k8s_host_backoff_abandon(&c->host, probe);
+                if (probe)
+                        queue_kick(c);
+                return;
+        }
+        if (k8s_host_backoff_end(&c->host, r->host_epoch, probe, code == CURLE_OK, now_usec())) {
+                /* The operator's lines (one down, one back) are
+                 * reachability_note()'s; these say what the backoff did. */
+                if (was_down)
+                        log_debug("API server %s answers again: the host backoff ends", c->auth->server);
+                else
+                        log_debug("API server %s unreachable (%s %s: %s): requests wait, one connection "
+                                    "attempt at a time, %.1f s doubling to %.0f s apart",
+                                    c->auth->server, r->method, r->path,
+                                    r->errbuf[0] ? r->errbuf : curl_easy_strerror(code),
+                                    (double) K8S_HOST_BACKOFF_BASE_USEC / USEC_PER_SEC,
+                                    (double) K8S_HOST_BACKOFF_MAX_USEC / USEC_PER_SEC);
+                queue_kick(c);
+        } else if (probe)
+                queue_kick(c);
+}
+
 /* --- Retry-After, per path ---------------------------------------------------- */
 
 /* When the path may be asked for again; 0 when now.  Forgets a time past. */
@@ -448,7 +497,10 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         (void) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
         (void) curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
 
+        bool probe = r->probe;
+        r->probe = false;
         request_unlink(r);
+        host_backoff_end(r, probe, code, status);
         if (code == CURLE_OK && (status == 429 || status == 503) && retry_after > 0)
                 path_hold(c, r->path, now_usec() + (uint64_t) retry_after * USEC_PER_SEC);
 
@@ -634,6 +686,7 @@ static int request_start(K8sRequest *r) {
         if (k < 0)
                 return k;
         r->started_usec = now_usec();
+        r->probe = k8s_host_backoff_begin(&c->host, &r->host_epoch);
         r->state = REQUEST_RUNNING;
         r->prev = NULL;
         r->next = c->running;
@@ -675,7 +728,11 @@ static void queue_pump(K8sClient *c) {
                         request_answer_held(r, held - now);
                         continue;
                 }
-                wait = k8s_token_bucket_wait_usec(&c->bucket, now);
+                wait = k8s_host_backoff_wait_usec(&c->host, now);
+                if (wait == UINT64_MAX)
+                        return; /* the probe's end pumps again */
+                if (wait == 0)
+                        wait = k8s_token_bucket_wait_usec(&c->bucket, now);
                 if (wait > 0) {
                         uint64_t when;
                         (void) sd_event_now(c->event, CLOCK_MONOTONIC, &when);
@@ -719,19 +776,14 @@ static int request_new(K8sClient *c, const char *method, const char *path, const
         return 0;
 }
 
-int k8s_client_request(K8sClient *c, const char *method, const char *path, const char *content_type,
-                       const char *body, k8s_response_t done, void *userdata, K8sRequest **ret) {
-        K8sRequest *r;
+/* Everything goes through the queue, watches too (client-go's watches take
+ * a token as well), so order is kept under the limit and a dead server is
+ * knocked on at the host backoff's pace whoever asks.  Started here when
+ * nothing holds it; never called back from here. */
+static int request_enqueue(K8sClient *c, K8sRequest *r, K8sRequest **ret) {
+        uint64_t now = now_usec();
         int k;
 
-        k = request_new(c, method, path, content_type, body, &r);
-        if (k < 0)
-                return k;
-        r->done = done;
-        r->userdata = userdata;
-        r->timeout_usec = c->request_timeout_usec;
-
-        /* Everything goes through the queue, so order is kept under the limit. */
         r->state = REQUEST_QUEUED;
         r->prev = c->queue_tail;
         r->next = NULL;
@@ -743,27 +795,38 @@ int k8s_client_request(K8sClient *c, const char *method, const char *path, const
         c->n_queued++;
         if (ret)
                 *ret = r;
-        if (c->n_queued == 1) {
-                /* Start now when a token is there; never call back from here. */
-                uint64_t now = now_usec();
-                if (path_held_until(c, path, now) > 0) {
-                        /* Answered by the pump, from the loop. */
-                        if (sd_event_source_set_time(c->bucket_timer, 1) >= 0)
-                                (void) sd_event_source_set_enabled(c->bucket_timer, SD_EVENT_ONESHOT);
-                } else if (k8s_token_bucket_wait_usec(&c->bucket, now) == 0) {
-                        (void) k8s_token_bucket_take(&c->bucket, now);
-                        request_unlink(r);
-                        k = request_start(r);
-                        if (k < 0) {
-                                request_free(r);
-                                if (ret)
-                                        *ret = NULL;
-                                return k;
-                        }
-                } else
-                        queue_pump(c);
+        if (c->n_queued > 1)
+                return 0; /* the pump is armed, or waits for the probe */
+        if (path_held_until(c, r->path, now) == 0 && k8s_host_backoff_wait_usec(&c->host, now) == 0 &&
+            k8s_token_bucket_wait_usec(&c->bucket, now) == 0) {
+                (void) k8s_token_bucket_take(&c->bucket, now);
+                request_unlink(r);
+                k = request_start(r);
+                if (k < 0) {
+                        request_free(r);
+                        if (ret)
+                                *ret = NULL;
+                        return k;
+                }
+                return 0;
         }
+        /* Held paths are answered, and waits armed, by the pump from the loop. */
+        queue_kick(c);
         return 0;
+}
+
+int k8s_client_request(K8sClient *c, const char *method, const char *path, const char *content_type,
+                       const char *body, k8s_response_t done, void *userdata, K8sRequest **ret) {
+        K8sRequest *r;
+        int k;
+
+        k = request_new(c, method, path, content_type, body, &r);
+        if (k < 0)
+                return k;
+        r->done = done;
+        r->userdata = userdata;
+        r->timeout_usec = c->request_timeout_usec;
+        return request_enqueue(c, r, ret);
 }
 
 int k8s_client_watch(K8sClient *c, const char *path, uint64_t timeout_usec, k8s_data_t on_data, k8s_response_t done,
@@ -779,14 +842,7 @@ int k8s_client_watch(K8sClient *c, const char *path, uint64_t timeout_usec, k8s_
         r->done = done;
         r->userdata = userdata;
         r->timeout_usec = timeout_usec;
-        k = request_start(r);
-        if (k < 0) {
-                request_free(r);
-                return k;
-        }
-        if (ret)
-                *ret = r;
-        return 0;
+        return request_enqueue(c, r, ret);
 }
 
 int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8sClient **ret) {
@@ -807,11 +863,12 @@ int k8s_client_new(sd_event *event, K8sAuth *auth, const K8sClientOptions *o, K8
         c->quiet_reachability = o->quiet_reachability;
         if (asprintf(&c->user_agent, "%s", o->user_agent ?: "kvolumed/" KVOLUMED_VERSION) < 0)
                 return -ENOMEM;
-        c->host = server_host(auth->server);
-        if (!c->host)
+        c->host_label = server_host(auth->server);
+        if (!c->host_label)
                 return -ENOMEM;
         k8s_token_bucket_init(&c->bucket, o->qps > 0 ? o->qps : K8S_DEFAULT_QPS,
                           (double) (o->burst > 0 ? o->burst : K8S_DEFAULT_BURST), now_usec());
+        k8s_host_backoff_init(&c->host, K8S_HOST_BACKOFF_BASE_USEC, K8S_HOST_BACKOFF_MAX_USEC);
 
         if (auth->insecure_skip_tls_verify)
                 log_warning("TLS verification of API server %s is off (insecure-skip-tls-verify): "
@@ -886,7 +943,7 @@ K8sClient *k8s_client_free(K8sClient *c) {
         k8s_credential_file_done(&c->key_file);
         k8s_auth_free(c->auth);
         free(c->user_agent);
-        free(c->host);
+        free(c->host_label);
         free(c->unreachable_error);
         sd_event_unref(c->event);
         free(c);

@@ -4,9 +4,12 @@
 /* The connection to the API server: one libcurl multi handle on sd-event
  * (HTTP/2 multiplexed where the server offers it), TLS always verified
  * unless the kubeconfig says insecure-skip-tls-verify, a bearer token re-read
- * when its file changes, and a client-side token-bucket rate limit on
- * requests (kubelet's defaults: 50 QPS, burst 100).  Watches are long
- * streams and are not rate limited; their owners back off instead. */
+ * when its file changes, a client-side token-bucket rate limit shared by
+ * every request, watches included (kubelet's defaults: 50 QPS, burst 100),
+ * and a backoff of the host as a whole once the server stops answering
+ * (k8s/ratelimit.h: one connection attempt at a time, 200 ms doubling to
+ * 5 s apart), so that a dead server is not knocked on faster whatever the
+ * number of requesters.  Requests held back wait in one FIFO queue. */
 
 #include <errno.h>
 #include <stdbool.h>
@@ -65,7 +68,7 @@ const char *k8s_client_server(K8sClient *c);
 int k8s_client_request(K8sClient *c, const char *method, const char *path, const char *content_type,
                        const char *body, k8s_response_t done, void *userdata, K8sRequest **ret);
 
-/* A watch: started at once, body streamed to on_data while the answer is
+/* A watch: queued as a request is, body streamed to on_data while the answer is
  * 200; other answers are buffered and given to done. */
 int k8s_client_watch(K8sClient *c, const char *path, uint64_t timeout_usec, k8s_data_t on_data, k8s_response_t done,
                      void *userdata, K8sRequest **ret);

@@ -358,6 +358,8 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         cJSON_AddNumberToObject(root, "uncertain", st.uncertain);
         cJSON_AddNumberToObject(root, "staged", st.staged);
         cJSON_AddNumberToObject(root, "running", st.running);
+        cJSON_AddNumberToObject(root, "heldBack", st.held_back);
+        cJSON_AddNumberToObject(root, "visited", (double) st.visited);
         cJSON_AddNumberToObject(root, "waiting_for_attach", st.attach_waiting);
         cJSON_AddNumberToObject(root, "failing", st.failing);
         cJSON_AddNumberToObject(root, "unresponsive", st.unresponsive);

@@ -168,6 +168,8 @@ typedef struct PodWatch PodWatch;
 typedef struct DriverTable DriverTable;
 typedef struct ExpandTable ExpandTable;
 typedef struct PublishRefs PublishRefs;
+typedef struct SliceQueue SliceQueue;
+typedef struct RootSync RootSync;
 
 typedef struct DriverCaps {
         bool known;
@@ -226,6 +228,21 @@ struct VolumeManager {
          * missed.  "verifying" is set while it runs. */
         bool verify_incremental;
         bool verifying;
+        SliceQueue *slices;     /* slices.c: what a pass could not start yet */
+        RootSync *sync;         /* rootsync.c: the syncfs of a pass, off the loop */
+        Hashmap *wanters;       /* wanters.c: persistent unique name → Hashmap of pod UIDs */
+        Hashmap *persistent;    /* the persistent ones of volumes: unique name → ActualVolume */
+        bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
+        /* volumesInUse must be computed again (reconciler.c): set by what
+         * can change it (a persistent volume planned, an operation of one
+         * ended, a full pass, the patch's end), so that a pod event of
+         * inline volumes costs no walk over the node's volumes. */
+        bool in_use_dirty;
+        /* Pods and volumes the passes looked at, in all (the tests read it
+         * in /volumes to prove a pod event's cost does not grow with the
+         * node). */
+        uint64_t visited;
+        unsigned max_pending;   /* operations started and unfinished, per driver */
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;
         unsigned n_running;
@@ -461,3 +478,52 @@ bool republish_due(VolumeManager *m, const ActualVolume *av, ActualPublish *pub,
  * (CLOCK_REALTIME; UINT64_MAX: none). */
 uint64_t republish_next(uint64_t now, uint64_t interval, double spread, uint64_t now_realtime,
                         uint64_t token_due_realtime, double random01);
+
+/* ---- slices.c: recovery in slices ---------------------------------------- */
+
+/* Operations one pass starts at most; the rest wait for the next pass,
+ * which the loop runs after whatever else is due (a /healthz probe, a
+ * watch event, a CSI answer). */
+#define RECONCILE_SLICE 128u
+
+int slices_new(SliceQueue **ret);
+SliceQueue *slices_free(SliceQueue *q);
+/* Whether another operation of the driver may start in this pass. */
+bool slices_room(VolumeManager *m, const char *driver, size_t started_in_pass);
+void slices_started(VolumeManager *m, const char *driver);
+void slices_finished(VolumeManager *m, const char *driver);
+unsigned slices_pending(VolumeManager *m, const char *driver);
+/* Remembers that an operation of the volume (for the pod, when it has an
+ * entry) was due and not started. */
+void slices_defer(VolumeManager *m, const char *unique_name, const char *pod_uid);
+/* Moves up to a slice of what was held back to the dirty sets, oldest
+ * first; returns how many. */
+size_t slices_release(VolumeManager *m);
+size_t slices_held(VolumeManager *m);
+
+/* ---- wanters.c: the pods that want each persistent volume ----------------- */
+
+void wanters_forget(VolumeManager *m, PodEntry *e);
+void wanters_note(VolumeManager *m, PodEntry *e);
+/* Pod UID → non-NULL; NULL when none. */
+const Hashmap *wanters_of(VolumeManager *m, const char *unique_name);
+void wanters_free_all(VolumeManager *m);
+
+/* ---- rootsync.c: durability off the loop ---------------------------------- */
+
+/* The operations of a batch, once what was written before it is on disk
+ * (error: syncfs failed; they start anyway, as before).  ops is the
+ * callee's to read, freed after. */
+typedef void (*root_sync_done_t)(Operation **ops, size_t n, int error, void *userdata);
+int root_sync_new(sd_event *event, int root_fd, root_sync_done_t done, void *userdata, RootSync **ret);
+RootSync *root_sync_free(RootSync *s);
+/* Queues the operations for the next syncfs begun after this call. */
+int root_sync_submit(RootSync *s, Operation **ops, size_t n);
+/* Operations waiting for a sync. */
+size_t root_sync_waiting(RootSync *s);
+/* reconciler.c: the done callback, starting the operations' CSI calls. */
+void reconciler_synced(Operation **ops, size_t n, int error, void *userdata);
+
+/* manager.c: the actual volumes' maps, m->volumes and m->persistent. */
+int manager_add_volume(VolumeManager *m, ActualVolume *av);
+void manager_remove_volume(VolumeManager *m, ActualVolume *av);

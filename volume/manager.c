@@ -211,6 +211,21 @@ void manager_report_clear(PodEntry *e, const char *volume) {
         podview_volume_planned(e, volume);
 }
 
+int manager_add_volume(VolumeManager *m, ActualVolume *av) {
+        int r = hashmap_put(m->volumes, av->unique_name, av, NULL);
+        if (r < 0 || av->lifecycle != VOLUME_PERSISTENT)
+                return r;
+        r = hashmap_put(m->persistent, av->unique_name, av, NULL);
+        if (r < 0)
+                (void) hashmap_remove(m->volumes, av->unique_name);
+        return r;
+}
+
+void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
+        (void) hashmap_remove(m->volumes, av->unique_name);
+        (void) hashmap_remove(m->persistent, av->unique_name);
+}
+
 /* ---- pods --------------------------------------------------------------------------- */
 
 static PodEntry *pod_entry_free(PodEntry *e) {
@@ -303,6 +318,8 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++)
                 if (e->desired->volumes[v].spec)
                         manager_schedule_volume_pass(m, e->desired->volumes[v].spec->unique_name);
+        if (e)
+                wanters_forget(m, e);
         pod_entry_free(e);
         manager_schedule_pod_pass(m, pod->meta.uid);
 }
@@ -487,8 +504,11 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         ClusterView view = { view_get_pvc, view_get_pv, m, view_lookup_error };
         DesiredPod *p = NULL;
         const char *field = NULL;
-        DesiredPod *old = TAKE_PTR(e->desired);
+        DesiredPod *old;
         int r;
+
+        wanters_forget(m, e);
+        old = TAKE_PTR(e->desired);
 
         if (!pod || !streq_ptr(pod->meta.uid, e->uid) || !pod_volumes_wanted(pod)) {
                 desired_pod_free(old);
@@ -514,6 +534,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 log_error_errno(r, "Failed to build the desired volumes of pod %s/%s: %m", e->namespace, e->name);
                 e->desired = old;
                 e->dirty = true;
+                wanters_note(m, e);
                 return;
         }
         /* As in kubelet, a volume once resolved stays desired until the pod
@@ -543,6 +564,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         desired_pod_free(old);
         e->desired = p;
         e->dirty = false;
+        wanters_note(m, e);
 }
 
 /* ---- completion and stop ---------------------------------------------------------- */
@@ -574,6 +596,9 @@ void manager_operation_done(VolumeManager *m, Operation *op, bool success) {
                  * scan made before (a false hold, a backoff and a warning). */
                 if (op->kind == OP_UNPUBLISH)
                         publish_refs_free(m);
+                slices_finished(m, op->av->driver);
+                if (op->av->lifecycle == VOLUME_PERSISTENT)
+                        m->in_use_dirty = true;
                 actual_volume_remove_op(op->av, op);
                 operation_free(op);
         } else
@@ -634,9 +659,16 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->newer_records = hashmap_new();
         m->dirty_pods = hashmap_new();
         m->dirty_volumes = hashmap_new();
+        m->wanters = hashmap_new();
+        m->persistent = hashmap_new();
         m->verify_incremental = o->verify_incremental;
+        m->max_pending = o->max_pending ?: VOLUME_PENDING_PER_PARALLEL * 64;
+        r = slices_new(&m->slices);
+        if (r < 0)
+                return r;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
-            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes)
+            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes || !m->wanters ||
+            !m->persistent)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -646,6 +678,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
                 return -errno;
 
         r = root_dir_open(o->root_dir, &m->root);
+        if (r < 0)
+                return r;
+        r = root_sync_new(event, m->root->fd, reconciler_synced, m, &m->sync);
         if (r < 0)
                 return r;
         r = object_watches_new(k8s, on_watch_changed, m, &m->watches);
@@ -772,6 +807,10 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         hashmap_free(m->newer_records);
         hashmap_free(m->dirty_pods);
         hashmap_free(m->dirty_volumes);
+        slices_free(m->slices);
+        hashmap_free(m->persistent);
+        root_sync_free(m->sync);
+        wanters_free_all(m);
         k8s_informer_free(m->pods);
         k8s_informer_free(m->csidrivers);
         k8s_informer_free(m->node);
@@ -819,7 +858,8 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
 }
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
-        VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running };
+        VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running,
+                                 .visited = m->visited, .held_back = slices_held(m) };
         void *value, *pv;
 
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {

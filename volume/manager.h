@@ -16,6 +16,11 @@
 
 typedef struct VolumeManager VolumeManager;
 
+/* Operations started and unfinished per driver, per CSI call the client
+ * runs at once (max-parallel): that many and three times as many queued to
+ * keep its pipe full; the rest wait as names (volume/slices.c). */
+#define VOLUME_PENDING_PER_PARALLEL 4u
+
 typedef struct VolumeManagerOptions {
         const char *node_name;
         const char *root_dir;         /* absolute */
@@ -30,6 +35,10 @@ typedef struct VolumeManagerOptions {
          * full one checks that it would start nothing more, and logs
          * "Incremental pass missed" if it would. */
         bool verify_incremental;
+        /* Operations started and unfinished per driver (volume/slices.c);
+         * 0: VOLUME_PENDING_PER_PARALLEL x 64.  The agent gives
+         * VOLUME_PENDING_PER_PARALLEL x [csi] max-parallel. */
+        unsigned max_pending;
 } VolumeManagerOptions;
 
 /* The one state of each pod volume on the node (kvolumed_volumes{state}):
@@ -59,6 +68,8 @@ typedef struct VolumeManagerStats {
         unsigned failing;       /* volumes with an operation that failed and waits to be retried */
         unsigned unresponsive;  /* volumes whose file system did not answer */
         unsigned by_state[_POD_VOLUME_STATE_MAX]; /* pod volumes by PodVolumeState */
+        uint64_t visited;       /* pods and volumes the passes looked at, in all */
+        unsigned held_back;     /* operations due, left for a later slice (volume/slices.c) */
 } VolumeManagerStats;
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",

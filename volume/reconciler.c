@@ -41,6 +41,7 @@ typedef struct PassState {
         uint64_t next_retry; /* earliest backoff expiry of an operation held back */
         bool mounts_fresh;   /* the mount table was read in this pass */
         bool verify;         /* a check after a scoped pass: what it would start, it reports as missed */
+        bool held_back;      /* an operation due was left for a later slice */
 } PassState;
 
 /* The check after a scoped pass: whatever a full pass would still do, the
@@ -81,6 +82,12 @@ static void want_op(VolumeManager *m, PassState *ps, OpKind kind, ActualVolume *
                 return;
         if (verify_missed(ps, av, op_kind_to_string(kind), pod ? pod->key : NULL))
                 return;
+        if (!slices_room(m, av->driver, ps->n_ops)) {
+                /* Next pass (a full slice) or when one of the driver's ends. */
+                slices_defer(m, av->unique_name, pod ? pod->uid : NULL);
+                ps->held_back = true;
+                return;
+        }
         if (operation_new(m, kind, av, spec, pod, spec_name, &op) < 0) {
                 log_error("Out of memory starting %s of %s", op_kind_to_string(kind), av->unique_name);
                 return;
@@ -101,6 +108,7 @@ static void want_op(VolumeManager *m, PassState *ps, OpKind kind, ActualVolume *
         }
         ps->ops[ps->n_ops++] = op;
         m->n_running++;
+        slices_started(m, av->driver);
 }
 
 static const char *lifecycle_problem(VolumeManager *m, const VolumeSpec *s, char buf[static 512]) {
@@ -313,6 +321,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         PodInfo info;
 
         podview_volume_planned(e, dv->name);
+        if (!s || s->lifecycle == VOLUME_PERSISTENT)
+                m->in_use_dirty = true; /* desired: feeds volumesInUse */
+
         if (dv->failed) {
                 manager_report_once(m, e, p, dv->name, "FailedMount", dv->failed);
                 return;
@@ -346,7 +357,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
 
         if (!av) {
                 av = actual_volume_new(s);
-                if (!av || hashmap_put(m->volumes, s->unique_name, av, NULL) < 0) {
+                if (!av || manager_add_volume(m, av) < 0) {
                         actual_volume_free(av);
                         return;
                 }
@@ -513,6 +524,8 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
 
         bool waiting = false;
 
+        if (av->lifecycle == VOLUME_PERSISTENT)
+                m->in_use_dirty = true;
         if (av->op || av->expanding)
                 return;
         if (driver_here)
@@ -564,7 +577,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
         if (verify_missed(ps, av, "forgetting", NULL))
                 return;
         /* Gone from the node: the report below drops it from volumesInUse. */
-        hashmap_remove(m->volumes, av->unique_name);
+        manager_remove_volume(m, av);
         actual_volume_free(av);
 }
 
@@ -581,6 +594,7 @@ static void on_in_use_patched(K8sClient *c, int error, const char *message, void
         uint64_t now = 0;
 
         m->in_use_patching = false;
+        m->in_use_dirty = true;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         if (error < 0) {
                 log_warning("Failed to update volumesInUse of node %s: %s", m->node_name, strempty(message));
@@ -613,6 +627,7 @@ static bool same_set(char *const *a, char *const *b) {
 }
 
 void reconciler_node_seen(VolumeManager *m, const K8sNode *node) {
+        m->in_use_dirty = true; /* compared with the Node's list */
         /* Our last patch has come back through the watch: from now on the
          * informer's list is the truth, and any difference is corrected at once. */
         if (m->in_use_sent && node && same_set(node->volumes_in_use, m->in_use_sent))
@@ -648,17 +663,28 @@ static void update_in_use(VolumeManager *m, PassState *ps) {
         void *value;
         int r;
 
-        wanted = calloc(hashmap_size(m->volumes) + 1, sizeof(char *));
+        if (!m->in_use_dirty)
+                return;
+        /* Only persistent volumes can be in use: the walk grows with the
+         * node's PVs, not with its inline volumes. */
+        wanted = calloc(hashmap_size(m->persistent) + 1, sizeof(char *));
         if (!wanted)
                 return;
-        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
+        for (size_t i = 0; hashmap_iterate(m->persistent, &i, NULL, &value);) {
                 ActualVolume *av = value;
+                m->visited++;
                 if (volume_in_use(m, av) && !(wanted[n++] = strdup(av->unique_name)))
                         return;
         }
         qsort(wanted, n, sizeof(char *), cmp_str);
-        if (!node || same_set(wanted, listed))
-                return; /* no Node to patch (it is re-created by its owner), or right already */
+        if (!node || same_set(wanted, listed)) {
+                /* No Node to patch (its owner re-creates it: the Node's event
+                 * dirties it again), or right already. */
+                m->in_use_dirty = false;
+                return;
+        }
+        /* Below, whatever waits keeps it dirty: the patch's end, a retry or
+         * the echo's timer schedules the pass that sends it. */
         if (m->in_use_patching || m->stopping)
                 return; /* the next pass sends the newest list */
         if (m->in_use_retry_at > ps->now) {
@@ -677,6 +703,7 @@ static void update_in_use(VolumeManager *m, PassState *ps) {
         }
         log_info("Setting volumesInUse of node %s to %zu volumes (it listed %zu)", m->node_name, n,
                  k8s_strv_length(listed));
+        m->in_use_dirty = false;
         k8s_strv_free(m->in_use_sending);
         m->in_use_sending = TAKE_PTR(wanted);
         m->in_use_patching = true;
@@ -716,6 +743,8 @@ static void plan_everything(VolumeManager *m, PassState *ps) {
 
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);)
                 volume_flags_reset(value);
+        if (!ps->verify) /* the tests' check is not the node's work */
+                m->visited += 2 * hashmap_size(m->volumes) + hashmap_size(m->pod_entries);
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
                 PodEntry *e = value;
                 /* Pods with claims are looked at again every full pass: that
@@ -750,9 +779,10 @@ static void add_desired_names(Hashmap *names, const DesiredPod *p) {
  * planned for every pod that wants it.  The decisions are the same
  * functions' as in plan_everything(); finding what to look at is a walk
  * over names, without any of the planning's work.  Measured beside 1,000
- * published volumes, that walk was what a pod's event cost: it looks at
- * every pod only for a persistent volume (any pod may share it); an inline
- * volume is wanted by its own pod alone, which is dirty or has it published. */
+ * published volumes, that walk was what a pod's event cost: a persistent
+ * volume (any pod may share it) is planned for the pods the index of
+ * wanters.c names; an inline volume is wanted by its own pod alone, which
+ * is dirty or has it published. */
 static int plan_scoped(VolumeManager *m, PassState *ps) {
         _cleanup_(hashmap_freep) Hashmap *names = hashmap_new(), *pods = hashmap_new();
         const char *key, *name;
@@ -775,6 +805,7 @@ static int plan_scoped(VolumeManager *m, PassState *ps) {
                  * published or in flight is found here. */
                 for (size_t j = 0; hashmap_iterate(m->volumes, &j, &name, &value);) {
                         ActualVolume *av = value;
+                        m->visited++;
                         if (hashmap_get(av->publishes, key) || hashmap_get(av->pod_ops, key))
                                 add_name(names, name, av->lifecycle == VOLUME_PERSISTENT);
                 }
@@ -785,7 +816,13 @@ static int plan_scoped(VolumeManager *m, PassState *ps) {
         }
         for (size_t i = 0; hashmap_iterate(names, &i, &key, &value);) {
                 ActualVolume *av = hashmap_get(m->volumes, key);
-                any_shared = any_shared || value == &shared_mark;
+                m->visited++;
+                if (value == &shared_mark) {
+                        const Hashmap *wanters = wanters_of(m, key);
+                        any_shared = any_shared || m->wanters_broken;
+                        for (size_t j = 0; wanters && hashmap_iterate(wanters, &j, &name, NULL);)
+                                (void) hashmap_put(pods, name, pods, NULL);
+                }
                 if (!av)
                         continue;
                 volume_flags_reset(av);
@@ -794,6 +831,7 @@ static int plan_scoped(VolumeManager *m, PassState *ps) {
         }
         for (size_t i = 0; hashmap_iterate(any_shared ? m->pod_entries : pods, &i, &key, &value);) {
                 PodEntry *e = any_shared ? value : hashmap_get(m->pod_entries, key);
+                m->visited++;
                 bool dirty_pod = e && hashmap_get(m->dirty_pods, key) != NULL;
                 for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++) {
                         const DesiredVolume *dv = &e->desired->volumes[v];
@@ -807,6 +845,15 @@ static int plan_scoped(VolumeManager *m, PassState *ps) {
                         plan_actual_volume(m, ps, av);
         }
         return 0;
+}
+
+void reconciler_synced(Operation **ops, size_t n, int error, void *userdata) {
+        VolumeManager *m = userdata;
+
+        if (error < 0)
+                log_warning_errno(error, "Failed to sync %s: %m", m->root->path);
+        for (size_t i = 0; i < n; i++)
+                operation_start(ops[i]);
 }
 
 static void dirty_clear(Hashmap *h) {
@@ -826,6 +873,9 @@ void reconciler_pass(VolumeManager *m) {
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &ps.now);
         ps.started = monotonic_usec();
 
+        /* What earlier passes held back comes back a slice at a time. */
+        (void) slices_release(m);
+
         /* A retry due by now makes it a full pass: its timer may not have
          * been dispatched yet in this loop iteration. */
         full = m->full_pass_wanted || manager_retry_due(m, ps.now);
@@ -834,6 +884,7 @@ void reconciler_pass(VolumeManager *m) {
                 full = true;
         if (full) {
                 object_watches_begin(m->watches);
+                m->in_use_dirty = true; /* a CSIDriver, the Node, a retry: anything */
                 plan_everything(m, &ps);
         }
         podview_pass_begins(m, full);
@@ -850,19 +901,18 @@ void reconciler_pass(VolumeManager *m) {
                         ps.ops[i] = NULL;
                         actual_volume_remove_op(op->av, op);
                         m->n_running--;
+                        slices_finished(m, op->av->driver);
                         operation_free(op);
                 }
         }
-        if (ps.n_ops > 0) {
-                r = root_dir_sync(m->root);
-                if (r < 0)
-                        log_warning_errno(r, "Failed to sync %s: %m", m->root->path);
-        }
+        /* Their CSI calls begin once a syncfs has made all of it durable,
+         * off the loop (rootsync.c). */
         for (size_t i = 0; i < ps.n_ops; i++)
-                if (ps.ops[i]) {
-                        operation_start(ps.ops[i]);
-                        started++;
-                }
+                if (ps.ops[i])
+                        ps.ops[started++] = ps.ops[i];
+        r = root_sync_submit(m->sync, ps.ops, started);
+        if (r < 0)
+                reconciler_synced(ps.ops, started, root_dir_sync(m->root), m);
         free(ps.ops);
         if (full) {
                 object_watches_sweep(m->watches);
@@ -870,7 +920,13 @@ void reconciler_pass(VolumeManager *m) {
         } else
                 manager_lower_retry_timer(m, ps.next_retry);
         if (started > 0)
-                log_debug("Reconcile pass (%s) started %zu operations", full ? "full" : "scoped", started);
+                log_debug("Reconcile pass (%s) started %zu operations%s: %.1f ms", full ? "full" : "scoped",
+                          started, ps.held_back ? ", held back more" : "",
+                          (double) (monotonic_usec() - ps.started) / USEC_PER_MSEC);
+        /* A full slice: the next one after whatever else the loop has due.
+         * Held back only by a driver's limit: its next answer schedules it. */
+        if (ps.n_ops >= RECONCILE_SLICE && slices_held(m) > 0)
+                (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
         podview_pass_done(m);
@@ -878,7 +934,7 @@ void reconciler_pass(VolumeManager *m) {
          * wait for, say an unstage for a driver without STAGE_UNSTAGE) has
          * scheduled the pass that follows it up: not missed, only not yet due. */
         if (!full && m->verify_incremental && !m->full_pass_wanted && hashmap_size(m->dirty_pods) == 0 &&
-            hashmap_size(m->dirty_volumes) == 0) {
+            hashmap_size(m->dirty_volumes) == 0 && slices_held(m) == 0) {
                 PassState check = { .now = ps.now, .next_retry = UINT64_MAX, .verify = true };
                 m->verifying = true;
                 plan_everything(m, &check);

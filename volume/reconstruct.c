@@ -147,7 +147,7 @@ static ActualVolume *volume_get(VolumeManager *m, VolumeLifecycle lifecycle, con
         if (av)
                 return av;
         av = actual_volume_new_empty(lifecycle, unique_name, driver, handle, spec_name);
-        if (!av || hashmap_put(m->volumes, unique_name, av, NULL) < 0) {
+        if (!av || manager_add_volume(m, av) < 0) {
                 actual_volume_free(av);
                 return NULL;
         }

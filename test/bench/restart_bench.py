@@ -74,7 +74,20 @@ def main():
         agent = start()
         for i in range(args.pods):
             api.create(pod(f"p-{i}", [f"v{j}" for j in range(args.volumes)]))
-        wait(lambda: mounts_under(root) >= total, 600, f"{total} mounts")
+        def drained():
+            # systemd reads every notification; a reader that does not
+            # leaves kvolumed blocked in sd_notify once the socket's queue
+            # (net.unix.max_dgram_qlen, 10) is full: a 10,000-volume warm-up
+            # sends more STATUS= lines than that.
+            notify.settimeout(0)
+            try:
+                while True:
+                    notify.recv(4096)
+            except (BlockingIOError, socket.timeout):
+                pass
+            return True
+
+        wait(lambda: drained() and mounts_under(root) >= total, 900, f"{total} mounts", interval=0.5)
         time.sleep(1.0)
 
         calls_path = os.path.join(driver_state, "calls.jsonl")

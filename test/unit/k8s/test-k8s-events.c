@@ -231,11 +231,60 @@ static void test_record_refuses_unsafe_names(void **state) {
         sd_event_unref(event);
 }
 
+/* The host backoff: one probe at a time once the server stops answering,
+ * failures of requests from before the last change counted once. */
+static void test_host_backoff(void **state) {
+        K8sHostBackoff b;
+        unsigned e1, e2, e3, ep;
+        uint64_t t = T0;
+
+        k8s_host_backoff_init(&b, 200000, 5000000);
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t), 0);
+        assert_false(k8s_host_backoff_begin(&b, &e1));
+        assert_false(k8s_host_backoff_begin(&b, &e2));
+        assert_false(k8s_host_backoff_begin(&b, &e3));
+        /* The server goes: three requests on the wire fail, one failure. */
+        assert_true(k8s_host_backoff_end(&b, e1, false, false, t));
+        assert_false(k8s_host_backoff_end(&b, e2, false, false, t + 10));
+        assert_true(k8s_host_backoff_down(&b));
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 10), 200000 - 10);
+        /* Then one probe; others wait for its end, not for a time. */
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 200000), 0);
+        assert_true(k8s_host_backoff_begin(&b, &ep));
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 300000), UINT64_MAX);
+        /* A late failure from before does not count, nor a late answer. */
+        assert_false(k8s_host_backoff_end(&b, e3, false, false, t + 300000));
+        assert_false(k8s_host_backoff_end(&b, e3, false, true, t + 300000));
+        assert_true(k8s_host_backoff_down(&b));
+        /* The probe fails: doubled. */
+        assert_false(k8s_host_backoff_end(&b, ep, true, false, t + 400000));
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t + 400000), 400000);
+        /* Doubling stops at the cap. */
+        for (unsigned i = 0; i < 10; i++) {
+                t += 10 * USEC_PER_SEC;
+                assert_true(k8s_host_backoff_begin(&b, &ep));
+                (void) k8s_host_backoff_end(&b, ep, true, false, t);
+        }
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t), 5000000);
+        /* A cancelled probe lets another go. */
+        t += 10 * USEC_PER_SEC;
+        assert_true(k8s_host_backoff_begin(&b, &ep));
+        k8s_host_backoff_abandon(&b, true);
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t), 0);
+        /* Any answer: up again, at once. */
+        assert_true(k8s_host_backoff_begin(&b, &ep));
+        assert_true(k8s_host_backoff_end(&b, ep, true, true, t));
+        assert_false(k8s_host_backoff_down(&b));
+        assert_int_equal(k8s_host_backoff_wait_usec(&b, t), 0);
+        assert_false(k8s_host_backoff_begin(&b, &e1));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_aggregation),
                 cmocka_unit_test(test_spam_filter),
                 cmocka_unit_test(test_token_bucket),
+                cmocka_unit_test(test_host_backoff),
                 cmocka_unit_test(test_backoff),
                 cmocka_unit_test(test_node_id_annotation),
                 cmocka_unit_test(test_csinode_drivers),

@@ -297,6 +297,29 @@ static int response_append(K8sRequest *r, const char *data, size_t size) {
         return 0;
 }
 
+/* The probe ends at the first header of its answer, not at the end of its
+ * transfer: a watch is a probe like any request, and its transfer lasts
+ * minutes, during which everything else would wait for it.  Any status
+ * says the server is there (an error status is the server's answer too).
+ * Called from libcurl's callback: it only arms the pump's timer. */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *userdata) {
+        K8sRequest *r = userdata;
+        K8sClient *c = r->client;
+        long status = 0;
+
+        if (r->probe) {
+                (void) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+                if (status > 0) {
+                        r->probe = false;
+                        if (k8s_host_backoff_end(&c->host, r->host_epoch, true, true, now_usec()))
+                                log_debug("API server %s answers again (%s %s: %ld): the host backoff ends",
+                                          c->auth->server, r->method, r->path, status);
+                        queue_kick(c);
+                }
+        }
+        return size * nmemb;
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *userdata) {
         K8sRequest *r = userdata;
         size_t len = size * nmemb;
@@ -614,6 +637,8 @@ static int request_setup(K8sRequest *r) {
         curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
         r->errbuf[0] = '\0';
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
         /* Wait for an HTTP/2 connection to multiplex on rather than open another. */

@@ -70,3 +70,32 @@ def test_connection_attempts_bounded_whatever_the_lookups(volume_env):
     wait_until(lambda: time.monotonic() - t0 >= OUTAGE + 0.1, OUTAGE + 2, what="the server back")
     for p in pods:
         env.wait_mounted(env.target(p, "pv-" + p["metadata"]["name"][1:]), timeout=30)
+
+
+def test_a_watch_that_probes_the_server_back_holds_nothing(volume_env):
+    """When the server comes back, the first request let through (the probe)
+    is as often as not an informer's watch, whose transfer lasts minutes.
+    Were the backoff to end only when the probe's transfer ends, every other
+    request would wait for the watch's timeout: the storm's api-outage phase
+    saw nothing converge in 120 s after the outage.  The probe ends at the
+    first header of its answer."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    start_as_node(env)
+    env.pv("pv-before", "vol-before", claim="c-before")
+    env.pvc("c-before", "pv-before")
+    before = env.pod("before", [claim_volume("data", "c-before")])
+    env.wait_mounted(env.target(before, "pv-before"), timeout=30)
+
+    t0, wall0 = time.monotonic(), time.time()  # the fake's request log has wall times
+    env.api.refuse_connections(1.5, mode="reset")
+    wait_until(lambda: time.monotonic() - t0 >= 1.6, 4, interval=0.05, what="the outage")
+    # Nothing but the informers' watches asks after the outage: one of them
+    # (or a relist) is the probe.  Wait until the watches are back.
+    wait_until(lambda: any(r.get("watch") and r["time"] >= wall0 + 1.5
+                           for r in env.api.requests()), 30, what="a watch after the outage")
+    env.pv("pv-after", "vol-after", claim="c-after")
+    env.pvc("c-after", "pv-after")
+    after = env.pod("after", [claim_volume("data", "c-after")])
+    # The claim's GET must go out at once, not after the watch's timeout.
+    env.wait_mounted(env.target(after, "pv-after"), timeout=20)

@@ -112,6 +112,11 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                         fprintf(f, "%svolume %s: %s", ftell(f) > 0 ? "; " : "", pv->name,
                                 strempty(pv->reason));
         }
+        if (v && v->reason) {
+                cJSON_AddStringToObject(o, "reason", v->reason);
+                if (f && v->failed)
+                        fprintf(f, "%s%s", ftell(f) > 0 ? "; " : "", v->reason);
+        }
         cJSON_AddBoolToObject(o, "allMounted", v ? v->all_mounted : false);
         cJSON_AddBoolToObject(o, "allTornDown", v ? v->all_torn_down : true);
         if (f && fclose(f) == 0 && joined)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One pod's volumes for the pod runner (volume/podview.h), and the watches
  * that wake its waiters from the reconcile pass that concerned the pod. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "volume/internal.h"
@@ -28,6 +29,7 @@ PodView *pod_view_free(PodView *v) {
         free(v->volumes);
         free(v->uid);
         free(v->pod);
+        free(v->reason);
         free(v);
         return NULL;
 }
@@ -153,6 +155,32 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         return set_str(&out->reason, "not published yet");
 }
 
+/* A pod known but with no desired volumes has none "all mounted" only
+ * vacuously: the runner must not start its containers on that.  Says why
+ * it has none, and whether that is final. */
+static int describe_nothing_desired(VolumeManager *m, const PodEntry *e, PodView *v) {
+        const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
+        char *reason = NULL;
+
+        v->all_mounted = false;
+        if (pod && streq_ptr(pod->meta.uid, e->uid) && !pod_volumes_wanted(pod)) {
+                v->failed = true;
+                reason = strdup("the pod has terminated or is being deleted: its volumes are not set up");
+        } else if (e->reported_invalid) {
+                v->failed = true;
+                if (asprintf(&reason, "the pod has an invalid %s: none of its volumes is set up",
+                             e->reported_invalid) < 0)
+                        reason = NULL;
+        } else
+                /* Its event came; the reconcile pass that reads its volumes
+                 * has not run yet (or waits for the informers' first lists). */
+                reason = strdup("the pod's volumes are not read yet");
+        if (!reason)
+                return -ENOMEM;
+        v->reason = reason;
+        return 0;
+}
+
 int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret) {
         _cleanup_(pod_view_freep) PodView *v = NULL;
         PodEntry *e = hashmap_get(m->pod_entries, uid);
@@ -177,6 +205,11 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                         return r;
                 v->all_mounted = v->all_mounted && pv->state == POD_VOLUME_PUBLISHED;
                 v->failed = v->failed || pv->state == POD_VOLUME_FAILED;
+        }
+        if (e && !e->desired) {
+                r = describe_nothing_desired(m, e, v);
+                if (r < 0)
+                        return r;
         }
         /* What the node has of the pod: kubelet's WaitForUnmount waits for the
          * pod's mounts (uncertain ones too) and, here, for calls in flight. */

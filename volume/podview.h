@@ -39,7 +39,8 @@ typedef struct PodView {
         size_t n_volumes;
         bool all_mounted;   /* every wanted volume published (none wanted: true) */
         bool all_torn_down; /* nothing of the pod published, uncertain or in flight on the node */
-        bool failed;        /* a volume has a final error (state FAILED) */
+        bool failed;        /* a volume, or the pod as a whole, has a final error */
+        char *reason;       /* why none of the pod's volumes is desired, when none is (NULL otherwise) */
 } PodView;
 
 /* -ENOENT when the manager knows nothing of that pod: no pod object and

@@ -504,3 +504,45 @@ def test_a_file_that_is_not_a_socket_is_never_replaced(volume_env, sockdir):
     assert "exists and is not a socket" in env.agent.output()
     with open(path) as f:
         assert f.read() == "keep me\n"
+
+
+def test_a_pod_whose_volumes_are_not_read_yet_is_not_mounted(volume_env, sockdir):
+    """A pod is known from its informer's event before the reconcile pass
+    reads its volumes; until then it has no desired volume, and "every
+    wanted volume published" held vacuously: wait=mounted answered 200 at
+    once and the runner would start the container without its volumes
+    (seen in test_runtime_containerd_api: the answer came 300 ms before the
+    publish).  Here the window is held open: no pass runs before every
+    informer has listed, and the CSIDriver list keeps failing."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    env.api.fail_next(10 ** 6, status=500, path_prefix="/apis/storage.k8s.io/v1/csidrivers")
+    sock = start(env, sockdir)
+    pod = env.pod("early", [inline("v")])
+    uid = pod["metadata"]["uid"]
+    wait_until(lambda: api_get(sock, f"/v1/pods/{uid}/volumes")[0] == 200, 30, what="the pod known")
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=500ms")
+    assert status == 504 and body["allMounted"] is False, body
+    assert "not read yet" in body.get("reason", ""), body
+    env.api.clear_faults()
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s")
+    assert status == 200 and body["volumes"][0]["state"] == "published", body
+
+
+def test_a_terminated_pod_is_not_mounted(volume_env, sockdir):
+    """A pod whose volumes are no longer wanted (it terminated) has none
+    desired: wait=mounted is a final error at once, not a vacuous 200."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    sock = start(env, sockdir)
+    pod = env.pod("done", [inline("v")])
+    uid = pod["metadata"]["uid"]
+    obj = env.api.get("pods", "default", "done")
+    obj["status"] = {"phase": "Succeeded"}
+    obj["metadata"].pop("resourceVersion", None)
+    env.api.update(obj)
+    wait_until(lambda: api_get(sock, f"/v1/pods/{uid}/volumes?wait=unmounted&timeout=10s")[0] == 200, 30,
+               what="the terminated pod's volumes torn down")
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=10s")
+    assert status == 409 and body["allMounted"] is False, body
+    assert "terminated" in body["error"], body

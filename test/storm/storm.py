@@ -670,6 +670,29 @@ class Storm:
         self.results.append(result)
         return result
 
+    def timeline(self, t0, t2, buckets=12):
+        """The phase over time, from its start to its convergence (or the
+        give-up), in up to `buckets` windows of at least 5 s: the slowest
+        /healthz and its failed probes, the operations kvolumed has started
+        and not finished and those it holds back (/volumes), and its RSS."""
+        s = self.samplers
+        width = max(5.0, (t2 - t0) / buckets)
+        rows, start = [], t0
+        while start < t2:
+            end = min(t2, start + width)
+            health = [(st, took) for (t, st, took) in s.health if start <= t < end]
+            samples = [(r, v) for (t, r, v, _, _) in s.samples if start <= t < end]
+            rows.append({
+                "from s": round(start - t0, 1), "to s": round(end - t0, 1),
+                "healthz slowest ms": round(1000 * max((x for _, x in health), default=0), 1),
+                "healthz failed": sum(1 for st, _ in health if st != 200),
+                "running max": max((v["running"] for _, v in samples if v), default=None),
+                "held back max": max((v.get("heldBack", 0) for _, v in samples if v), default=None),
+                "rss KiB max": max((r for r, _ in samples if r), default=None),
+            })
+            start = end
+        return rows
+
     def figures(self, phase, t0, t1, tc, t2, took, problems, counts, created, deleted, requests, calls, audit_new):
         span = t1 - t0
         cf = audit.call_figures(calls, t0, t1)
@@ -728,6 +751,7 @@ class Storm:
             "operations running max": max(running, default=None),
             "healthz": {"probes": len(health), "failed": sum(1 for st, _ in health if st != 200),
                         "slowest ms": round(1000 * max((x for _, x in health), default=0), 1)},
+            "timeline": self.timeline(t0, t2),
             "checks": checks,
             "audit examples": {r: self.examples[r] for r in audit_new if audit_new[r]},
             "load average": open("/proc/loadavg").read().split()[:3],
@@ -838,6 +862,13 @@ class Storm:
               f"operations started and not finished (queued included) max {r['operations running max']}")
             w(f"- /healthz: {json.dumps(r['healthz'])}; machine load average at the end: "
               f"{' '.join(r['load average'])}")
+            w("")
+            w("| from s | to s | /healthz slowest ms | /healthz failed | running max | held back max | RSS KiB max |")
+            w("|---|---|---|---|---|---|---|")
+            for row in r["timeline"]:
+                w(f"| {row['from s']} | {row['to s']} | {row['healthz slowest ms']} | {row['healthz failed']} | "
+                  f"{row['running max']} | {row['held back max']} | {row['rss KiB max']} |")
+            w("")
             for name, ok in r["checks"].items():
                 w(f"- [{'x' if ok else ' '}] {name}")
             for rule, ex in r["audit examples"].items():

@@ -242,6 +242,10 @@ struct VolumeManager {
          * in /volumes to prove a pod event's cost does not grow with the
          * node). */
         uint64_t visited;
+        /* The mount targets under root-dir as of the last change the
+         * manager was told of: what /volumes shows, for the tests to know
+         * that a change was seen (and its cost counted in visited). */
+        unsigned mounts_seen;
         unsigned max_pending;   /* operations started and unfinished, per driver */
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;

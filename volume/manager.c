@@ -401,6 +401,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
         for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                 ActualPublish *pub = pv;
                 _cleanup_free_ char *dir = NULL, *record = NULL;
+                m->visited++;
                 if (!pub->mount_pending)
                         continue;
                 pub->mount_pending = false;
@@ -455,11 +456,13 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
         VolumeManager *m = userdata;
         void *value, *pv;
 
+        m->mounts_seen = mount_table_count(t);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
                 LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
                 _cleanup_free_ char *staging = NULL;
 
+                m->visited++;
                 settle_pending_mounts(m, av);
                 if (av->unstage_held)
                         manager_schedule_volume_pass(m, av->unique_name); /* the mounts that held it may be gone */
@@ -470,6 +473,7 @@ static void on_mounts_changed(MountTable *t, void *userdata) {
                         _cleanup_free_ char *map_dir = NULL, *bind = NULL;
                         const char *lost = NULL;
 
+                        m->visited++;
                         if (pub->state != PUBLISH_DONE || actual_volume_pod_busy(av, pub->pod_uid))
                                 continue;
                         if (!pub->not_a_mount && mount_gone(m, pub->target))
@@ -859,7 +863,8 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
         VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running,
-                                 .visited = m->visited, .held_back = slices_held(m) };
+                                 .visited = m->visited, .held_back = slices_held(m),
+                                 .mounts_seen = m->mounts_seen };
         void *value, *pv;
 
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
@@ -878,10 +883,12 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                 s.attach_waiting += av->attach_wait_since != 0;
                 s.failing += describe_volume_failing(m, av);
                 s.unresponsive += av->unresponsive_since != 0;
+                s.mounts_pending += av->mount_pending;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                         const ActualPublish *pub = pv;
                         s.published += pub->state == PUBLISH_DONE;
                         s.uncertain += pub->state == PUBLISH_UNCERTAIN;
+                        s.mounts_pending += pub->mount_pending;
                         /* What a pod wants is counted with its desired volumes above. */
                         if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
                                 s.by_state[POD_VOLUME_TEARING_DOWN]++;

@@ -57,6 +57,7 @@ typedef struct ActualPublish {
 
 typedef struct Operation Operation;
 typedef struct OpTokens OpTokens;
+typedef struct PodIndex PodIndex;
 typedef struct FsGroupWalk FsGroupWalk;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
@@ -104,6 +105,9 @@ typedef struct ActualVolume {
          * mount has one context, so every pod using it must want this one. */
         char *selinux_context;
         bool selinux_restage;   /* this pass: staged with a context no pod wants, and unused */
+        /* podindex.c: the manager's index of pods, told of every change of
+         * publishes and pod_ops (actual.c); NULL while not in the manager. */
+        PodIndex *pod_index;
 } ActualVolume;
 
 /* The pod an operation works for, copied: the pod may go meanwhile. */
@@ -233,6 +237,7 @@ struct VolumeManager {
         Hashmap *wanters;       /* wanters.c: persistent unique name → Hashmap of pod UIDs */
         Hashmap *persistent;    /* the persistent ones of volumes: unique name → ActualVolume */
         bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
+        PodIndex *pod_index;    /* podindex.c: pod UID → the volumes it has on the node */
         /* volumesInUse must be computed again (reconciler.c): set by what
          * can change it (a persistent volume planned, an operation of one
          * ended, a full pass, the patch's end), so that a pod event of
@@ -512,6 +517,25 @@ void wanters_note(VolumeManager *m, PodEntry *e);
 /* Pod UID → non-NULL; NULL when none. */
 const Hashmap *wanters_of(VolumeManager *m, const char *unique_name);
 void wanters_free_all(VolumeManager *m);
+
+/* ---- podindex.c: the volumes each pod has on the node -------------------- */
+
+int pod_index_new(PodIndex **ret);
+PodIndex *pod_index_free(PodIndex *x);
+/* After any change of av's publish or operation for the pod (actual.c):
+ * the pod is listed with av exactly while av has either. */
+void pod_index_sync(PodIndex *x, const ActualVolume *av, const char *pod_uid);
+/* A volume enters or leaves the manager's maps, with whatever it has. */
+void pod_index_add_volume(PodIndex *x, const ActualVolume *av);
+void pod_index_remove_volume(PodIndex *x, const ActualVolume *av);
+/* Out of memory once: pod_index_volumes() may miss some; walk instead. */
+bool pod_index_broken(const PodIndex *x);
+/* Unique name → non-NULL of the volumes that have a publish or an
+ * operation of the pod; NULL: none. */
+const Hashmap *pod_index_volumes(const PodIndex *x, const char *pod_uid);
+/* For the tests' check: whether the index says what a walk over volumes
+ * (unique name → ActualVolume) says. */
+bool pod_index_agrees(const PodIndex *x, const Hashmap *volumes);
 
 /* ---- rootsync.c: durability off the loop ---------------------------------- */
 

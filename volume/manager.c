@@ -213,17 +213,26 @@ void manager_report_clear(PodEntry *e, const char *volume) {
 
 int manager_add_volume(VolumeManager *m, ActualVolume *av) {
         int r = hashmap_put(m->volumes, av->unique_name, av, NULL);
-        if (r < 0 || av->lifecycle != VOLUME_PERSISTENT)
-                return r;
-        r = hashmap_put(m->persistent, av->unique_name, av, NULL);
         if (r < 0)
-                (void) hashmap_remove(m->volumes, av->unique_name);
-        return r;
+                return r;
+        if (av->lifecycle == VOLUME_PERSISTENT) {
+                r = hashmap_put(m->persistent, av->unique_name, av, NULL);
+                if (r < 0) {
+                        (void) hashmap_remove(m->volumes, av->unique_name);
+                        return r;
+                }
+        }
+        /* From now on actual.c keeps the index of pods in step with av. */
+        av->pod_index = m->pod_index;
+        pod_index_add_volume(m->pod_index, av);
+        return 0;
 }
 
 void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
         (void) hashmap_remove(m->volumes, av->unique_name);
         (void) hashmap_remove(m->persistent, av->unique_name);
+        pod_index_remove_volume(m->pod_index, av);
+        av->pod_index = NULL;
 }
 
 /* ---- pods --------------------------------------------------------------------------- */
@@ -670,6 +679,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = slices_new(&m->slices);
         if (r < 0)
                 return r;
+        r = pod_index_new(&m->pod_index);
+        if (r < 0)
+                return r;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
             !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes || !m->wanters ||
             !m->persistent)
@@ -813,6 +825,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         hashmap_free(m->dirty_volumes);
         slices_free(m->slices);
         hashmap_free(m->persistent);
+        pod_index_free(m->pod_index); /* after the volumes: freeing their operations tells it */
         root_sync_free(m->sync);
         wanters_free_all(m);
         k8s_informer_free(m->pods);

@@ -802,7 +802,19 @@ static int plan_scoped(VolumeManager *m, PassState *ps) {
                         continue;
                 }
                 /* Gone: what it wanted was named at its deletion; what it has
-                 * published or in flight is found here. */
+                 * published or in flight is what the index of pods names (a
+                 * walk over every volume, only should the index have run out
+                 * of memory). */
+                if (!pod_index_broken(m->pod_index)) {
+                        const Hashmap *vols = pod_index_volumes(m->pod_index, key);
+                        for (size_t j = 0; vols && hashmap_iterate(vols, &j, &name, NULL);) {
+                                ActualVolume *av = hashmap_get(m->volumes, name);
+                                m->visited++;
+                                if (av)
+                                        add_name(names, name, av->lifecycle == VOLUME_PERSISTENT);
+                        }
+                        continue;
+                }
                 for (size_t j = 0; hashmap_iterate(m->volumes, &j, &name, &value);) {
                         ActualVolume *av = value;
                         m->visited++;
@@ -940,5 +952,7 @@ void reconciler_pass(VolumeManager *m) {
                 plan_everything(m, &check);
                 m->verifying = false;
                 assert(check.n_ops == 0);
+                /* The index a deleted pod's volumes are found by says what the volumes say. */
+                assert(pod_index_agrees(m->pod_index, m->volumes));
         }
 }

@@ -58,6 +58,7 @@ typedef struct ActualPublish {
 typedef struct Operation Operation;
 typedef struct OpTokens OpTokens;
 typedef struct PodIndex PodIndex;
+typedef struct MountWatch MountWatch;
 typedef struct FsGroupWalk FsGroupWalk;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
@@ -238,6 +239,7 @@ struct VolumeManager {
         Hashmap *persistent;    /* the persistent ones of volumes: unique name → ActualVolume */
         bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
         PodIndex *pod_index;    /* podindex.c: pod UID → the volumes it has on the node */
+        MountWatch *mount_watch; /* mountwatch.c: what a change of the mount table concerns */
         /* volumesInUse must be computed again (reconciler.c): set by what
          * can change it (a persistent volume planned, an operation of one
          * ended, a full pass, the patch's end), so that a pod event of
@@ -291,10 +293,6 @@ void manager_lower_retry_timer(VolumeManager *m, uint64_t when);
 /* Whether the retry timer is armed for "now" or earlier. */
 bool manager_retry_due(VolumeManager *m, uint64_t now);
 void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
-/* A stage or publish succeeded: the mount table is read again shortly (one
- * read for a burst) to learn whether it made a mount, and so whether the
- * volume can be watched for the mount's loss. */
-void manager_check_mounts_soon(VolumeManager *m);
 /* An Event and a log line about a pod's volume, unless it is the last one
  * sent for that volume; _clear forgets it once the volume is fine. */
 void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
@@ -536,6 +534,23 @@ const Hashmap *pod_index_volumes(const PodIndex *x, const char *pod_uid);
 /* For the tests' check: whether the index says what a walk over volumes
  * (unique name → ActualVolume) says. */
 bool pod_index_agrees(const PodIndex *x, const Hashmap *volumes);
+
+/* ---- mountwatch.c: what a change of the mount table concerns -------------- */
+
+int mount_watch_new(MountWatch **ret);
+MountWatch *mount_watch_free(MountWatch *w);
+/* The mount table's callback (userdata: the manager). */
+void mount_watch_changed(MountTable *t, const Hashmap *changed, void *userdata);
+/* A volume enters or leaves the manager's maps (its staging is indexed). */
+void mount_watch_add_volume(VolumeManager *m, const ActualVolume *av);
+void mount_watch_remove_volume(VolumeManager *m, const ActualVolume *av);
+/* A stage or publish of av succeeded (its mount_pending set): the mount
+ * table is read again shortly (one read for a burst) to learn whether it
+ * made a mount, and so whether it can be watched for the mount's loss. */
+void mount_watch_settle_soon(VolumeManager *m, const ActualVolume *av);
+/* av's unstage is held by other mounts: each read schedules a pass of it
+ * while it stays so (the mounts that held it may be gone). */
+void mount_watch_held(VolumeManager *m, const ActualVolume *av);
 
 /* ---- rootsync.c: durability off the loop ---------------------------------- */
 

@@ -496,6 +496,8 @@ static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
                 log_fields(LOG_WARNING, &f, "Not unstaging %s: %s (and %zu more) still mount%s it", abs, refs[0],
                            n - 1, n > 1 ? "" : "s");
         av->unstage_held = adopted == 0;
+        if (av->unstage_held)
+                mount_watch_held(m, av);
         if (adopted > 0)
                 manager_schedule_pass(m);
         return true;

@@ -59,6 +59,7 @@ typedef struct Operation Operation;
 typedef struct OpTokens OpTokens;
 typedef struct PodIndex PodIndex;
 typedef struct MountWatch MountWatch;
+typedef struct Wakes Wakes;
 typedef struct FsGroupWalk FsGroupWalk;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
@@ -240,6 +241,7 @@ struct VolumeManager {
         bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
         PodIndex *pod_index;    /* podindex.c: pod UID → the volumes it has on the node */
         MountWatch *mount_watch; /* mountwatch.c: what a change of the mount table concerns */
+        Wakes *wakes;           /* wakes.c: the volumes and pods whose retry timer is due when */
         /* volumesInUse must be computed again (reconciler.c): set by what
          * can change it (a persistent volume planned, an operation of one
          * ended, a full pass, the patch's end), so that a pod event of
@@ -551,6 +553,23 @@ void mount_watch_settle_soon(VolumeManager *m, const ActualVolume *av);
 /* av's unstage is held by other mounts: each read schedules a pass of it
  * while it stays so (the mounts that held it may be gone). */
 void mount_watch_held(VolumeManager *m, const ActualVolume *av);
+
+/* ---- wakes.c: when the reconciler must look at a volume again ------------- */
+
+int wakes_new(Wakes **ret);
+Wakes *wakes_free(Wakes *w);
+/* The volume, and the pod when given, are due for a look at "when"; no
+ * volume: volumesInUse is.  The earliest time of each is kept. */
+void wakes_note(VolumeManager *m, const char *unique_name, const char *pod_uid, uint64_t when);
+/* Forgets every wake (a full pass notes them all again); no longer broken. */
+void wakes_clear(VolumeManager *m);
+/* Moves the wakes due by now into the dirty sets (volumesInUse's: sets
+ * in_use_dirty); returns how many. */
+size_t wakes_release(VolumeManager *m, uint64_t now);
+/* The earliest wake; UINT64_MAX: none. */
+uint64_t wakes_next(VolumeManager *m);
+/* Out of memory since the last full pass: a wake may be missing. */
+bool wakes_broken(VolumeManager *m);
 
 /* ---- rootsync.c: durability off the loop ---------------------------------- */
 

@@ -67,8 +67,16 @@ void manager_lower_retry_timer(VolumeManager *m, uint64_t when) {
         manager_arm_retry_timer(m, when);
 }
 
+/* A retry, warning or republish came due: a pass scoped to what came due
+ * (the pass takes the due wakes, wakes.c), or a full one if some may have
+ * been lost. */
 static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_schedule_pass(userdata);
+        VolumeManager *m = userdata;
+
+        if (wakes_broken(m))
+                manager_schedule_pass(m);
+        else
+                (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
         return 0;
 }
 
@@ -544,6 +552,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = mount_watch_new(&m->mount_watch);
         if (r < 0)
                 return r;
+        r = wakes_new(&m->wakes);
+        if (r < 0)
+                return r;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
             !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes || !m->wanters ||
             !m->persistent)
@@ -689,6 +700,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         hashmap_free(m->persistent);
         pod_index_free(m->pod_index); /* after the volumes: freeing their operations tells it */
         mount_watch_free(m->mount_watch);
+        wakes_free(m->wakes);
         root_sync_free(m->sync);
         wanters_free_all(m);
         k8s_informer_free(m->pods);

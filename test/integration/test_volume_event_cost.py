@@ -160,3 +160,27 @@ def test_a_pod_deletion_costs_the_pod_not_the_node(volume_env):
     # The pod's pass (the pod and its VOLUMES volumes), the passes that
     # follow its unpublishes, and the checks of its VOLUMES mount points.
     assert cost <= 8 * (1 + VOLUMES), (cost, NODE_SIZE)
+
+
+def test_a_retry_costs_its_volume_not_the_node(volume_env):
+    """A failed publish is retried when its backoff runs out: the retry
+    timer's pass looks at that volume and its pod (volume/wakes.c), not
+    at every pod and volume of the node (before: a full pass per retry)."""
+    env = volume_env
+    address = start_busy_node(env)
+    env.driver.control.fail_next("NodePublishVolume", "INVALID_ARGUMENT", "no such pool: gold", count=1000)
+    env.pod("failing", [{"name": "v0", "csi": {"driver": DRIVER}}])
+
+    def failed():
+        return len([c for c in env.calls("NodePublishVolume") if c["code"] == "INVALID_ARGUMENT"])
+
+    # The first attempt and one retry (kubelet's backoff: 0.5 s, then doubling).
+    wait_until(lambda: failed() >= 2, 30, interval=0.02, what="the publish failed and retried")
+    before, tries = get_json(address, "/volumes")["visited"], failed()
+    # Two more retries, 1 s and 2 s later.
+    wait_until(lambda: failed() >= tries + 2, 30, interval=0.02, what="two more retries")
+    retries = failed() - tries
+    cost = (get_json(address, "/volumes")["visited"] - before) / retries
+    # Each retry: its pass (the pod and its volume, twice) and the pass
+    # that follows the failure; whatever the node has.
+    assert cost <= 4 * (1 + 1) + 4, (cost, NODE_SIZE)

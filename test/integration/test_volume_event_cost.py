@@ -123,6 +123,7 @@ def test_a_new_pods_mount_costs_its_mount_not_the_node(volume_env, source, monke
     env.pod("new", [{"name": "v0", "csi": {"driver": DRIVER}}])
     wait_until(lambda: quiet(address, PUBLISHED + 1, mounts + 1), 30, interval=0.02, what="the new pod's volume published")
     cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a new pod's publish beside {PUBLISHED} ({source}): {cost} visits")
     # Its pass (the pod and its volume, twice), its publish's settling
     # and the check of its mount point: a handful, whatever the node has.
     assert cost <= 12, (cost, NODE_SIZE)
@@ -157,6 +158,7 @@ def test_a_pod_deletion_costs_the_pod_not_the_node(volume_env):
     env.api.delete("pods", "default", "p7", grace_period_seconds=0)
     wait_until(lambda: quiet(address, PUBLISHED - VOLUMES, mounts - VOLUMES), 30, interval=0.02, what="the pod's volumes torn down")
     cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a pod's deletion beside {PUBLISHED}: {cost} visits")
     # The pod's pass (the pod and its VOLUMES volumes), the passes that
     # follow its unpublishes, and the checks of its VOLUMES mount points.
     assert cost <= 8 * (1 + VOLUMES), (cost, NODE_SIZE)
@@ -181,6 +183,7 @@ def test_a_retry_costs_its_volume_not_the_node(volume_env):
     wait_until(lambda: failed() >= tries + 2, 30, interval=0.02, what="two more retries")
     retries = failed() - tries
     cost = (get_json(address, "/volumes")["visited"] - before) / retries
+    print(f"a retry of a failed publish beside {PUBLISHED}: {cost:.0f} visits")
     # Each retry: its pass (the pod and its volume, twice) and the pass
     # that follows the failure; whatever the node has.
     assert cost <= 4 * (1 + 1) + 4, (cost, NODE_SIZE)

@@ -86,11 +86,13 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
                 publish_free(p);
                 return -ENOMEM;
         }
+        pod_index_sync(av->pod_index, av, pod->uid);
         return 0;
 }
 
 void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
         publish_free(hashmap_remove(av->publishes, pod_uid));
+        pod_index_sync(av->pod_index, av, pod_uid);
 }
 
 static int backoff_key(OpKind kind, const char *pod_uid, char buf[static 64]) {
@@ -138,19 +140,25 @@ bool actual_volume_op_allowed(const ActualVolume *av, OpKind kind, const char *p
 }
 
 int actual_volume_add_op(ActualVolume *av, Operation *op) {
+        int r;
+
         assert(op->av == av);
         if (!per_pod(op->kind)) {
                 av->op = op;
                 return 0;
         }
-        return hashmap_put(av->pod_ops, op->pod.uid, op, NULL);
+        r = hashmap_put(av->pod_ops, op->pod.uid, op, NULL);
+        pod_index_sync(av->pod_index, av, op->pod.uid);
+        return r;
 }
 
 void actual_volume_remove_op(ActualVolume *av, Operation *op) {
         if (av->op == op)
                 av->op = NULL;
-        else if (op->pod.uid && hashmap_get(av->pod_ops, op->pod.uid) == op)
+        else if (op->pod.uid && hashmap_get(av->pod_ops, op->pod.uid) == op) {
                 (void) hashmap_remove(av->pod_ops, op->pod.uid);
+                pod_index_sync(av->pod_index, av, op->pod.uid);
+        }
 }
 
 void actual_volume_free_ops(ActualVolume *av) {
@@ -159,8 +167,10 @@ void actual_volume_free_ops(ActualVolume *av) {
 
         operation_free(TAKE_PTR(av->op));
         for (size_t i = 0; hashmap_iterate(av->pod_ops, &i, &key, &value);) {
+                Operation *op = value;
                 (void) hashmap_remove(av->pod_ops, key);
-                operation_free(value);
+                pod_index_sync(av->pod_index, av, op->pod.uid);
+                operation_free(op);
         }
 }
 

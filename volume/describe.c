@@ -360,6 +360,11 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         cJSON_AddNumberToObject(root, "running", st.running);
         cJSON_AddNumberToObject(root, "heldBack", st.held_back);
         cJSON_AddNumberToObject(root, "visited", (double) st.visited);
+        /* Stages and publishes waiting for the mount table read that tells
+         * whether they made a mount: 0 once it ran. */
+        cJSON_AddNumberToObject(root, "mounts_pending", st.mounts_pending);
+        /* Mount points under root-dir as of the last change the manager saw. */
+        cJSON_AddNumberToObject(root, "mounts_seen", st.mounts_seen);
         cJSON_AddNumberToObject(root, "waiting_for_attach", st.attach_waiting);
         cJSON_AddNumberToObject(root, "failing", st.failing);
         cJSON_AddNumberToObject(root, "unresponsive", st.unresponsive);

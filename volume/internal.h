@@ -57,6 +57,9 @@ typedef struct ActualPublish {
 
 typedef struct Operation Operation;
 typedef struct OpTokens OpTokens;
+typedef struct PodIndex PodIndex;
+typedef struct MountWatch MountWatch;
+typedef struct Wakes Wakes;
 typedef struct FsGroupWalk FsGroupWalk;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
@@ -104,6 +107,9 @@ typedef struct ActualVolume {
          * mount has one context, so every pod using it must want this one. */
         char *selinux_context;
         bool selinux_restage;   /* this pass: staged with a context no pod wants, and unused */
+        /* podindex.c: the manager's index of pods, told of every change of
+         * publishes and pod_ops (actual.c); NULL while not in the manager. */
+        PodIndex *pod_index;
 } ActualVolume;
 
 /* The pod an operation works for, copied: the pod may go meanwhile. */
@@ -233,6 +239,9 @@ struct VolumeManager {
         Hashmap *wanters;       /* wanters.c: persistent unique name → Hashmap of pod UIDs */
         Hashmap *persistent;    /* the persistent ones of volumes: unique name → ActualVolume */
         bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
+        PodIndex *pod_index;    /* podindex.c: pod UID → the volumes it has on the node */
+        MountWatch *mount_watch; /* mountwatch.c: what a change of the mount table concerns */
+        Wakes *wakes;           /* wakes.c: the volumes and pods whose retry timer is due when */
         /* volumesInUse must be computed again (reconciler.c): set by what
          * can change it (a persistent volume planned, an operation of one
          * ended, a full pass, the patch's end), so that a pod event of
@@ -242,6 +251,10 @@ struct VolumeManager {
          * in /volumes to prove a pod event's cost does not grow with the
          * node). */
         uint64_t visited;
+        /* The mount targets under root-dir as of the last change the
+         * manager was told of: what /volumes shows, for the tests to know
+         * that a change was seen (and its cost counted in visited). */
+        unsigned mounts_seen;
         unsigned max_pending;   /* operations started and unfinished, per driver */
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;
@@ -282,10 +295,6 @@ void manager_lower_retry_timer(VolumeManager *m, uint64_t when);
 /* Whether the retry timer is armed for "now" or earlier. */
 bool manager_retry_due(VolumeManager *m, uint64_t now);
 void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
-/* A stage or publish succeeded: the mount table is read again shortly (one
- * read for a burst) to learn whether it made a mount, and so whether the
- * volume can be watched for the mount's loss. */
-void manager_check_mounts_soon(VolumeManager *m);
 /* An Event and a log line about a pod's volume, unless it is the last one
  * sent for that volume; _clear forgets it once the volume is fine. */
 void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
@@ -508,6 +517,59 @@ void wanters_note(VolumeManager *m, PodEntry *e);
 /* Pod UID → non-NULL; NULL when none. */
 const Hashmap *wanters_of(VolumeManager *m, const char *unique_name);
 void wanters_free_all(VolumeManager *m);
+
+/* ---- podindex.c: the volumes each pod has on the node -------------------- */
+
+int pod_index_new(PodIndex **ret);
+PodIndex *pod_index_free(PodIndex *x);
+/* After any change of av's publish or operation for the pod (actual.c):
+ * the pod is listed with av exactly while av has either. */
+void pod_index_sync(PodIndex *x, const ActualVolume *av, const char *pod_uid);
+/* A volume enters or leaves the manager's maps, with whatever it has. */
+void pod_index_add_volume(PodIndex *x, const ActualVolume *av);
+void pod_index_remove_volume(PodIndex *x, const ActualVolume *av);
+/* Out of memory once: pod_index_volumes() may miss some; walk instead. */
+bool pod_index_broken(const PodIndex *x);
+/* Unique name → non-NULL of the volumes that have a publish or an
+ * operation of the pod; NULL: none. */
+const Hashmap *pod_index_volumes(const PodIndex *x, const char *pod_uid);
+/* For the tests' check: whether the index says what a walk over volumes
+ * (unique name → ActualVolume) says. */
+bool pod_index_agrees(const PodIndex *x, const Hashmap *volumes);
+
+/* ---- mountwatch.c: what a change of the mount table concerns -------------- */
+
+int mount_watch_new(MountWatch **ret);
+MountWatch *mount_watch_free(MountWatch *w);
+/* The mount table's callback (userdata: the manager). */
+void mount_watch_changed(MountTable *t, const Hashmap *changed, void *userdata);
+/* A volume enters or leaves the manager's maps (its staging is indexed). */
+void mount_watch_add_volume(VolumeManager *m, const ActualVolume *av);
+void mount_watch_remove_volume(VolumeManager *m, const ActualVolume *av);
+/* A stage or publish of av succeeded (its mount_pending set): the mount
+ * table is read again shortly (one read for a burst) to learn whether it
+ * made a mount, and so whether it can be watched for the mount's loss. */
+void mount_watch_settle_soon(VolumeManager *m, const ActualVolume *av);
+/* av's unstage is held by other mounts: each read schedules a pass of it
+ * while it stays so (the mounts that held it may be gone). */
+void mount_watch_held(VolumeManager *m, const ActualVolume *av);
+
+/* ---- wakes.c: when the reconciler must look at a volume again ------------- */
+
+int wakes_new(Wakes **ret);
+Wakes *wakes_free(Wakes *w);
+/* The volume, and the pod when given, are due for a look at "when"; no
+ * volume: volumesInUse is.  The earliest time of each is kept. */
+void wakes_note(VolumeManager *m, const char *unique_name, const char *pod_uid, uint64_t when);
+/* Forgets every wake (a full pass notes them all again); no longer broken. */
+void wakes_clear(VolumeManager *m);
+/* Moves the wakes due by now into the dirty sets (volumesInUse's: sets
+ * in_use_dirty); returns how many. */
+size_t wakes_release(VolumeManager *m, uint64_t now);
+/* The earliest wake; UINT64_MAX: none. */
+uint64_t wakes_next(VolumeManager *m);
+/* Out of memory since the last full pass: a wake may be missing. */
+bool wakes_broken(VolumeManager *m);
 
 /* ---- rootsync.c: durability off the loop ---------------------------------- */
 

@@ -11,9 +11,6 @@
 #include "volume/paths.h"
 
 #define IN_USE_RETRY_USEC (2 * USEC_PER_SEC)
-/* After a stage or publish, how soon the mount table is read to see whether
- * it made a mount: long enough to gather a burst into one read. */
-#define MOUNT_CHECK_DELAY_USEC (20 * USEC_PER_MSEC)
 
 /* ---- scheduling ------------------------------------------------------------------ */
 
@@ -70,8 +67,16 @@ void manager_lower_retry_timer(VolumeManager *m, uint64_t when) {
         manager_arm_retry_timer(m, when);
 }
 
+/* A retry, warning or republish came due: a pass scoped to what came due
+ * (the pass takes the due wakes, wakes.c), or a full one if some may have
+ * been lost. */
 static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_schedule_pass(userdata);
+        VolumeManager *m = userdata;
+
+        if (wakes_broken(m))
+                manager_schedule_pass(m);
+        else
+                (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
         return 0;
 }
 
@@ -213,17 +218,28 @@ void manager_report_clear(PodEntry *e, const char *volume) {
 
 int manager_add_volume(VolumeManager *m, ActualVolume *av) {
         int r = hashmap_put(m->volumes, av->unique_name, av, NULL);
-        if (r < 0 || av->lifecycle != VOLUME_PERSISTENT)
-                return r;
-        r = hashmap_put(m->persistent, av->unique_name, av, NULL);
         if (r < 0)
-                (void) hashmap_remove(m->volumes, av->unique_name);
-        return r;
+                return r;
+        if (av->lifecycle == VOLUME_PERSISTENT) {
+                r = hashmap_put(m->persistent, av->unique_name, av, NULL);
+                if (r < 0) {
+                        (void) hashmap_remove(m->volumes, av->unique_name);
+                        return r;
+                }
+        }
+        /* From now on actual.c keeps the index of pods in step with av. */
+        av->pod_index = m->pod_index;
+        pod_index_add_volume(m->pod_index, av);
+        mount_watch_add_volume(m, av);
+        return 0;
 }
 
 void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
         (void) hashmap_remove(m->volumes, av->unique_name);
         (void) hashmap_remove(m->persistent, av->unique_name);
+        pod_index_remove_volume(m->pod_index, av);
+        av->pod_index = NULL;
+        mount_watch_remove_volume(m, av);
 }
 
 /* ---- pods --------------------------------------------------------------------------- */
@@ -360,142 +376,6 @@ static void on_informer_error(K8sInformer *i, int error, long status, const char
 
 static void on_watch_changed(void *userdata) {
         manager_schedule_pass(userdata);
-}
-
-/* The mount table was read again.  A publish or stage we hold as done that
- * is no longer mounted, while no operation of ours is changing it, was
- * unmounted behind our back (or lost by the driver): it becomes uncertain
- * and the reconciler sets it up again, drivers being idempotent.  Runs at
- * most once per MOUNT_TABLE_REFRESH_USEC, never per pass. */
-static bool is_mounted(VolumeManager *m, const char *rel) {
-        _cleanup_free_ char *abs = NULL;
-        /* The table only: a stat of the path could hang on a dead file system. */
-        return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
-}
-
-/* The staging target, relative: a raw block volume's is named after the PV
- * it is kept under, a file system's after its handle. */
-static int staging_target_of(const ActualVolume *av, char **ret) {
-        return av->block ? path_block_staging(av->spec_name, ret) : path_staging_target(av->driver, av->handle, ret);
-}
-
-static bool mount_gone(VolumeManager *m, const char *rel) {
-        return !is_mounted(m, rel);
-}
-
-/* A stage or publish that succeeded may have made a mount, or not: the CSI
- * spec asks for none at the staging path (the hostpath driver's stage only
- * records the volume; many drivers' stage prepares a device or a session),
- * and some publishes make a plain directory.  The first mount table read
- * after the call tells which: it is read after the driver answered, so a
- * mount the call made is in it.  A mount is watched for its loss and set up
- * again when it goes; no mount means the call made none: that is recorded,
- * without a warning, and nothing is called again.  A mount made and lost
- * again before that read (tens of ms: one read for a burst) is taken for
- * none, and then not set up again, as kubelet never does for any mount.  No
- * stat of the target is needed, which could hang on a dead file system. */
-static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
-        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-        void *pv;
-
-        for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
-                ActualPublish *pub = pv;
-                _cleanup_free_ char *dir = NULL, *record = NULL;
-                if (!pub->mount_pending)
-                        continue;
-                pub->mount_pending = false;
-                f.pod_uid = pub->pod_uid;
-                f.pod = pub->pod_key;
-                f.volume = pub->spec_name;
-                if (is_mounted(m, pub->target)) {
-                        log_fields(LOG_DEBUG, &f, "%s/%s is a mount point: watched for its loss", m->root->path,
-                                   pub->target);
-                        continue;
-                }
-                pub->not_a_mount = true;
-                log_fields(LOG_DEBUG, &f, "NodePublishVolume made no mount at %s/%s: nothing to watch",
-                           m->root->path, pub->target);
-                if (!actual_volume_pod_busy(av, pub->pod_uid) &&
-                    (av->block ? path_block_data_dir(pub->spec_name, &dir)
-                               : path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir)) >= 0 &&
-                    path_intent_record(dir, av->block ? pub->pod_uid : NULL, &record) >= 0)
-                        (void) intent_write(m, record,
-                                            &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
-                                            false);
-        }
-        if (av->mount_pending) {
-                _cleanup_free_ char *staging = NULL, *dir = NULL, *record = NULL;
-                f = (LogFields){ .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-                av->mount_pending = false;
-                if (staging_target_of(av, &staging) < 0)
-                        return;
-                if (is_mounted(m, staging)) {
-                        log_fields(LOG_DEBUG, &f, "%s/%s is a mount point: watched for its loss", m->root->path,
-                                   staging);
-                        return;
-                }
-                av->staged_mount = false;
-                log_fields(LOG_DEBUG, &f, "NodeStageVolume made no mount at %s/%s: nothing to watch",
-                           m->root->path, staging);
-                if (!av->op &&
-                    (av->block ? path_block_data_dir(av->spec_name, &dir)
-                               : path_staging_volume_dir(av->driver, av->handle, &dir)) >= 0 &&
-                    path_intent_record(dir, NULL, &record) >= 0)
-                        (void) intent_write(m, record, &(Intent){ .operation = OP_STAGE, .done = true }, false);
-        }
-}
-
-void manager_check_mounts_soon(VolumeManager *m) {
-        /* The same read as the mount monitor's (the driver's mount changed
-         * the table too): one read of a table of a thousand mounts, not two. */
-        mount_table_refresh_soon(m->mounts, MOUNT_CHECK_DELAY_USEC);
-}
-
-static void on_mounts_changed(MountTable *t, void *userdata) {
-        VolumeManager *m = userdata;
-        void *value, *pv;
-
-        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
-                ActualVolume *av = value;
-                LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-                _cleanup_free_ char *staging = NULL;
-
-                settle_pending_mounts(m, av);
-                if (av->unstage_held)
-                        manager_schedule_volume_pass(m, av->unique_name); /* the mounts that held it may be gone */
-                if (av->op)
-                        continue;
-                for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
-                        ActualPublish *pub = pv;
-                        _cleanup_free_ char *map_dir = NULL, *bind = NULL;
-                        const char *lost = NULL;
-
-                        if (pub->state != PUBLISH_DONE || actual_volume_pod_busy(av, pub->pod_uid))
-                                continue;
-                        if (!pub->not_a_mount && mount_gone(m, pub->target))
-                                lost = pub->target;
-                        /* A raw block volume's pod mapping is a bind mount of ours. */
-                        else if (av->block && path_block_map_dir(pub->spec_name, &map_dir) >= 0 &&
-                                 asprintf(&bind, "%s/%s", map_dir, pub->pod_uid) >= 0 && mount_gone(m, bind))
-                                lost = bind;
-                        if (!lost)
-                                continue;
-                        f.pod_uid = pub->pod_uid;
-                        f.pod = pub->pod_key;
-                        log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again",
-                                   m->root->path, lost);
-                        pub->state = PUBLISH_UNCERTAIN;
-                        manager_schedule_volume_pass(m, av->unique_name);
-                }
-                f.pod_uid = f.pod = NULL;
-                if (av->stage == STAGE_DONE && av->staged_mount &&
-                    staging_target_of(av, &staging) >= 0 && mount_gone(m, staging)) {
-                        log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; staging it again", m->root->path,
-                                   staging);
-                        av->stage = STAGE_UNCERTAIN;
-                        manager_schedule_volume_pass(m, av->unique_name);
-                }
-        }
 }
 
 /* Rebuilds a pod's desired volumes from the informer's pod and the watches. */
@@ -666,6 +546,15 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = slices_new(&m->slices);
         if (r < 0)
                 return r;
+        r = pod_index_new(&m->pod_index);
+        if (r < 0)
+                return r;
+        r = mount_watch_new(&m->mount_watch);
+        if (r < 0)
+                return r;
+        r = wakes_new(&m->wakes);
+        if (r < 0)
+                return r;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
             !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes || !m->wanters ||
             !m->persistent)
@@ -688,7 +577,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
                 return r;
         r = mount_table_new(event, m->root->path,
                             o->mount_source_mountinfo ? MOUNT_SOURCE_MOUNTINFO : MOUNT_SOURCE_AUTO,
-                            on_mounts_changed, m, &m->mounts);
+                            mount_watch_changed, m, &m->mounts);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the mount table: %m");
         r = runtime_gate_new(event, o->runtime_endpoint, on_runtime_answer, m, &m->runtime);
@@ -809,6 +698,9 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         hashmap_free(m->dirty_volumes);
         slices_free(m->slices);
         hashmap_free(m->persistent);
+        pod_index_free(m->pod_index); /* after the volumes: freeing their operations tells it */
+        mount_watch_free(m->mount_watch);
+        wakes_free(m->wakes);
         root_sync_free(m->sync);
         wanters_free_all(m);
         k8s_informer_free(m->pods);
@@ -859,7 +751,8 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
 
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
         VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running,
-                                 .visited = m->visited, .held_back = slices_held(m) };
+                                 .visited = m->visited, .held_back = slices_held(m),
+                                 .mounts_seen = m->mounts_seen };
         void *value, *pv;
 
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
@@ -878,10 +771,12 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                 s.attach_waiting += av->attach_wait_since != 0;
                 s.failing += describe_volume_failing(m, av);
                 s.unresponsive += av->unresponsive_since != 0;
+                s.mounts_pending += av->mount_pending;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                         const ActualPublish *pub = pv;
                         s.published += pub->state == PUBLISH_DONE;
                         s.uncertain += pub->state == PUBLISH_UNCERTAIN;
+                        s.mounts_pending += pub->mount_pending;
                         /* What a pod wants is counted with its desired volumes above. */
                         if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
                                 s.by_state[POD_VOLUME_TEARING_DOWN]++;

@@ -68,8 +68,10 @@ typedef struct VolumeManagerStats {
         unsigned failing;       /* volumes with an operation that failed and waits to be retried */
         unsigned unresponsive;  /* volumes whose file system did not answer */
         unsigned by_state[_POD_VOLUME_STATE_MAX]; /* pod volumes by PodVolumeState */
-        uint64_t visited;       /* pods and volumes the passes looked at, in all */
+        uint64_t visited;       /* pods, volumes and publishes the passes and mount changes looked at, in all */
         unsigned held_back;     /* operations due, left for a later slice (volume/slices.c) */
+        unsigned mounts_pending; /* stages and publishes whose mount the next mount table read settles */
+        unsigned mounts_seen;   /* mount targets under root-dir when the manager last heard of a change */
 } VolumeManagerStats;
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",

@@ -22,6 +22,11 @@ struct MountTable {
         StatmountBuffer statbuf;
         bool reload; /* events were lost: list every mount again */
         bool changed_since_notify; /* a mount under root-dir came or went */
+        /* The targets whose mounts changed since the owner was last told
+         * (target → non-NULL), for it to look at those only; touched_all:
+         * out of memory, some may be missing. */
+        Hashmap *touched;
+        bool touched_all;
         /* The mountinfo path: libmount's monitor says when to read again. */
         struct libmnt_monitor *monitor;
         sd_event_source *monitor_source;
@@ -57,12 +62,68 @@ static bool under_root(MountTable *t, const char *target) {
         return strncmp(target, t->root_dir, t->root_len) == 0 && target[t->root_len] == '/';
 }
 
+static void note_touched(MountTable *t, const char *target) {
+        if (!t->changed)
+                return; /* nobody to tell */
+        if (!t->touched || hashmap_put(t->touched, target, t, NULL) < 0)
+                t->touched_all = true;
+}
+
+static void touched_reset(MountTable *t) {
+        const char *key;
+        for (size_t i = 0; t->touched && hashmap_iterate(t->touched, &i, &key, NULL);)
+                (void) hashmap_remove(t->touched, key);
+        t->touched_all = false;
+}
+
+/* The end of the run of entries of one target that starts at i. */
+static size_t target_end(const MountEntry *e, size_t n, size_t i) {
+        size_t j = i + 1;
+        while (j < n && streq(e[j].target, e[i].target))
+                j++;
+        return j;
+}
+
+/* Notes the targets whose layers differ between two sorted tables: those
+ * in one only, and those whose mounts (ID and device, bottom to top)
+ * changed.  Not seq: a mountinfo line's index moves with every line above. */
+static void diff_entries(MountTable *t, const MountEntry *old, size_t n_old, const MountEntry *new, size_t n_new) {
+        size_t i = 0, j = 0;
+
+        while (i < n_old || j < n_new) {
+                int c = i == n_old ? 1 : j == n_new ? -1 : strcmp(old[i].target, new[j].target);
+                size_t ie = i < n_old ? target_end(old, n_old, i) : i;
+                size_t je = j < n_new ? target_end(new, n_new, j) : j;
+
+                if (c < 0) {
+                        note_touched(t, old[i].target);
+                        i = ie;
+                        continue;
+                }
+                if (c > 0) {
+                        note_touched(t, new[j].target);
+                        j = je;
+                        continue;
+                }
+                bool same = ie - i == je - j;
+                for (size_t k = 0; same && k < ie - i; k++)
+                        same = old[i + k].id == new[j + k].id && old[i + k].devno == new[j + k].devno;
+                if (!same)
+                        note_touched(t, old[i].target);
+                i = ie;
+                j = je;
+        }
+}
+
+static void arm_notify(MountTable *t, uint64_t usec);
+
 /* Takes entries (unsorted) as the whole table. */
 static void replace_entries(MountTable *t, MountEntry *entries, size_t n) {
         size_t targets = 0;
 
         if (n > 0)
                 qsort(entries, n, sizeof *entries, cmp_entry);
+        diff_entries(t, t->entries, t->n_entries, entries, n);
         for (size_t i = 0; i < n; i++)
                 targets += i == 0 || !streq(entries[i - 1].target, entries[i].target);
         free_entries(t->entries, t->n_entries);
@@ -225,6 +286,10 @@ static int mountinfo_refresh(MountTable *t) {
         replace_entries(t, TAKE_PTR(entries), n);
         n = 0;
         r = 0;
+        /* A read for a caller of its own (the unstage guard) may have found
+         * what the monitor's news would: the owner hears of it all the same. */
+        if (t->touched_all || hashmap_size(t->touched) > 0)
+                arm_notify(t, MOUNT_TABLE_REFRESH_USEC);
 out:
         free_entries(entries, n);
         return r;
@@ -237,6 +302,7 @@ static void entry_remove_at(MountTable *t, size_t i) {
         bool shared = (i > 0 && streq(t->entries[i - 1].target, target)) ||
                       (i + 1 < t->n_entries && streq(t->entries[i + 1].target, target));
 
+        note_touched(t, target);
         free(t->entries[i].target);
         memmove(&t->entries[i], &t->entries[i + 1], (t->n_entries - i - 1) * sizeof *t->entries);
         t->n_entries--;
@@ -268,6 +334,7 @@ static int entry_insert(MountTable *t, MountEntry e) {
         memmove(&t->entries[lo + 1], &t->entries[lo], (t->n_entries - lo) * sizeof *t->entries);
         t->entries[lo] = e;
         t->n_entries++;
+        note_touched(t, e.target);
         if (!shared)
                 t->n_targets++;
         return 0;
@@ -361,8 +428,6 @@ static int on_kernel_event(MountEventKind kind, uint64_t mnt_id, void *userdata)
         return 0;
 }
 
-static void arm_notify(MountTable *t, uint64_t usec);
-
 static int kernel_refresh(MountTable *t) {
         int r;
 
@@ -405,7 +470,8 @@ static int notify_owner(MountTable *t) {
         (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_OFF);
         t->changed_since_notify = false;
         if (t->changed)
-                t->changed(t, t->userdata);
+                t->changed(t, t->touched_all ? NULL : t->touched, t->userdata);
+        touched_reset(t);
         return 0;
 }
 
@@ -509,6 +575,9 @@ int mount_table_new(sd_event *event, const char *root_dir, MountSource source, m
         t->changed = changed;
         t->userdata = userdata;
         t->event = event ? sd_event_ref(event) : NULL;
+        t->touched = hashmap_new();
+        if (!t->touched)
+                return -ENOMEM;
 
         r = open_source(t, source);
         if (r < 0)
@@ -551,6 +620,10 @@ int mount_table_new(sd_event *event, const char *root_dir, MountSource source, m
         r = t->kernel ? kernel_load(t) : mountinfo_refresh(t);
         if (r < 0)
                 return r;
+        /* The first read is the owner's starting point, not a change. */
+        touched_reset(t);
+        (void) sd_event_source_set_enabled(t->refresh_timer, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(t->deadline_timer, SD_EVENT_OFF);
         *ret = TAKE_PTR(t);
         return 0;
 }
@@ -568,6 +641,7 @@ MountTable *mount_table_free(MountTable *t) {
         statmount_buffer_done(&t->statbuf);
         sd_event_unref(t->event);
         free_entries(t->entries, t->n_entries);
+        hashmap_free(t->touched);
         free(t->root_dir);
         free(t);
         return NULL;

@@ -18,6 +18,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "systemd/hashmap.h"
 #include "systemd/macro.h"
 
 #include <sys/types.h>
@@ -44,8 +45,15 @@ typedef enum MountSource {
         MOUNT_SOURCE_MOUNTINFO, /* mountinfo, whatever the kernel has */
 } MountSource;
 
-/* Called after the table was read again because mounts changed. */
-typedef void (*mount_table_changed_t)(MountTable *t, void *userdata);
+/* Called after the table was read again because mounts changed, or
+ * because the owner asked (mount_table_refresh_soon()).  changed: the
+ * targets (absolute, the keys) whose mounts changed since the owner was
+ * last told (mounted, unmounted, a mount stacked on or taken off them),
+ * possibly none; NULL when the table cannot say which (out of memory):
+ * then anything may have changed.  Both sources give the same set: the
+ * kernel path from each attach and detach event, mountinfo by comparing
+ * the table read with the one before. */
+typedef void (*mount_table_changed_t)(MountTable *t, const Hashmap *changed, void *userdata);
 
 /* Only mounts below root_dir (absolute) are tracked.  Logs once, at info,
  * which source it uses and why. */

@@ -1058,7 +1058,7 @@ static bool record_outcome(Operation *op, bool success) {
                         av->staged_mount = !av->block;
                         av->mount_pending = !av->block;
                         record_done(op, av->staged_mount);
-                        manager_check_mounts_soon(op->m);
+                        mount_watch_settle_soon(op->m, av);
                 }
                 else if (op->uncertain)
                         av->stage = STAGE_UNCERTAIN;
@@ -1083,7 +1083,7 @@ static bool record_outcome(Operation *op, bool success) {
                                                         root_dir_is_mount_point(op->m->root, op->target) <= 0;
                                 existing->mount_pending = !av->block;
                                 record_done(op, !existing->not_a_mount);
-                                manager_check_mounts_soon(op->m);
+                                mount_watch_settle_soon(op->m, av);
                                 republish_schedule(op->m, op, existing);
                         }
                 }

@@ -6,10 +6,18 @@ volume come from an index, not from a walk over every pod
 (volume/wanters.c).  /volumes counts the pods and volumes the passes looked
 at ("visited"); before, every pass walked every volume for volumesInUse and
 every pod for a shared claim (issue 23: a new pod beside 10,000 volumes
-took 9.7 times as long as on an empty node)."""
+took 9.7 times as long as on an empty node).  The same holds for what follows
+an event: a mount notification looks at the publishes at the mount points
+that changed (volume/mountwatch.c), not at every publish of the node, and a
+deleted pod's publishes come from an index of pods (volume/podindex.c), not
+from a walk over every volume."""
 import json
+import subprocess
 import urllib.request
 
+import pytest
+
+from integration import agent_fixtures
 from integration.agent_fixtures import DRIVER, wait_until, write_config
 from integration.test_volume_lookups import claim_volume
 
@@ -50,15 +58,16 @@ def cost_of_touches(env, address, name):
     return (get_json(address, "/volumes")["visited"] - before) / TOUCHES
 
 
-def test_a_pod_event_costs_the_pod_not_the_node(volume_env):
-    env = volume_env
+def start_busy_node(env):
+    """PODS pods of VOLUMES inline volumes and SHARING pods of a shared claim,
+    all published; returns the address of /volumes."""
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral", "Persistent"])
     env.pv("pv-shared", "vol-shared", claim="shared")
     env.pvc("shared", "pv-shared")
-    pods = [env.pod(f"p{i}", [{"name": f"v{j}", "csi": {"driver": DRIVER}} for j in range(VOLUMES)])
-            for i in range(PODS)]
-    pods += [env.pod(f"s{i}", [claim_volume("data", "shared"), {"name": "v0", "csi": {"driver": DRIVER}}])
-             for i in range(SHARING)]
+    for i in range(PODS):
+        env.pod(f"p{i}", [{"name": f"v{j}", "csi": {"driver": DRIVER}} for j in range(VOLUMES)])
+    for i in range(SHARING):
+        env.pod(f"s{i}", [claim_volume("data", "shared"), {"name": "v0", "csi": {"driver": DRIVER}}])
     config = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
                           f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = info\n')
     with open(config) as f:
@@ -68,9 +77,27 @@ def test_a_pod_event_costs_the_pod_not_the_node(volume_env):
     env.agent = env.start_agent(config)
     env.agent.wait_for_log("Serving /metrics")
     address = env.agent.output().split("Serving /metrics, /healthz, /volumes on ", 1)[1].split()[0]
-    wait_until(lambda: get_json(address, "/volumes").get("published", 0) >= PODS * VOLUMES + 2 * SHARING, 60,
-               interval=0.2, what="every volume published")
-    node_size = PODS * VOLUMES + SHARING * 2 + PODS + SHARING   # volumes and pods
+    wait_until(lambda: quiet(address, PUBLISHED), 60, interval=0.2, what="every volume published")
+    return address
+
+
+PUBLISHED = PODS * VOLUMES + 2 * SHARING
+NODE_SIZE = PODS * VOLUMES + SHARING * 2 + PODS + SHARING   # volumes and pods
+
+
+def quiet(address, published, mounts=None):
+    """The node has `published` publishes, nothing running, every mount the
+    operations made settled by a mount table read, and (`mounts`) the
+    manager told of the table with that many mount points."""
+    v = get_json(address, "/volumes")
+    return (v.get("published") == published and v.get("running") == 0 and v.get("mounts_pending") == 0 and
+            (mounts is None or v.get("mounts_seen") == mounts))
+
+
+def test_a_pod_event_costs_the_pod_not_the_node(volume_env):
+    env = volume_env
+    address = start_busy_node(env)
+    node_size = NODE_SIZE
 
     inline = cost_of_touches(env, address, "p7")
     shared = cost_of_touches(env, address, "s1")
@@ -79,3 +106,84 @@ def test_a_pod_event_costs_the_pod_not_the_node(volume_env):
     # 2 volumes, and the SHARING pods of the claim.
     assert inline <= 2 * (1 + VOLUMES), (inline, node_size)
     assert shared <= 2 * (1 + 2 + SHARING), (shared, node_size)
+
+
+@pytest.mark.parametrize("source", ["auto", "mountinfo"])
+def test_a_new_pods_mount_costs_its_mount_not_the_node(volume_env, source, monkeypatch):
+    """A new pod's publish changes the mount table, and so does every
+    publish the node makes: the notification that follows looks at the
+    publishes at the mount points that changed, not at the node's
+    PUBLISHED ones (before: every publish and every volume, each time).
+    The same on both sources of the mount table; and a publish or a
+    staging lost among them is still noticed and set up again."""
+    env = volume_env
+    monkeypatch.setattr(agent_fixtures, "MOUNT_SOURCE", source)
+    address = start_busy_node(env)
+    before, mounts = (get_json(address, "/volumes")[k] for k in ("visited", "mounts_seen"))
+    env.pod("new", [{"name": "v0", "csi": {"driver": DRIVER}}])
+    wait_until(lambda: quiet(address, PUBLISHED + 1, mounts + 1), 30, interval=0.02, what="the new pod's volume published")
+    cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a new pod's publish beside {PUBLISHED} ({source}): {cost} visits")
+    # Its pass (the pod and its volume, twice), its publish's settling
+    # and the check of its mount point: a handful, whatever the node has.
+    assert cost <= 12, (cost, NODE_SIZE)
+
+    # Lost behind kvolumed's back: one pod's publish, and the staging of
+    # the shared claim (found through the staging index, not through a pod).
+    volumes = get_json(address, "/volumes")
+    staged = [v for v in volumes["volumes"] if v.get("stage", {}).get("mount")]
+    pod = env.api.get("pods", "default", "p3")
+    target = env.target(pod, "v2")
+    publishes = len(env.calls("NodePublishVolume"))
+    subprocess.run(["umount", target], check=True)
+    # The mock stages with a mount unless KVOLUMED_TEST_STAGE_MOUNT=0.
+    assert bool(staged) == agent_fixtures.STAGE_MOUNT_DEFAULT, volumes["volumes"]
+    if staged:
+        subprocess.run(["umount", staged[0]["stage"]["path"]], check=True)
+        env.agent.wait_for_log("is no longer mounted; staging it again")
+    env.agent.wait_for_log("is no longer mounted; publishing it again")
+    wait_until(lambda: len(env.calls("NodePublishVolume")) > publishes, 30, what="the lost publish set up again")
+    env.wait_mounted(target)
+
+
+def test_a_pod_deletion_costs_the_pod_not_the_node(volume_env):
+    """A deleted pod's publishes are found through the index of pods
+    (before: a walk over every volume of the node in its pass), and the
+    unmounts of its teardown cost a look at those mount points only."""
+    env = volume_env
+    address = start_busy_node(env)
+    before, mounts = (get_json(address, "/volumes")[k] for k in ("visited", "mounts_seen"))
+    # Gone at once (a force deletion, or kubelet's last delete once the
+    # containers stopped): its publishes are all that is left of it.
+    env.api.delete("pods", "default", "p7", grace_period_seconds=0)
+    wait_until(lambda: quiet(address, PUBLISHED - VOLUMES, mounts - VOLUMES), 30, interval=0.02, what="the pod's volumes torn down")
+    cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a pod's deletion beside {PUBLISHED}: {cost} visits")
+    # The pod's pass (the pod and its VOLUMES volumes), the passes that
+    # follow its unpublishes, and the checks of its VOLUMES mount points.
+    assert cost <= 8 * (1 + VOLUMES), (cost, NODE_SIZE)
+
+
+def test_a_retry_costs_its_volume_not_the_node(volume_env):
+    """A failed publish is retried when its backoff runs out: the retry
+    timer's pass looks at that volume and its pod (volume/wakes.c), not
+    at every pod and volume of the node (before: a full pass per retry)."""
+    env = volume_env
+    address = start_busy_node(env)
+    env.driver.control.fail_next("NodePublishVolume", "INVALID_ARGUMENT", "no such pool: gold", count=1000)
+    env.pod("failing", [{"name": "v0", "csi": {"driver": DRIVER}}])
+
+    def failed():
+        return len([c for c in env.calls("NodePublishVolume") if c["code"] == "INVALID_ARGUMENT"])
+
+    # The first attempt and one retry (kubelet's backoff: 0.5 s, then doubling).
+    wait_until(lambda: failed() >= 2, 30, interval=0.02, what="the publish failed and retried")
+    before, tries = get_json(address, "/volumes")["visited"], failed()
+    # Two more retries, 1 s and 2 s later.
+    wait_until(lambda: failed() >= tries + 2, 30, interval=0.02, what="two more retries")
+    retries = failed() - tries
+    cost = (get_json(address, "/volumes")["visited"] - before) / retries
+    print(f"a retry of a failed publish beside {PUBLISHED}: {cost:.0f} visits")
+    # Each retry: its pass (the pod and its volume, twice) and the pass
+    # that follows the failure; whatever the node has.
+    assert cost <= 4 * (1 + 1) + 4, (cost, NODE_SIZE)

@@ -82,10 +82,31 @@ static int teardown(void **state) {
 typedef struct Seen {
         unsigned calls;
         sd_event *event;
+        char changed[512]; /* the targets told, sorted, space-separated; "*" for all */
 } Seen;
 
-static void on_changed(MountTable *t, void *userdata) {
-        ((Seen *) userdata)->calls++;
+static int cmp_str(const void *x, const void *y) {
+        return strcmp(*(const char *const *) x, *(const char *const *) y);
+}
+
+static void on_changed(MountTable *t, const Hashmap *changed, void *userdata) {
+        Seen *seen = userdata;
+        const char *keys[16], *key;
+        size_t n = 0;
+
+        seen->calls++;
+        seen->changed[0] = '\0';
+        if (!changed) {
+                strcpy(seen->changed, "*");
+                return;
+        }
+        for (size_t i = 0; n < 16 && hashmap_iterate(changed, &i, &key, NULL);)
+                keys[n++] = key;
+        qsort(keys, n, sizeof *keys, cmp_str);
+        for (size_t i = 0; i < n; i++) {
+                strncat(seen->changed, i > 0 ? " " : "", sizeof seen->changed - strlen(seen->changed) - 1);
+                strncat(seen->changed, keys[i], sizeof seen->changed - strlen(seen->changed) - 1);
+        }
 }
 
 static int on_quit(sd_event_source *src, uint64_t usec, void *userdata) {
@@ -139,6 +160,64 @@ static void test_tracks_mounts_under_root(void **state) {
         assert_int_equal(seen.calls, 2);
         assert_int_equal(mount_table_count(t), 0);
         assert_false(mount_table_is_mounted(t, a));
+        mount_table_free(t);
+        sd_event_unref(seen.event);
+}
+
+/* Runs the loop until the owner was called "calls" times (or a long
+ * while: then the test fails on the count), without ending the loop. */
+static void run_until_told(Seen *seen, unsigned calls) {
+        for (unsigned i = 0; i < 200 && seen->calls < calls; i++)
+                assert_true(sd_event_run(seen->event, 50 * USEC_PER_MSEC) >= 0);
+}
+
+/* The owner hears which targets changed, the same on both sources: a
+ * target mounted, unmounted, or with a mount stacked on it or taken off
+ * it; nothing outside root-dir, nothing that did not change. */
+static void test_tells_what_changed(void **state) {
+        char expect[400];
+        MountTable *t = NULL;
+        Seen seen = {};
+
+        if (geteuid() != 0)
+                skip();
+        assert_int_equal(mount("tmpfs", b, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(sd_event_new(&seen.event), 0);
+        assert_int_equal(mount_table_new(seen.event, root, source(), on_changed, &seen, &t), 0);
+        check_source(t);
+
+        /* The table's first read is no change: an unrelated mount outside
+         * root-dir is told with nothing in it. */
+        assert_int_equal(mount("tmpfs", outside, "tmpfs", 0, "size=1m"), 0);
+        mount_table_refresh_soon(t, 0);
+        run_until_told(&seen, 1);
+        assert_int_equal(seen.calls, 1);
+        assert_string_equal(seen.changed, "");
+
+        assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+        run_until_told(&seen, 2);
+        assert_int_equal(seen.calls, 2);
+        assert_string_equal(seen.changed, a);
+
+        /* Stacked on a, and b gone: both told, a though still mounted. */
+        assert_int_equal(mount("tmpfs", a, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(umount2(b, 0), 0);
+        run_until_told(&seen, 3);
+        assert_int_equal(seen.calls, 3);
+        snprintf(expect, sizeof expect, "%s %s", a, b);
+        assert_string_equal(seen.changed, expect);
+        assert_true(mount_table_is_mounted(t, a));
+
+        /* A refresh of the caller's own (the unstage guard's) reads the
+         * change first: the owner is told of it all the same. */
+        assert_int_equal(umount2(a, 0), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        run_until_told(&seen, 4);
+        assert_int_equal(seen.calls, 4);
+        assert_string_equal(seen.changed, a);
+
+        assert_int_equal(umount2(a, 0), 0);
+        assert_int_equal(umount2(outside, 0), 0);
         mount_table_free(t);
         sd_event_unref(seen.event);
 }
@@ -211,7 +290,7 @@ typedef struct Busy {
         unsigned calls;
 } Busy;
 
-static void on_changed_busy(MountTable *t, void *userdata) {
+static void on_changed_busy(MountTable *t, const Hashmap *changed, void *userdata) {
         Busy *busy_state = userdata;
         busy_state->calls++;
         (void) sd_event_exit(busy_state->event, 0);
@@ -314,6 +393,7 @@ static int use_auto(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = { BOTH(test_tracks_mounts_under_root),
+                                            BOTH(test_tells_what_changed),
                                             BOTH(test_other_mounts_of_a_file_system),
                                             BOTH(test_other_mounts_stacked),
                                             BOTH(test_told_however_busy),

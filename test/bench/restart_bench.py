@@ -166,8 +166,15 @@ class Node:
         the warm-up slower."""
         v = self.args.volumes
         t0 = time.monotonic()
+        # Where the warm-up's time goes: CPU of kvolumed, of the driver and
+        # of this process (the fake API server, and the bench's polling).
+        cpu0 = self.cpu_split()
         last_log = t0
-        have = mounts_under(self.root)
+        # Progress from the driver's call log, read as it grows: re-reading
+        # mountinfo makes the kernel write the whole table (50 ms at 5,000
+        # mounts here), which took the CPU the warm-up needs.
+        mark = self.tail.mark()
+        done0 = have = self.filled
         while have < level:
             while self.filled < level and self.filled - have < self.args.window:
                 i = self.filled // v
@@ -176,16 +183,28 @@ class Node:
             time.sleep(0.2)
             if self.agent.poll() is not None:
                 raise SystemExit(f"bench: kvolumed exited ({self.agent.returncode}) during the warm-up")
-            have = mounts_under(self.root)
+            have = done0 + len(self.tail.since(mark, "NodePublishVolume"))
             if time.monotonic() - last_log > 30:
                 last_log = time.monotonic()
                 log(f"  warm-up: {have} of {level} mounted after {last_log - t0:.0f} s")
             if time.monotonic() - t0 > self.args.fill_timeout:
                 raise SystemExit(f"bench: warm-up stopped at {have} of {level} volumes after "
                                  f"{self.args.fill_timeout} s")
+        # The mount table has the final word: one read.
+        wait(lambda: mounts_under(self.root) >= level, 120, f"{level} mounts", interval=2, alive=self.agent)
+        mounted = mounts_under(self.root)
+        if mounted != level:
+            raise SystemExit(f"bench: {mounted} mounts under root-dir, not {level}")
         seconds = time.monotonic() - t0
-        log(f"filled to {level} volumes in {seconds:.1f} s")
-        return seconds
+        cpu = {k: v1 - cpu0[k] for k, v1 in self.cpu_split().items()}
+        log(f"filled to {level} volumes in {seconds:.1f} s; CPU s: " +
+            ", ".join(f"{k} {x:.1f}" for k, x in cpu.items()))
+        return {"seconds": seconds, "cpu_seconds": cpu, "loadavg": open("/proc/loadavg").read().split()[:3]}
+
+    def cpu_split(self):
+        me = os.times()
+        return {"kvolumed": cpu_seconds(self.agent.pid), "driver": cpu_seconds(self.driver.pid),
+                "fake API + bench": me.user + me.system}
 
     def at_rest(self):
         """The quiet window: figures of the kvolumed process, and what it
@@ -288,7 +307,7 @@ def report(res, args):
         d = res["levels"][str(level)]
         s = d["summary"]
         lines.append(
-            f"| {level} | {d['fill_seconds']:.0f} | {fmt(s['ready_seconds'])} | {fmt(s['converged_seconds'])} | "
+            f"| {level} | {d['fill']['seconds']:.0f} | {fmt(s['ready_seconds'])} | {fmt(s['converged_seconds'])} | "
             f"{fmt(s['cpu_seconds_to_converge'])} | {fmt(s['teardown_calls'], 0)} | {fmt(s['setup_calls'], 0)} | "
             f"{fmt(s['api_requests_count'], 0)} | {fmt(s['cpu_percent'])} | {fmt(s['wakeups_per_second'], 1)} | "
             f"{fmt(s['rss_kib'], 1, 1 / 1024)} | {fmt(s['anon_kib'], 1, 1 / 1024)} | "
@@ -301,6 +320,13 @@ def report(res, args):
         w = res["levels"][str(level)]["warm"]
         lines.append(f"| {level} | {w['cpu_percent']:.2f} | {w['wakeups_per_second']:.1f} | "
                      f"{w['rss_kib'] / 1024:.1f} | {w['anon_kib'] / 1024:.1f} | {w['hwm_kib'] / 1024:.1f} |")
+    lines += ["", "Warm-up (pods of volumes created with a bounded window): CPU seconds spent by each process:", ""]
+    for level in levels:
+        f = res["levels"][str(level)]["fill"]
+        if f["seconds"] > 0:
+            lines.append(f"- to {level} volumes: {f['seconds']:.0f} s wall; " +
+                         ", ".join(f"{k} {x:.1f} s" for k, x in f["cpu_seconds"].items()) +
+                         f"; load {' '.join(f['loadavg'])}")
     lines += ["", "Per restart (API requests until converged; CSI calls until the end of the quiet window; "
               "API requests and CSI calls in the quiet window):", ""]
     for level in levels:
@@ -332,6 +358,9 @@ def main():
     if levels != sorted(levels) or any(x % args.volumes for x in levels):
         raise SystemExit(f"bench: --levels must ascend, each a multiple of --volumes ({args.volumes})")
 
+    # SIGTERM (or SIGINT, ignored in a background job) ends the run with its
+    # clean-up and the report of the levels done.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("bench: SIGTERM"))
     node = Node(args)
     started = time.monotonic()
     res = {"machine": machine(node.root), "argv": sys.argv[1:], "args": vars(args), "levels": {}}
@@ -367,8 +396,8 @@ def main():
                 for k in ("rss_kib", "anon_kib"):
                     # Per volume: each restart against the empty node's median.
                     s[k + "_per_volume"] = summary([(r["rest"][k] - base[k]["median"]) / level for r in runs])
-            res["levels"][str(level)] = {"fill_seconds": fill, "warm": warm, "runs": runs, "summary": s}
-    except (SystemExit, Exception) as e:  # report what was measured, then fail
+            res["levels"][str(level)] = {"fill": fill, "warm": warm, "runs": runs, "summary": s}
+    except (SystemExit, KeyboardInterrupt, Exception) as e:  # report what was measured, then fail
         failed = e
         res["error"] = str(e)
         log(f"stopped: {e}")

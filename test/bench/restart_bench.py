@@ -85,6 +85,12 @@ class Node:
         self.listen = f"127.0.0.1:{free_port()}"
         self.driver, state, self.config = start_node(self.api, self.work, self.sockdir, self.root,
                                                      listen=self.listen)
+        if args.mount_source != "auto":
+            # The mountinfo fallback (what a kernel older than 6.15 gets).
+            with open(self.config) as f:
+                text = f.read()
+            with open(self.config, "w") as f:
+                f.write(text.replace("[agent]\n", f"[agent]\nmount-source = {args.mount_source}\n", 1))
         self.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
         self.agent = None
         self.notify = None
@@ -351,6 +357,8 @@ def main():
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the quiet window")
     ap.add_argument("--timeout", type=float, default=600.0, help="for READY and for convergence")
     ap.add_argument("--fill-timeout", type=float, default=3600.0)
+    ap.add_argument("--mount-source", choices=("auto", "mountinfo"), default="auto",
+                    help="kvolumed's [agent] mount-source: mountinfo forces the fallback")
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--report", default="/var/tmp/kvolumed-restart-bench.md")
     args = ap.parse_args()
@@ -369,6 +377,8 @@ def main():
         node.start()
         node.wait_ready(args.timeout)
         res["mount_source"] = node.mount_source()
+        if args.mount_source == "mountinfo" and res["mount_source"] != "mountinfo":
+            raise SystemExit(f"bench: kvolumed uses {res['mount_source']}, not the mountinfo fallback")
         for level in levels:
             fill = node.fill(level)
             wait(lambda: node.converged(level), args.timeout, f"convergence of the warm-up at {level}",

@@ -19,7 +19,8 @@ SIGKILL and started again, and this measures
              must be 0: the volumes are there), the API requests it made until
              converged, and its CPU time until converged;
 and then, after --settle seconds, a quiet window of --idle seconds:
-  idle CPU:  (utime+stime) delta / wall, from /proc/PID/stat (every thread);
+  idle CPU:  (utime+stime) delta / wall, from /proc/PID/stat (every thread;
+             in clock ticks of 10 ms: 0.1 % over the default 10 s window);
   wake-ups:  voluntary + nonvoluntary context switches per second, summed
              over /proc/PID/task/*/status (voluntary alone in the JSON);
   VmRSS and RssAnon (its heap, in practice) at the end of the window, and

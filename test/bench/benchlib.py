@@ -193,6 +193,25 @@ def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral"
     return driver, driver_state, config
 
 
+def open_bench_node(node, workdir, work_prefix, sock_prefix):
+    """What the mount and the restart benchmarks start from, set on `node`:
+    a work directory (.work, .root), a short socket directory (.sockdir),
+    the fake API server (.api), the metrics address (.listen), the mock
+    driver (.driver) with its call log (.tail) and kvolumed's configuration
+    (.config), kvolumed not started."""
+    import tempfile
+    from doubles.fakeapi import FakeApiServer
+
+    node.work = tempfile.mkdtemp(prefix=work_prefix, dir=workdir)
+    node.sockdir = tempfile.mkdtemp(prefix=sock_prefix, dir="/tmp")  # a socket path has 107 bytes at most
+    node.root = os.path.join(node.work, "root")
+    os.makedirs(node.root)
+    node.api = FakeApiServer(os.path.join(node.work, "api"), control_port=None, bookmark_interval=60).start()
+    node.listen = f"127.0.0.1:{free_port()}"
+    node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen)
+    node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
+
+
 def kvolumed_path():
     build = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO, "build"))
     return os.path.join(build, "agent", "kvolumed")

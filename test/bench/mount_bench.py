@@ -26,16 +26,14 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import (CallLogTail, context_switches, cpu_seconds, free_port, kvolumed_path,  # noqa: E402
-                      machine, mounts_under, percentile, pod, start_node, status_kib, wait)
-from doubles.fakeapi import FakeApiServer  # noqa: E402
+from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
+                      open_bench_node, percentile, pod, status_kib, wait)
 
 SOURCES = ("kernel", "mountinfo")
 CONFIG_VALUE = {"kernel": "auto", "mountinfo": "mountinfo"}
@@ -49,17 +47,9 @@ def log(msg):
 class Node:
     def __init__(self, args):
         self.args = args
-        self.work = tempfile.mkdtemp(prefix="kvbench-mount.", dir=args.workdir)
-        self.sockdir = tempfile.mkdtemp(prefix="kvm.", dir="/tmp")
-        self.root = os.path.join(self.work, "root")
-        os.makedirs(self.root)
-        self.api = FakeApiServer(os.path.join(self.work, "api"), control_port=None, bookmark_interval=60).start()
-        self.listen = f"127.0.0.1:{free_port()}"
-        self.driver, state, self.config = start_node(self.api, self.work, self.sockdir, self.root,
-                                                     listen=self.listen)
+        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.")
         with open(self.config) as f:
             self.config_text = f.read()
-        self.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
         self.agent = None
         self.source = None
         self.filled = 0

@@ -43,16 +43,14 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import (CallLogTail, context_switches, cpu_seconds, free_port, kvolumed_path,  # noqa: E402
-                      machine, mounts_under, pod, request_kind, start_node, status_kib, wait)
-from doubles.fakeapi import FakeApiServer  # noqa: E402
+from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
+                      open_bench_node, pod, request_kind, status_kib, wait)
 
 MNT_DETACH = 2
 TEARDOWN = ("NodeUnpublishVolume", "NodeUnstageVolume")
@@ -78,21 +76,13 @@ def metric_sum(text, name):
 class Node:
     def __init__(self, args):
         self.args = args
-        self.work = tempfile.mkdtemp(prefix="kvrestart.", dir=args.workdir)
-        self.sockdir = tempfile.mkdtemp(prefix="kvr.", dir="/tmp")
-        self.root = os.path.join(self.work, "root")
-        os.makedirs(self.root)
-        self.api = FakeApiServer(os.path.join(self.work, "api"), control_port=None, bookmark_interval=60).start()
-        self.listen = f"127.0.0.1:{free_port()}"
-        self.driver, state, self.config = start_node(self.api, self.work, self.sockdir, self.root,
-                                                     listen=self.listen)
+        open_bench_node(self, args.workdir, "kvrestart.", "kvr.")
         if args.mount_source != "auto":
             # The mountinfo fallback (what a kernel older than 6.15 gets).
             with open(self.config) as f:
                 text = f.read()
             with open(self.config, "w") as f:
                 f.write(text.replace("[agent]\n", f"[agent]\nmount-source = {args.mount_source}\n", 1))
-        self.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
         self.agent = None
         self.notify = None
         self.ready_at = None

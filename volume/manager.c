@@ -360,13 +360,52 @@ static void on_node_add(K8sInformer *i, const void *obj, void *userdata) {
         manager_schedule_pass(userdata);
 }
 
+static bool same_attached(const K8sNode *a, const K8sNode *b) {
+        if (a->n_volumes_attached != b->n_volumes_attached)
+                return false;
+        /* The attach/detach controller keeps the list's order. */
+        for (size_t i = 0; i < a->n_volumes_attached; i++)
+                if (!streq_ptr(a->volumes_attached[i].name, b->volumes_attached[i].name))
+                        return false;
+        return true;
+}
+
+static bool same_strv(char **a, char **b) {
+        size_t i = 0;
+        for (; a && b && a[i] && b[i]; i++)
+                if (!streq(a[i], b[i]))
+                        return false;
+        return (!a || !a[i]) && (!b || !b[i]);
+}
+
+/* A Node is updated for many reasons kvolumed reads nothing of (heartbeats,
+ * conditions, images, its own annotations and volumesInUse coming back), and
+ * a full pass per update was node-sized work per event.  The reconciler reads
+ * of it only which volumes are attached (attachment waits) and which are in
+ * use (volumesInUse): a change of those is planned for the volumes it names;
+ * a Node created again, for everything. */
 static void on_node_update(K8sInformer *i, const void *old, const void *new, void *userdata) {
-        /* status.volumesAttached changes when the attach/detach controller saw a
-         * VolumeAttachment attached: the one event that says so (they cannot be watched). */
-        object_watches_refresh(((VolumeManager *) userdata)->watches, &k8s_kind_volume_attachment);
-        reconciler_node_seen(userdata, new);
-        drivers_node_changed(userdata, new);
-        manager_schedule_pass(userdata);
+        VolumeManager *m = userdata;
+        const K8sNode *before = old, *after = new;
+
+        reconciler_node_seen(m, after);
+        drivers_node_changed(m, after);
+        if (!before || !after || !streq_ptr(before->meta.uid, after->meta.uid)) {
+                object_watches_refresh(m->watches, &k8s_kind_volume_attachment);
+                manager_schedule_pass(m);
+                return;
+        }
+        if (!same_attached(before, after)) {
+                /* status.volumesAttached changes when the attach/detach
+                 * controller saw a VolumeAttachment attached: the one event
+                 * that says so (they cannot be watched).  A full pass: a
+                 * volume detached may make room under a driver's attach
+                 * limit for volumes the list does not name. */
+                object_watches_refresh(m->watches, &k8s_kind_volume_attachment);
+                manager_schedule_pass(m);
+        }
+        if (!same_strv(before->volumes_in_use, after->volumes_in_use))
+                manager_schedule_volume_pass(m, NULL); /* volumesInUse: compared in every pass */
 }
 
 static void on_informer_error(K8sInformer *i, int error, long status, const char *message, void *userdata) {

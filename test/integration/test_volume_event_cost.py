@@ -13,6 +13,7 @@ deleted pod's publishes come from an index of pods (volume/podindex.c), not
 from a walk over every volume."""
 import json
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -187,3 +188,32 @@ def test_a_retry_costs_its_volume_not_the_node(volume_env):
     # Each retry: its pass (the pod and its volume, twice) and the pass
     # that follows the failure; whatever the node has.
     assert cost <= 4 * (1 + 1) + 4, (cost, NODE_SIZE)
+
+
+def test_a_node_heartbeat_costs_no_pass(volume_env):
+    """Whoever runs the node updates its Node for many reasons kvolumed
+    reads nothing of (heartbeats, conditions, annotations); each update was
+    a full pass over every pod and volume (before: one full pass per Node
+    update).  Now only a change of status.volumesAttached or volumesInUse
+    is planned, for the volumes it names."""
+    env = volume_env
+    address = start_busy_node(env)
+    before = get_json(address, "/volumes")["visited"]
+    since = time.time()
+    node = env.api.get("nodes", None, "test-node")
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-25T00:00:00Z"}]
+    # Dropping the attach/detach annotation makes kvolumed patch it back:
+    # the patch says kvolumed has handled this update.
+    node["metadata"].get("annotations", {}).pop("volumes.kubernetes.io/controller-managed-attach-detach", None)
+    node["metadata"].pop("resourceVersion", None)
+    env.api.update(node)
+    wait_until(lambda: any(r["method"] == "PATCH" and r["path"] == "/api/v1/nodes/test-node" and r["time"] >= since
+                           for r in env.api.requests()), 30, what="kvolumed's patch of the annotation")
+    # A pod's event after it: its pass is a full one if the heartbeat
+    # asked for one meanwhile.
+    p0 = passes(address)
+    touch(env, "p7", 0)
+    wait_until(lambda: passes(address) > p0, 10, interval=0.02, what="the pass of the pod's event")
+    cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a Node heartbeat and a pod's event beside {PUBLISHED}: {cost} visits")
+    assert cost <= 2 * (1 + VOLUMES) + 2, (cost, NODE_SIZE)

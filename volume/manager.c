@@ -370,20 +370,36 @@ static bool same_attached(const K8sNode *a, const K8sNode *b) {
         return true;
 }
 
-static bool same_strv(char **a, char **b) {
-        size_t i = 0;
-        for (; a && b && a[i] && b[i]; i++)
-                if (!streq(a[i], b[i]))
+/* Schedules the volumes in one list and not in the other (listed in
+ * volumesInUse is what lets an attachable volume be staged); false when
+ * that could not be told (out of memory). */
+static bool schedule_in_use_changes(VolumeManager *m, char **a, char **b) {
+        _cleanup_(hashmap_freep) Hashmap *in_a = hashmap_new(), *in_b = hashmap_new();
+
+        if (!in_a || !in_b)
+                return false;
+        for (char **s = a; s && *s; s++)
+                if (hashmap_put(in_a, *s, m, NULL) < 0)
                         return false;
-        return (!a || !a[i]) && (!b || !b[i]);
+        for (char **s = b; s && *s; s++)
+                if (hashmap_put(in_b, *s, m, NULL) < 0)
+                        return false;
+        for (char **s = a; s && *s; s++)
+                if (!hashmap_get(in_b, *s))
+                        manager_schedule_volume_pass(m, *s);
+        for (char **s = b; s && *s; s++)
+                if (!hashmap_get(in_a, *s))
+                        manager_schedule_volume_pass(m, *s);
+        return true;
 }
 
 /* A Node is updated for many reasons kvolumed reads nothing of (heartbeats,
  * conditions, images, its own annotations and volumesInUse coming back), and
  * a full pass per update was node-sized work per event.  The reconciler reads
- * of it only which volumes are attached (attachment waits) and which are in
- * use (volumesInUse): a change of those is planned for the volumes it names;
- * a Node created again, for everything. */
+ * of it only which volumes are attached (attachment waits and attach limits:
+ * a change makes a full pass) and which are in use (a change plans the
+ * volumes that entered or left the list); a Node created again plans
+ * everything, and any other update nothing. */
 static void on_node_update(K8sInformer *i, const void *old, const void *new, void *userdata) {
         VolumeManager *m = userdata;
         const K8sNode *before = old, *after = new;
@@ -404,8 +420,10 @@ static void on_node_update(K8sInformer *i, const void *old, const void *new, voi
                 object_watches_refresh(m->watches, &k8s_kind_volume_attachment);
                 manager_schedule_pass(m);
         }
-        if (!same_strv(before->volumes_in_use, after->volumes_in_use))
-                manager_schedule_volume_pass(m, NULL); /* volumesInUse: compared in every pass */
+        /* A volume newly listed may be staged now (kubelet's "reported in
+         * use"); one no longer listed is compared again by the pass. */
+        if (!schedule_in_use_changes(m, before->volumes_in_use, after->volumes_in_use))
+                manager_schedule_pass(m);
 }
 
 static void on_informer_error(K8sInformer *i, int error, long status, const char *message, void *userdata) {

@@ -20,7 +20,8 @@ import pytest
 
 from integration import agent_fixtures
 from integration.agent_fixtures import DRIVER, wait_until, write_config
-from integration.test_volume_lookups import claim_volume
+from integration.test_volume_lookups import claim_volume, start_as_node
+from integration.test_volume_restart import UNIQUE, attach
 
 PODS = 40
 VOLUMES = 5
@@ -217,3 +218,31 @@ def test_a_node_heartbeat_costs_no_pass(volume_env):
     cost = get_json(address, "/volumes")["visited"] - before
     print(f"a Node heartbeat and a pod's event beside {PUBLISHED}: {cost} visits")
     assert cost <= 2 * (1 + VOLUMES) + 2, (cost, NODE_SIZE)
+
+
+def test_a_volume_listed_in_use_by_the_nodes_update_alone_is_staged(volume_env):
+    """An attachable volume is staged once the Node lists it in volumesInUse
+    (kubelet's "reported in use").  When the Node's update that lists it is
+    the last event, its pass must plan that volume: a pass that only
+    compared the lists (the first version of the scoped Node update) left
+    it unstaged for good, seen once in the crash matrix on the mountinfo
+    fallback (NodeStageVolume never called; "Incremental pass missed:
+    stage").  Here kvolumed's own patch of volumesInUse fails and someone
+    else lists the volume.  This test did not fail on that version in the
+    runs made: a full pass from another event came first there."""
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-a", "vol-a", claim="a")
+    env.pvc("a", "pv-a")
+    attach(env, "pv-a", "vol-a")  # the controller was quick: attached before the pod
+    status_path = "/api/v1/nodes/test-node/status"
+    env.api.fail_next(10 ** 6, status=500, path_prefix=status_path, method="PATCH")
+    start_as_node(env)
+    pod = env.pod("a", [claim_volume("data", "a")])
+    wait_until(lambda: any(r["method"] == "PATCH" and r["path"] == status_path for r in env.api.requests()), 30,
+               what="kvolumed's patch of volumesInUse tried")
+    node = env.node()
+    node["status"]["volumesInUse"] = [UNIQUE + "vol-a"]
+    node["metadata"].pop("resourceVersion", None)
+    env.api.update(node)
+    env.wait_mounted(env.target(pod, "pv-a"), timeout=20)

@@ -6,6 +6,7 @@ description.  Imported by volume_bench.py, restart_bench.py and suite.py."""
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -210,6 +211,27 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix):
     node.listen = f"127.0.0.1:{free_port()}"
     node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen)
     node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
+
+
+def close_bench_node(node):
+    """Undoes open_bench_node() once kvolumed is stopped: the driver, the
+    fake API server, the mounts left under the work directory (thousands:
+    umount2() here, not a process per mount) and the directories."""
+    import ctypes
+
+    if node.driver.poll() is None:
+        node.driver.send_signal(signal.SIGTERM)
+        try:
+            node.driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            node.driver.kill()
+    node.api.stop()
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/mountinfo") as f:
+        left = [line.split()[4] for line in f if line.split()[4].startswith(node.work + "/")]
+    for m in sorted(left, key=len, reverse=True):
+        libc.umount2(m.encode(), 2)  # MNT_DETACH
+    subprocess.run(["rm", "-rf", "--one-file-system", node.work, node.sockdir])
 
 
 def kvolumed_path():

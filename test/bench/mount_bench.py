@@ -18,7 +18,6 @@ as suite.py measures it.  Figures: the median of each repeat's median, the
 min–max of those, the p99 over every pod; idle CPU and wake-ups per source
 and level.  Prints a Markdown report and writes it (and JSON) to --report."""
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -33,11 +32,10 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      open_bench_node, percentile, pod, status_kib, wait)
+                      close_bench_node, open_bench_node, percentile, pod, status_kib, wait)
 
 SOURCES = ("kernel", "mountinfo")
 CONFIG_VALUE = {"kernel": "auto", "mountinfo": "mountinfo"}
-MNT_DETACH = 2
 
 
 def log(msg):
@@ -148,21 +146,7 @@ class Node:
 
     def close(self):
         self.stop_agent()
-        for p in (self.driver,):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        self.api.stop()
-        # Thousands of mounts: umount2() here, not a process per mount.
-        libc = ctypes.CDLL(None, use_errno=True)
-        with open("/proc/self/mountinfo") as f:
-            left = [line.split()[4] for line in f if line.split()[4].startswith(self.work + "/")]
-        for m in sorted(left, key=len, reverse=True):
-            libc.umount2(m.encode(), MNT_DETACH)
-        subprocess.run(["rm", "-rf", "--one-file-system", self.work, self.sockdir])
+        close_bench_node(self)
 
 
 def fmt(x, digits=2):

@@ -34,7 +34,6 @@ marks every reconstructed volume uncertain and calls NodeStage/NodePublish
 again for each volume a running pod still wants: 10,000 calls here."""
 import argparse
 import collections
-import ctypes
 import json
 import os
 import re
@@ -50,9 +49,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      open_bench_node, pod, request_kind, status_kib, wait)
+                      close_bench_node, open_bench_node, pod, request_kind, status_kib, wait)
 
-MNT_DETACH = 2
 TEARDOWN = ("NodeUnpublishVolume", "NodeUnstageVolume")
 SETUP = ("NodeStageVolume", "NodePublishVolume")
 
@@ -254,20 +252,7 @@ class Node:
                 self.agent.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 self.agent.kill()
-        if self.driver.poll() is None:
-            self.driver.send_signal(signal.SIGTERM)
-            try:
-                self.driver.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.driver.kill()
-        self.api.stop()
-        # Thousands of mounts: umount2() here, not a process per mount.
-        libc = ctypes.CDLL(None, use_errno=True)
-        with open("/proc/self/mountinfo") as f:
-            left = [line.split()[4] for line in f if line.split()[4].startswith(self.work + "/")]
-        for m in sorted(left, key=len, reverse=True):
-            libc.umount2(m.encode(), MNT_DETACH)
-        subprocess.run(["rm", "-rf", "--one-file-system", self.work, self.sockdir])
+        close_bench_node(self)
 
 
 def summary(values):

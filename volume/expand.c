@@ -908,8 +908,9 @@ int expand_during_publish(Operation *op, expand_mount_done_t done) {
                 return 0;
         /* kubelet finds the claim through the PV's claimRef; the PV is the
          * one the pod's volume resolved to, in the lookup cache. */
-        if (object_watches_get(m->watches, &k8s_kind_pv, NULL, av->spec_name, (const void **) &pv) < 0 || !pv ||
-            isempty(pv->claim_namespace) || isempty(pv->claim_name))
+        _cleanup_free_ char *asker = manager_asker_of_volume(av->unique_name);
+        if (object_watches_get(m->watches, &k8s_kind_pv, NULL, av->spec_name, asker, (const void **) &pv) < 0 ||
+            !pv || isempty(pv->claim_namespace) || isempty(pv->claim_name))
                 return 0;
         /* Published for another pod already: its claim is watched for a new
          * size by the checks (every interval, and at each update of a pod

@@ -289,6 +289,13 @@ void manager_schedule_pass(VolumeManager *m);
  * follows what changed, not the node's size. */
 void manager_schedule_pod_pass(VolumeManager *m, const char *pod_uid);
 void manager_schedule_volume_pass(VolumeManager *m, const char *unique_name);
+/* Who asks the lookup cache (watches.h) for an object: a pod whose desired
+ * volumes read it (its claims and their PVs), or a volume whose attach wait
+ * or expansion did (its VolumeAttachment, its PV).  An answer that changed
+ * schedules a pass of its askers only.  NULL when out of memory (the
+ * cache then takes anyone for an asker). */
+char *manager_asker_of_pod(const char *pod_uid);
+char *manager_asker_of_volume(const char *unique_name);
 /* Lowers the retry timer to "when" if it is later or off (a scoped pass
  * sees only some of the backoffs). */
 void manager_lower_retry_timer(VolumeManager *m, uint64_t when);

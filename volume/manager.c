@@ -123,23 +123,51 @@ bool manager_attachable(VolumeManager *m, const char *driver) {
         return !d || d->attach_required;
 }
 
+#define ASKER_POD "pod/"
+#define ASKER_VOLUME "volume/"
+
+static char *asker_new(const char *prefix, const char *name) {
+        char *s = NULL;
+        return asprintf(&s, "%s%s", prefix, name) < 0 ? NULL : s;
+}
+
+char *manager_asker_of_pod(const char *pod_uid) {
+        return asker_new(ASKER_POD, pod_uid);
+}
+
+char *manager_asker_of_volume(const char *unique_name) {
+        return asker_new(ASKER_VOLUME, unique_name);
+}
+
+/* The name after an asker's prefix; NULL for another prefix. */
+static const char *asker_name(const char *asker, const char *prefix) {
+        size_t n = strlen(prefix);
+        return strncmp(asker, prefix, n) == 0 ? asker + n : NULL;
+}
+
+/* The ClusterView of one pod's rebuild: its lookups are the pod's. */
+typedef struct PodLookups {
+        VolumeManager *m;
+        const char *asker;
+} PodLookups;
+
 static int view_get_pvc(void *userdata, const char *namespace, const char *name,
                         const K8sPersistentVolumeClaim **ret) {
-        VolumeManager *m = userdata;
-        int r = object_watches_get(m->watches, &k8s_kind_pvc, namespace, name, (const void **) ret);
+        PodLookups *l = userdata;
+        int r = object_watches_get(l->m->watches, &k8s_kind_pvc, namespace, name, l->asker, (const void **) ret);
         /* A claim name that cannot exist is simply not found. */
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
 
 static int view_get_pv(void *userdata, const char *name, const K8sPersistentVolume **ret) {
-        VolumeManager *m = userdata;
-        int r = object_watches_get(m->watches, &k8s_kind_pv, NULL, name, (const void **) ret);
+        PodLookups *l = userdata;
+        int r = object_watches_get(l->m->watches, &k8s_kind_pv, NULL, name, l->asker, (const void **) ret);
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
 
 static const char *view_lookup_error(void *userdata, const K8sKind *kind, const char *namespace, const char *name) {
-        VolumeManager *m = userdata;
-        return object_watches_error(m->watches, kind, namespace, name);
+        PodLookups *l = userdata;
+        return object_watches_error(l->m->watches, kind, namespace, name);
 }
 
 /* ---- events ------------------------------------------------------------------------- */
@@ -431,14 +459,32 @@ static void on_informer_error(K8sInformer *i, int error, long status, const char
         log_debug("Watching %s: %s", k8s_informer_kind(i)->plural, strempty(message));
 }
 
-static void on_watch_changed(void *userdata) {
-        manager_schedule_pass(userdata);
+/* A claim, PV or VolumeAttachment answered anew: a pass of those that
+ * looked it up (a pod is rebuilt from it), not of the node. */
+static void on_watch_changed(const char *const *askers, size_t n_askers, void *userdata) {
+        VolumeManager *m = userdata;
+
+        if (!askers) {
+                manager_schedule_pass(m);
+                return;
+        }
+        for (size_t i = 0; i < n_askers; i++) {
+                const char *uid = asker_name(askers[i], ASKER_POD), *volume = asker_name(askers[i], ASKER_VOLUME);
+                PodEntry *e = uid ? hashmap_get(m->pod_entries, uid) : NULL;
+                if (e) {
+                        e->dirty = true;
+                        manager_schedule_pod_pass(m, e->uid);
+                } else if (volume)
+                        manager_schedule_volume_pass(m, volume);
+        }
 }
 
 /* Rebuilds a pod's desired volumes from the informer's pod and the watches. */
 void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
-        ClusterView view = { view_get_pvc, view_get_pv, m, view_lookup_error };
+        _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
+        PodLookups lookups = { m, asker };
+        ClusterView view = { view_get_pvc, view_get_pv, &lookups, view_lookup_error };
         DesiredPod *p = NULL;
         const char *field = NULL;
         DesiredPod *old;

@@ -151,11 +151,13 @@ static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Des
         const VolumeSpec *s = dv->spec;
         const K8sVolumeAttachment *va = NULL;
         char va_name[CSI_HASH_NAME_MAX], message[512];
+        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
         int r;
 
         r = csi_attachment_name(s->handle, s->driver, m->node_name, va_name);
         if (r >= 0)
-                r = object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, (const void **) &va);
+                r = object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
+                                       (const void **) &va);
         if (r < 0 && r != -EAGAIN && r != -EACCES) {
                 /* -EACCES: a node may not read a VolumeAttachment that does not
                  * exist yet (the authorizer has no edge to it): still waiting. */
@@ -396,8 +398,11 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                 char va_name[CSI_HASH_NAME_MAX];
                 const void *va;
                 if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver) &&
-                    csi_attachment_name(s->handle, s->driver, m->node_name, va_name) >= 0)
-                        (void) object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, &va);
+                    csi_attachment_name(s->handle, s->driver, m->node_name, va_name) >= 0) {
+                        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
+                        (void) object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
+                                                  &va);
+                }
                 return;
         }
         /* A pod that has the volume already keeps it; a new one may have to wait. */

@@ -32,6 +32,10 @@ typedef struct ObjectEntry {
         char *error;                  /* why the last GET failed; NULL after a success */
 
         bool marked;
+        /* Who looked it up since the last full pass began (keys; values
+         * unused): told of its changes.  NULL until someone asks. */
+        Hashmap *askers;
+        bool askers_unknown;    /* a lookup without an asker, or out of memory */
 } ObjectEntry;
 
 struct ObjectWatches {
@@ -94,7 +98,25 @@ static void entry_free(ObjectEntry *e) {
         free(e->namespace);
         free(e->name);
         free(e->error);
+        hashmap_free(e->askers);
         free(e);
+}
+
+/* Tells the manager an entry changed, naming who waits for it. */
+static void entry_changed(ObjectEntry *e) {
+        _cleanup_free_ const char **askers = NULL;
+        size_t n = 0;
+        const char *key;
+
+        if (!e->askers_unknown && e->askers) {
+                askers = calloc(hashmap_size(e->askers) + 1, sizeof *askers);
+                for (size_t i = 0; askers && hashmap_iterate(e->askers, &i, &key, NULL);)
+                        askers[n++] = key;
+        }
+        if (e->askers_unknown || (e->askers && !askers))
+                e->w->changed(NULL, 0, e->w->userdata);
+        else
+                e->w->changed(askers, n, e->w->userdata);
 }
 
 static void entry_fetch(ObjectEntry *e);
@@ -224,7 +246,7 @@ static void on_answer(K8sClient *c, const K8sResponse *resp, void *userdata) {
                         entry_fetch(e);
         }
         if (changed)
-                w->changed(w->userdata);
+                entry_changed(e);
 }
 
 static int object_path(const ObjectEntry *e, char **ret) {
@@ -261,7 +283,7 @@ static void entry_fetch(ObjectEntry *e) {
                         message = NULL;
                 /* Out of memory, most likely: the backoff gives it time. */
                 if (entry_failed(e, NULL, message, now_usec(e->w)))
-                        e->w->changed(e->w->userdata);
+                        entry_changed(e);
         }
 }
 
@@ -313,8 +335,12 @@ ObjectWatches *object_watches_free(ObjectWatches *w) {
 
 void object_watches_begin(ObjectWatches *w) {
         void *value;
-        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);)
-                ((ObjectEntry *) value)->marked = false;
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
+                ObjectEntry *e = value;
+                e->marked = false;
+                e->askers = hashmap_free(e->askers);
+                e->askers_unknown = false;
+        }
 }
 
 void object_watches_sweep(ObjectWatches *w) {
@@ -411,8 +437,22 @@ static ObjectEntry *entry_find(ObjectWatches *w, const K8sKind *kind, const char
         return hashmap_get(w->entries, key);
 }
 
+/* Remembers who asked; should that fail, a change concerns anyone. */
+static void entry_note_asker(ObjectEntry *e, const char *asker) {
+        if (!asker) {
+                e->askers_unknown = true;
+                return;
+        }
+        if (e->askers_unknown || (e->askers && hashmap_get(e->askers, asker)))
+                return;
+        if (!e->askers)
+                e->askers = hashmap_new();
+        if (!e->askers || hashmap_put(e->askers, asker, e, NULL) < 0)
+                e->askers_unknown = true;
+}
+
 int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name,
-                       const void **ret) {
+                       const char *asker, const void **ret) {
         char *key = NULL;
         ObjectEntry *e;
         int r;
@@ -432,6 +472,7 @@ int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namesp
                 }
         }
         e->marked = true;
+        entry_note_asker(e, asker);
         if (e->forbidden_reported)
                 return -EACCES;
         if (!e->answered)

@@ -15,7 +15,11 @@
  * not fetched again.  Failed GETs (5xx, no connection, a 403 while
  * the authorizer's graph does not know a new pod yet) are retried the same
  * way.  The "changed" callback runs after the first answer for an object and
- * after every answer that differs from the cached one. */
+ * after every answer that differs from the cached one, with the askers of
+ * that object: each lookup names who asked (an opaque string of the
+ * caller's, say a pod or a volume), so that an answer costs a look at
+ * those who wait for it, not a pass over the node (issue 23: every answer
+ * was a full pass, three of them for each new pod of a claim). */
 
 #include "k8s/client.h"
 #include "k8s/objects.h"
@@ -32,23 +36,28 @@
 typedef struct ObjectWatches ObjectWatches;
 
 /* Called after any cached object changed or was first answered, and when a
- * lookup starts or stops being refused (-EACCES). */
-typedef void (*object_watches_changed_t)(void *userdata);
+ * lookup starts or stops being refused (-EACCES), with the askers that looked
+ * it up since the last object_watches_begin() (the full pass that every
+ * entry in use is looked up again by).  askers NULL: who asked is not known
+ * (out of memory once, or a lookup without an asker): anyone may wait. */
+typedef void (*object_watches_changed_t)(const char *const *askers, size_t n_askers, void *userdata);
 
 int object_watches_new(K8sClient *client, object_watches_changed_t changed, void *userdata, ObjectWatches **ret);
 ObjectWatches *object_watches_free(ObjectWatches *w);
 DEFINE_TRIVIAL_CLEANUP_FUNC(ObjectWatches *, object_watches_free);
 
-/* A pass begins: every entry is unmarked. */
+/* A full pass begins: every entry is unmarked, and forgets its askers (the
+ * pass asks again for what is still in use). */
 void object_watches_begin(ObjectWatches *w);
 /* Looks the object up in the cache, creating its entry (and starting its
- * first GET) when needed, and marks the entry used.  0 with *ret the object
+ * first GET) when needed, and marks the entry used; asker (copied; NULL: none
+ * known) is told of its changes until the next full pass.  0 with *ret the object
  * (NULL: it does not exist); -EAGAIN while its first answer has not arrived
  * (or only failures came so far); -EACCES while the API server keeps refusing
  * it (object_watches_error() says what the server said; the GETs go on at
  * the backoff's cap); -EINVAL for a name that cannot be asked for. */
 int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name,
-                       const void **ret);
+                       const char *asker, const void **ret);
 /* The last failure of the object's GETs (the API server's Status message for
  * a 403), or NULL when the last GET succeeded or the object is not cached. */
 const char *object_watches_error(ObjectWatches *w, const K8sKind *kind, const char *namespace, const char *name);

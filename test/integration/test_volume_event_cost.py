@@ -10,7 +10,9 @@ took 9.7 times as long as on an empty node).  The same holds for what follows
 an event: a mount notification looks at the publishes at the mount points
 that changed (volume/mountwatch.c), not at every publish of the node, and a
 deleted pod's publishes come from an index of pods (volume/podindex.c), not
-from a walk over every volume."""
+from a walk over every volume; and the answer of a claim, a PV or a
+VolumeAttachment kvolumed looked up plans those that looked it up
+(volume/watches.h), not the node."""
 import json
 import subprocess
 import time
@@ -189,6 +191,28 @@ def test_a_retry_costs_its_volume_not_the_node(volume_env):
     # Each retry: its pass (the pod and its volume, twice) and the pass
     # that follows the failure; whatever the node has.
     assert cost <= 4 * (1 + 1) + 4, (cost, NODE_SIZE)
+
+
+def test_a_claims_answers_cost_its_pod_not_the_node(volume_env):
+    """A node may not watch claims and PVs: a new pod of a claim makes
+    kvolumed GET the claim, then its PV, and each first answer (and any
+    later one that differs) was a full pass over every pod and volume of
+    the node (before: two full passes per new pod of a claim, three with
+    its VolumeAttachment).  Now an answer plans the pods that looked the
+    object up: the claim's pod is rebuilt from it, and nothing else."""
+    env = volume_env
+    address = start_busy_node(env)
+    env.pv("pv-new", "vol-new", claim="new")
+    env.pvc("new", "pv-new")
+    before = get_json(address, "/volumes")["visited"]
+    pod = env.pod("claimer", [claim_volume("data", "new")])
+    env.wait_mounted(env.target(pod, "pv-new"), timeout=30)
+    wait_until(lambda: quiet(address, PUBLISHED + 1), 30, interval=0.02, what="the claim's volume published")
+    cost = get_json(address, "/volumes")["visited"] - before
+    print(f"a new pod of a claim beside {PUBLISHED}: {cost} visits")
+    # The pod's pass, one per answer (the claim's, the PV's), the passes
+    # that follow its stage and publish and the check of its mount points.
+    assert cost <= 40, (cost, NODE_SIZE)
 
 
 def test_a_node_heartbeat_costs_no_pass(volume_env):

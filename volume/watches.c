@@ -42,6 +42,11 @@ struct ObjectWatches {
         K8sClient *client;
         sd_event *event;
         Hashmap *entries; /* key → ObjectEntry */
+        /* The entries not in their final state (key → ObjectEntry): what a
+         * pod's event refreshes, without a walk over every object the node
+         * uses (thousands of bound claims, PVs and attachments). */
+        Hashmap *unsettled;
+        Hashmap *refresh_due; /* key → ObjectEntry: to GET at the refresh source */
         sd_event_source *refresh_source; /* runs the refreshes asked for in this iteration */
         object_watches_changed_t changed;
         void *userdata;
@@ -87,9 +92,21 @@ static bool same_answer(const void *a, const void *b) {
                streq_ptr(ma->uid, mb->uid);
 }
 
+/* Keeps the set of unsettled entries in step after any change of e. */
+static void entry_settle(ObjectEntry *e) {
+        if (entry_final(e))
+                (void) hashmap_remove(e->w->unsettled, e->key);
+        else if (!hashmap_get(e->w->unsettled, e->key) && hashmap_put(e->w->unsettled, e->key, e, NULL) < 0)
+                log_warning("Out of memory: %s may not be looked up again", e->key);
+}
+
 static void entry_free(ObjectEntry *e) {
         if (!e)
                 return;
+        if (e->key && e->w) {
+                (void) hashmap_remove(e->w->unsettled, e->key);
+                (void) hashmap_remove(e->w->refresh_due, e->key);
+        }
         k8s_request_cancel(e->request);
         sd_event_source_disable_unref(e->timer);
         if (e->obj)
@@ -182,6 +199,7 @@ static bool entry_failed(ObjectEntry *e, const K8sResponse *resp, char *message,
         }
         e->delay_usec = next_delay(e->delay_usec);
         entry_schedule(e, MAX(e->delay_usec, resp ? resp->retry_after_usec : 0));
+        entry_settle(e);
         return was_reported != e->forbidden_reported;
 }
 
@@ -206,6 +224,7 @@ static bool entry_answered(ObjectEntry *e, void *obj) {
                 e->delay_usec = changed ? OBJECT_LOOKUP_RETRY_INITIAL_USEC : next_delay(e->delay_usec);
                 entry_schedule(e, e->delay_usec);
         }
+        entry_settle(e);
         if (changed)
                 log_debug("GET %s: %s", e->key, obj ? "changed" : "not found");
         return changed;
@@ -266,6 +285,8 @@ static void entry_fetch(ObjectEntry *e) {
         _cleanup_free_ char *path = NULL;
         int r;
 
+        if (e->refresh_due)
+                (void) hashmap_remove(e->w->refresh_due, e->key);
         e->refresh_due = false;
         if (e->request) {
                 e->again = true;
@@ -291,11 +312,10 @@ static int on_refresh(sd_event_source *s, void *userdata) {
         ObjectWatches *w = userdata;
         void *value;
 
-        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
-                ObjectEntry *e = value;
-                if (e->refresh_due)
-                        entry_fetch(e);
-        }
+        /* entry_fetch() removes the entry it is given from refresh_due:
+         * the current one, which iterating allows. */
+        for (size_t i = 0; hashmap_iterate(w->refresh_due, &i, NULL, &value);)
+                entry_fetch(value);
         return 0;
 }
 
@@ -306,7 +326,9 @@ int object_watches_new(K8sClient *client, object_watches_changed_t changed, void
         if (!w)
                 return -ENOMEM;
         w->entries = hashmap_new();
-        if (!w->entries)
+        w->unsettled = hashmap_new();
+        w->refresh_due = hashmap_new();
+        if (!w->entries || !w->unsettled || !w->refresh_due)
                 return -ENOMEM;
         w->client = client;
         w->event = k8s_client_event(client);
@@ -328,6 +350,8 @@ ObjectWatches *object_watches_free(ObjectWatches *w) {
         for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);)
                 entry_free(value);
         hashmap_free(w->entries);
+        hashmap_free(w->unsettled);
+        hashmap_free(w->refresh_due);
         sd_event_source_disable_unref(w->refresh_source);
         free(w);
         return NULL;
@@ -365,7 +389,7 @@ static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
         bool any = false;
         void *value;
 
-        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
+        for (size_t i = 0; hashmap_iterate(final_too ? w->entries : w->unsettled, &i, NULL, &value);) {
                 ObjectEntry *e = value;
                 if ((kind && e->kind != kind) || (!final_too && entry_final(e)))
                         continue;
@@ -373,8 +397,13 @@ static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
                  * its backoff and Retry-After: a pod event does not make the
                  * server any better.  A 403 may be the graph's lag, which the
                  * event can end. */
-                if (e->failures > 0)
+                if (e->failures > 0 || e->refresh_due)
                         continue;
+                if (hashmap_put(w->refresh_due, e->key, e, NULL) < 0) {
+                        /* The backoff's timer asks again. */
+                        log_warning("Out of memory: %s is not looked up again at once", e->key);
+                        continue;
+                }
                 e->refresh_due = true;
                 any = true;
         }
@@ -424,6 +453,7 @@ static int entry_new(ObjectWatches *w, const K8sKind *kind, const char *namespac
                 return r;
         }
         log_debug("Looking up %s", key);
+        entry_settle(e);
         entry_fetch(e);
         *ret = e;
         return 0;

@@ -158,7 +158,7 @@ static void update_status(Agent *a) {
                 (void) sd_event_source_set_enabled(a->status_timer, SD_EVENT_ONESHOT);
                 return;
         }
-        volume_manager_get_stats(a->volumes, &st);
+        volume_manager_get_counts(a->volumes, &st);
         if (status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL, &text) < 0)
                 return;
         if (streq_ptr(text, a->status))

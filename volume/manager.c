@@ -852,7 +852,7 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
         return NULL;
 }
 
-void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
+static void collect_stats(VolumeManager *m, bool by_state, VolumeManagerStats *ret) {
         VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running,
                                  .visited = m->visited, .held_back = slices_held(m),
                                  .mounts_seen = m->mounts_seen };
@@ -864,7 +864,8 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.desired++;
                         if (!e->desired->volumes[v].spec)
                                 s.waiting++;
-                        s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
+                        if (by_state)
+                                s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
                 }
         }
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
@@ -881,9 +882,17 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.uncertain += pub->state == PUBLISH_UNCERTAIN;
                         s.mounts_pending += pub->mount_pending;
                         /* What a pod wants is counted with its desired volumes above. */
-                        if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
+                        if (by_state && !reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
                                 s.by_state[POD_VOLUME_TEARING_DOWN]++;
                 }
         }
         *ret = s;
+}
+
+void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
+        collect_stats(m, true, ret);
+}
+
+void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret) {
+        collect_stats(m, false, ret);
 }

@@ -45,6 +45,12 @@ static int on_stop_signal(sd_event_source *s, const struct signalfd_siginfo *si,
         return 0;
 }
 
+/* TEST ONLY (KVOLUMED_TEST_PREPARE_DELAY_MS): a slow root-dir file system. */
+static uint64_t test_prepare_delay_usec(void) {
+        const char *ms = test_hook_getenv("PREPARE_DELAY_MS");
+        return ms ? (uint64_t) strtoul(ms, NULL, 10) * USEC_PER_MSEC : 0;
+}
+
 static int connect_clients(Agent *a) {
         const Config *c = a->config;
         _cleanup_free_ char *error = NULL;
@@ -88,7 +94,8 @@ static int connect_clients(Agent *a) {
                                                                        (c->max_parallel ?: 64),
                                                         /* TEST ONLY: the integration suite sets it. */
                                                         .verify_incremental =
-                                                                test_hook_getenv("VERIFY_INCREMENTAL") != NULL },
+                                                                test_hook_getenv("VERIFY_INCREMENTAL") != NULL,
+                                                        .prepare_delay_usec = test_prepare_delay_usec() },
                                &a->volumes);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the volume manager: %m");

@@ -234,6 +234,7 @@ struct VolumeManager {
          * missed.  "verifying" is set while it runs. */
         bool verify_incremental;
         bool verifying;
+        uint64_t prepare_delay_usec; /* tests: a slow root-dir (KVOLUMED_TEST_PREPARE_DELAY_MS) */
         SliceQueue *slices;     /* slices.c: what a pass could not start yet */
         RootSync *sync;         /* rootsync.c: the syncfs of a pass, off the loop */
         Hashmap *wanters;       /* wanters.c: persistent unique name → Hashmap of pod UIDs */
@@ -501,6 +502,14 @@ uint64_t republish_next(uint64_t now, uint64_t interval, double spread, uint64_t
  * which the loop runs after whatever else is due (a /healthz probe, a
  * watch event, a CSI answer). */
 #define RECONCILE_SLICE 128u
+/* ... and the time a pass may spend writing their records (directories,
+ * vol_data.json, intents: a few file system calls each, which a slow or
+ * busy root-dir file system makes milliseconds).  Past it, what is left is
+ * held back for the next slice; RECONCILE_SLICE_MIN are always started.
+ * Found by the fault storm: 128 operations' records held the loop for up
+ * to 174 ms after an API outage. */
+#define RECONCILE_PREPARE_BUDGET_USEC (20 * USEC_PER_MSEC)
+#define RECONCILE_SLICE_MIN 4u
 
 int slices_new(SliceQueue **ret);
 SliceQueue *slices_free(SliceQueue *q);

@@ -645,6 +645,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->wanters = hashmap_new();
         m->persistent = hashmap_new();
         m->verify_incremental = o->verify_incremental;
+        m->prepare_delay_usec = o->prepare_delay_usec;
         m->max_pending = o->max_pending ?: VOLUME_PENDING_PER_PARALLEL * 64;
         r = slices_new(&m->slices);
         if (r < 0)

@@ -35,6 +35,9 @@ typedef struct VolumeManagerOptions {
          * full one checks that it would start nothing more, and logs
          * "Incremental pass missed" if it would. */
         bool verify_incremental;
+        /* Tests (KVOLUMED_TEST_PREPARE_DELAY_MS): each operation's records
+         * take this long to write, as on a slow or busy root-dir file system. */
+        uint64_t prepare_delay_usec;
         /* Operations started and unfinished per driver (volume/slices.c);
          * 0: VOLUME_PENDING_PER_PARALLEL x 64.  The agent gives
          * VOLUME_PENDING_PER_PARALLEL x [csi] max-parallel. */

@@ -6,6 +6,7 @@
  * and retry or tear down), transient (nothing happened: retry later). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include "systemd/log.h"
@@ -239,6 +240,8 @@ int operation_prepare(Operation *op) {
                 return r;
         /* A newer kvolumed's record (reconstruct.c): nothing of this volume
          * dir is touched, not its vol_data.json, not its directories. */
+        if (op->m->prepare_delay_usec > 0) /* tests: a slow root-dir */
+                (void) usleep(op->m->prepare_delay_usec);
         if (hashmap_get(op->m->newer_records, record)) {
                 log_fields(LOG_DEBUG, &f, "Not %s %s: %s/%s is a newer kvolumed's record", op_kind_to_string(op->kind),
                            op->av->unique_name, op->m->root->path, record);

@@ -896,7 +896,8 @@ static void dirty_clear(Hashmap *h) {
 
 void reconciler_pass(VolumeManager *m) {
         PassState ps = { .next_retry = UINT64_MAX };
-        size_t started = 0;
+        size_t started = 0, over_budget = 0;
+        uint64_t prepare_end;
         bool full;
         int r;
 
@@ -933,16 +934,24 @@ void reconciler_pass(VolumeManager *m) {
         update_in_use(m, &ps);
 
         /* The metadata of every operation started now, made durable at once,
-         * before any of their CSI calls can create a mount. */
+         * before any of their CSI calls can create a mount.  Past the
+         * budget, the rest are held back as a full slice's are: nothing of
+         * them was written yet, and the next pass plans them again. */
+        prepare_end = monotonic_usec() + RECONCILE_PREPARE_BUDGET_USEC;
         for (size_t i = 0; i < ps.n_ops; i++) {
-                r = operation_prepare(ps.ops[i]);
-                if (r < 0) {
-                        Operation *op = ps.ops[i];
+                Operation *op = ps.ops[i];
+                bool over = i >= RECONCILE_SLICE_MIN && monotonic_usec() > prepare_end;
+
+                r = over ? 0 : operation_prepare(op);
+                if (over || r < 0) {
                         ps.ops[i] = NULL;
                         actual_volume_remove_op(op->av, op);
                         m->n_running--;
                         slices_finished(m, op->av->driver);
+                        if (over)
+                                slices_defer(m, op->av->unique_name, op->pod.uid);
                         operation_free(op);
+                        over_budget += over;
                 }
         }
         /* Their CSI calls begin once a syncfs has made all of it durable,
@@ -964,11 +973,12 @@ void reconciler_pass(VolumeManager *m) {
                 manager_lower_retry_timer(m, ps.next_retry);
         if (started > 0)
                 log_debug("Reconcile pass (%s) started %zu operations%s: %.1f ms", full ? "full" : "scoped",
-                          started, ps.held_back ? ", held back more" : "",
+                          started, ps.held_back || over_budget > 0 ? ", held back more" : "",
                           (double) (monotonic_usec() - ps.started) / USEC_PER_MSEC);
-        /* A full slice: the next one after whatever else the loop has due.
-         * Held back only by a driver's limit: its next answer schedules it. */
-        if (ps.n_ops >= RECONCILE_SLICE && slices_held(m) > 0)
+        /* A full slice (by count or by the time its records took): the next
+         * one after whatever else the loop has due.  Held back only by a
+         * driver's limit: its next answer schedules it. */
+        if ((ps.n_ops >= RECONCILE_SLICE || over_budget > 0) && slices_held(m) > 0)
                 (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);

@@ -348,6 +348,12 @@ static void on_pod_update(K8sInformer *i, const void *old, const void *new, void
         pod_changed(userdata, new);
 }
 
+/* A pod gone: the claims and PVs only it looked up are not read again. */
+static void forget_lookups(VolumeManager *m, PodEntry *e) {
+        _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
+        object_watches_forget_asker(m->watches, asker);
+}
+
 static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         VolumeManager *m = userdata;
         const K8sPod *pod = old;
@@ -362,8 +368,10 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         for (size_t v = 0; e && e->desired && v < e->desired->n_volumes; v++)
                 if (e->desired->volumes[v].spec)
                         manager_schedule_volume_pass(m, e->desired->volumes[v].spec->unique_name);
-        if (e)
+        if (e) {
                 wanters_forget(m, e);
+                forget_lookups(m, e);
+        }
         pod_entry_free(e);
         manager_schedule_pod_pass(m, pod->meta.uid);
 }

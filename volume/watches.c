@@ -47,6 +47,7 @@ struct ObjectWatches {
          * uses (thousands of bound claims, PVs and attachments). */
         Hashmap *unsettled;
         Hashmap *refresh_due; /* key → ObjectEntry: to GET at the refresh source */
+        Hashmap *by_asker;    /* asker → Hashmap of the keys of the entries it looked up */
         sd_event_source *refresh_source; /* runs the refreshes asked for in this iteration */
         object_watches_changed_t changed;
         void *userdata;
@@ -92,6 +93,16 @@ static bool same_answer(const void *a, const void *b) {
                streq_ptr(ma->uid, mb->uid);
 }
 
+static void by_asker_clear(ObjectWatches *w) {
+        const char *asker;
+        void *keys;
+
+        for (size_t i = 0; hashmap_iterate(w->by_asker, &i, &asker, &keys);) {
+                hashmap_free(keys);
+                (void) hashmap_remove(w->by_asker, asker);
+        }
+}
+
 /* Keeps the set of unsettled entries in step after any change of e. */
 static void entry_settle(ObjectEntry *e) {
         if (entry_final(e))
@@ -104,8 +115,15 @@ static void entry_free(ObjectEntry *e) {
         if (!e)
                 return;
         if (e->key && e->w) {
+                const char *asker;
                 (void) hashmap_remove(e->w->unsettled, e->key);
                 (void) hashmap_remove(e->w->refresh_due, e->key);
+                for (size_t i = 0; e->askers && hashmap_iterate(e->askers, &i, &asker, NULL);) {
+                        Hashmap *keys = hashmap_get(e->w->by_asker, asker);
+                        (void) hashmap_remove(keys, e->key);
+                        if (keys && hashmap_size(keys) == 0)
+                                hashmap_free(hashmap_remove(e->w->by_asker, asker));
+                }
         }
         k8s_request_cancel(e->request);
         sd_event_source_disable_unref(e->timer);
@@ -328,7 +346,8 @@ int object_watches_new(K8sClient *client, object_watches_changed_t changed, void
         w->entries = hashmap_new();
         w->unsettled = hashmap_new();
         w->refresh_due = hashmap_new();
-        if (!w->entries || !w->unsettled || !w->refresh_due)
+        w->by_asker = hashmap_new();
+        if (!w->entries || !w->unsettled || !w->refresh_due || !w->by_asker)
                 return -ENOMEM;
         w->client = client;
         w->event = k8s_client_event(client);
@@ -352,6 +371,8 @@ ObjectWatches *object_watches_free(ObjectWatches *w) {
         hashmap_free(w->entries);
         hashmap_free(w->unsettled);
         hashmap_free(w->refresh_due);
+        by_asker_clear(w);
+        hashmap_free(w->by_asker);
         sd_event_source_disable_unref(w->refresh_source);
         free(w);
         return NULL;
@@ -359,11 +380,33 @@ ObjectWatches *object_watches_free(ObjectWatches *w) {
 
 void object_watches_begin(ObjectWatches *w) {
         void *value;
+
+        by_asker_clear(w);
         for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
                 ObjectEntry *e = value;
                 e->marked = false;
                 e->askers = hashmap_free(e->askers);
                 e->askers_unknown = false;
+        }
+}
+
+void object_watches_forget_asker(ObjectWatches *w, const char *asker) {
+        _cleanup_(hashmap_freep) Hashmap *keys = asker ? hashmap_remove(w->by_asker, asker) : NULL;
+        const char *key;
+
+        for (size_t i = 0; keys && hashmap_iterate(keys, &i, &key, NULL);) {
+                ObjectEntry *e = hashmap_get(w->entries, key);
+                if (!e || !e->askers || !hashmap_remove(e->askers, asker))
+                        continue;
+                /* A final answer is kept: it costs no GET, and a pod that
+                 * wants the object and is not rebuilt yet (its event in the
+                 * same iteration) must find it, not wait for a new first
+                 * answer meanwhile (its volume not desired: unstaged). */
+                if (hashmap_size(e->askers) > 0 || e->askers_unknown || entry_final(e))
+                        continue;
+                log_debug("No longer looking up %s: %s needs it no more", e->key, asker);
+                hashmap_remove(w->entries, key);
+                entry_free(e);
         }
 }
 
@@ -467,8 +510,11 @@ static ObjectEntry *entry_find(ObjectWatches *w, const K8sKind *kind, const char
         return hashmap_get(w->entries, key);
 }
 
-/* Remembers who asked; should that fail, a change concerns anyone. */
+/* Remembers who asked, both ways; should that fail, a change concerns
+ * anyone and the entry is never forgotten for an asker. */
 static void entry_note_asker(ObjectEntry *e, const char *asker) {
+        Hashmap *keys;
+
         if (!asker) {
                 e->askers_unknown = true;
                 return;
@@ -477,7 +523,11 @@ static void entry_note_asker(ObjectEntry *e, const char *asker) {
                 return;
         if (!e->askers)
                 e->askers = hashmap_new();
-        if (!e->askers || hashmap_put(e->askers, asker, e, NULL) < 0)
+        keys = hashmap_get(e->w->by_asker, asker);
+        if (!keys && (keys = hashmap_new()) && hashmap_put(e->w->by_asker, asker, keys, NULL) < 0)
+                keys = hashmap_free(keys);
+        if (!e->askers || !keys || hashmap_put(keys, e->key, e, NULL) < 0 ||
+            hashmap_put(e->askers, asker, e, NULL) < 0)
                 e->askers_unknown = true;
 }
 

@@ -76,6 +76,15 @@ void object_watches_refresh(ObjectWatches *w, const K8sKind *kind);
  * name): the reconciler must hear of it, if only to say it keeps what the
  * running pod resolved. */
 void object_watches_refresh_all(ObjectWatches *w);
+/* The asker needs nothing any more (a pod deleted or gone from the node):
+ * the entries only it looked up and not in their final state (a claim not
+ * bound, not found, refused) are dropped at once, their GETs cancelled;
+ * final ones stay until a full pass sweeps them (they cost no GET).
+ * Before, they lived until the next full pass's sweep, and a deleted pod's
+ * claim, which the Node authorizer no longer lets the node read, was asked
+ * for again and again: 403s, and after five a warning about a pod that is
+ * gone (the storm's 403s after an API outage). */
+void object_watches_forget_asker(ObjectWatches *w, const char *asker);
 /* The pass is over: entries no lookup marked are dropped, their GETs cancelled. */
 void object_watches_sweep(ObjectWatches *w);
 

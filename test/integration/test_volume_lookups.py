@@ -270,3 +270,27 @@ def test_persistent_refusal_is_reported_without_hot_retries(volume_env):
     env.api.set_graph_lag(0)
     env.wait_mounted(env.target(pod, "pv-1"), timeout=RETRY_MAX + 5)
     assert lists_or_watches(env) == []
+
+
+def test_a_deleted_pods_claim_is_not_read_again(volume_env):
+    """A pod waits for its claim to be bound, and kvolumed GETs the claim
+    with the lookup backoff.  Once the pod is deleted the Node authorizer no
+    longer lets the node read that claim: kvolumed must stop asking (before,
+    the lookup lived until the next full pass, minutes away: a 403 every
+    3.2 s, and after five of them a warning about a pod that is gone; the
+    storm's 403s after an API outage were these)."""
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pvc("never")
+    agent = start_as_node(env)
+    env.pod("web", [claim_volume("data", "never")])
+    wait_until(lambda: len(gets(env, PVC_PATH + "never")) >= 3, 10, what="three GETs of the pending claim")
+    env.api.delete("pods", "default", "web", grace_period_seconds=0)
+    time.sleep(0.5)  # the deletion's watch event reaches kvolumed (a GET then in flight ends)
+    deleted = time.time()
+    # Two backoff steps at their cap, and the 3 s of refusals that make the warning.
+    time.sleep(2 * RETRY_MAX)
+    after = [round(r["time"] - deleted, 2) for r in gets(env, PVC_PATH + "never", since=deleted)]
+    assert after == [], f"GETs of the deleted pod's claim, s after its deletion: {after}"
+    assert "refused" not in agent.output()
+    assert "No longer looking up PersistentVolumeClaim/default/never" in agent.output()

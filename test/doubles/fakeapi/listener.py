@@ -21,25 +21,32 @@ class _Server(ThreadingHTTPServer):
         # Runs on the connection's thread, so a slow TLS handshake never
         # blocks accept().
         lst = self.listener
-        if time.monotonic() < lst.reset_until:
-            lst.resets += 1
-            request.close()
-            return
-        if lst.ssl_context is not None:
-            request.settimeout(10)
-            try:
-                request = lst.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError):
-                request.close()
-                return
-            request.settimeout(None)
-        lst.track(request, True)
+        # Tracked from its accept, through a descriptor of its own that TLS
+        # does not detach: a cut must reach a connection still in its
+        # handshake too.  Tracked before the check, so that a connection
+        # either sees the reset or is cut by it (before, one accepted just
+        # before an outage could answer during it, and a client took the
+        # server for back: test_k8s_outage's attempts bound failed at
+        # random).
+        handle = request.dup()
+        lst.track(handle, True)
         try:
+            if time.monotonic() < lst.reset_until:
+                lst.resets += 1
+                return
+            if lst.ssl_context is not None:
+                request.settimeout(10)
+                try:
+                    request = lst.ssl_context.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError):
+                    return
+                request.settimeout(None)
             self.RequestHandlerClass(request, client_address, self)
         except (ConnectionError, ssl.SSLError, OSError):
             pass
         finally:
-            lst.track(request, False)
+            lst.track(handle, False)
+            handle.close()
             request.close()
 
 

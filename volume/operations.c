@@ -238,10 +238,10 @@ int operation_prepare(Operation *op) {
                 r = record_path_of(op, &record);
         if (r < 0)
                 return r;
-        /* A newer kvolumed's record (reconstruct.c): nothing of this volume
-         * dir is touched, not its vol_data.json, not its directories. */
         if (op->m->prepare_delay_usec > 0) /* tests: a slow root-dir */
                 (void) usleep(op->m->prepare_delay_usec);
+        /* A newer kvolumed's record (reconstruct.c): nothing of this volume
+         * dir is touched, not its vol_data.json, not its directories. */
         if (hashmap_get(op->m->newer_records, record)) {
                 log_fields(LOG_DEBUG, &f, "Not %s %s: %s/%s is a newer kvolumed's record", op_kind_to_string(op->kind),
                            op->av->unique_name, op->m->root->path, record);

@@ -144,6 +144,19 @@ static const char *lifecycle_problem(VolumeManager *m, const VolumeSpec *s, char
         return buf;
 }
 
+/* The volume's VolumeAttachment on this node from the lookup cache, the
+ * volume its asker (va_name: its name, for logs). */
+static int lookup_attachment(VolumeManager *m, const VolumeSpec *s, char va_name[static CSI_HASH_NAME_MAX],
+                             const K8sVolumeAttachment **ret) {
+        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
+        int r = csi_attachment_name(s->handle, s->driver, m->node_name, va_name);
+
+        *ret = NULL;
+        return r < 0 ? r :
+                       object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
+                                          (const void **) ret);
+}
+
 /* Whether an attachable volume may be staged: reported in use, listed
  * attached in the Node's status, and its VolumeAttachment says attached. */
 static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
@@ -151,13 +164,9 @@ static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Des
         const VolumeSpec *s = dv->spec;
         const K8sVolumeAttachment *va = NULL;
         char va_name[CSI_HASH_NAME_MAX], message[512];
-        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
         int r;
 
-        r = csi_attachment_name(s->handle, s->driver, m->node_name, va_name);
-        if (r >= 0)
-                r = object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
-                                       (const void **) &va);
+        r = lookup_attachment(m, s, va_name, &va);
         if (r < 0 && r != -EAGAIN && r != -EACCES) {
                 /* -EACCES: a node may not read a VolumeAttachment that does not
                  * exist yet (the authorizer has no edge to it): still waiting. */
@@ -396,13 +405,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
                  * while a stage or publish runs; the operation reads its
                  * publish context with a GET of its own. */
                 char va_name[CSI_HASH_NAME_MAX];
-                const void *va;
-                if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver) &&
-                    csi_attachment_name(s->handle, s->driver, m->node_name, va_name) >= 0) {
-                        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
-                        (void) object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
-                                                  &va);
-                }
+                const K8sVolumeAttachment *va;
+                if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver))
+                        (void) lookup_attachment(m, s, va_name, &va);
                 return;
         }
         /* A pod that has the volume already keeps it; a new one may have to wait. */

@@ -21,7 +21,6 @@ typedef struct ObjectEntry {
 
         K8sRequest *request;    /* the GET in flight */
         bool again;             /* refreshed while a GET was in flight: GET again after it */
-        bool refresh_due;       /* a refresh wants a GET at the next loop iteration */
         sd_event_source *timer; /* the next GET of an object not final, or after a failure */
         uint64_t delay_usec;    /* the backoff: 0 after a final answer */
 
@@ -303,9 +302,7 @@ static void entry_fetch(ObjectEntry *e) {
         _cleanup_free_ char *path = NULL;
         int r;
 
-        if (e->refresh_due)
-                (void) hashmap_remove(e->w->refresh_due, e->key);
-        e->refresh_due = false;
+        (void) hashmap_remove(e->w->refresh_due, e->key);
         if (e->request) {
                 e->again = true;
                 return;
@@ -440,14 +437,13 @@ static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
                  * its backoff and Retry-After: a pod event does not make the
                  * server any better.  A 403 may be the graph's lag, which the
                  * event can end. */
-                if (e->failures > 0 || e->refresh_due)
+                if (e->failures > 0 || hashmap_get(w->refresh_due, e->key))
                         continue;
                 if (hashmap_put(w->refresh_due, e->key, e, NULL) < 0) {
                         /* The backoff's timer asks again. */
                         log_warning("Out of memory: %s is not looked up again at once", e->key);
                         continue;
                 }
-                e->refresh_due = true;
                 any = true;
         }
         /* A deferred source runs once per loop iteration however often it is

@@ -65,12 +65,108 @@ ActualVolume *actual_volume_free(ActualVolume *av) {
         return NULL;
 }
 
+/* ---- the counts (counts.c): each setter takes out what the old value
+ * counted and adds what the new one counts ------------------------------ */
+
+static void count(unsigned *counter, bool counted, int sign) {
+        if (counted)
+                *counter += (unsigned) sign; /* -1: wraps to a decrement */
+}
+
+static void count_publish(VolumeCounts *c, const ActualPublish *p, int sign) {
+        if (!c || !p)
+                return;
+        count(&c->published, p->state == PUBLISH_DONE, sign);
+        count(&c->uncertain, p->state == PUBLISH_UNCERTAIN, sign);
+        count(&c->mounts_pending, p->mount_pending, sign);
+}
+
+static void count_volume_own(const ActualVolume *av, int sign) {
+        VolumeCounts *c = av->counts;
+
+        if (!c)
+                return;
+        count(&c->staged, av->stage == STAGE_DONE, sign);
+        count(&c->uncertain, av->stage == STAGE_UNCERTAIN, sign);
+        count(&c->attach_waiting, av->attach_wait_since != 0, sign);
+        count(&c->unresponsive, av->unresponsive_since != 0, sign);
+        count(&c->mounts_pending, av->mount_pending, sign);
+}
+
+static void note_backoffs(ActualVolume *av) {
+        if (!av->counts)
+                return;
+        if (hashmap_size(av->backoffs) == 0)
+                (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
+        else if (hashmap_put(av->counts->with_backoffs, av->unique_name, av, NULL) < 0)
+                av->counts->broken = true;
+}
+
+void actual_volume_count_in(ActualVolume *av, VolumeCounts *counts) {
+        void *value;
+
+        assert(!av->counts);
+        av->counts = counts;
+        count_volume_own(av, +1);
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                count_publish(counts, value, +1);
+        note_backoffs(av);
+}
+
+void actual_volume_count_out(ActualVolume *av) {
+        void *value;
+
+        if (!av->counts)
+                return;
+        count_volume_own(av, -1);
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                count_publish(av->counts, value, -1);
+        (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
+        av->counts = NULL;
+}
+
+void actual_publish_set_state(ActualVolume *av, ActualPublish *p, PublishState state) {
+        count_publish(av->counts, p, -1);
+        p->state = state;
+        count_publish(av->counts, p, +1);
+}
+
+void actual_publish_set_mount_pending(ActualVolume *av, ActualPublish *p, bool pending) {
+        count_publish(av->counts, p, -1);
+        p->mount_pending = pending;
+        count_publish(av->counts, p, +1);
+}
+
+void actual_volume_set_stage(ActualVolume *av, StageState stage) {
+        count_volume_own(av, -1);
+        av->stage = stage;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_mount_pending(ActualVolume *av, bool pending) {
+        count_volume_own(av, -1);
+        av->mount_pending = pending;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_attach_wait(ActualVolume *av, uint64_t since) {
+        count_volume_own(av, -1);
+        av->attach_wait_since = since;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_unresponsive(ActualVolume *av, uint64_t since) {
+        count_volume_own(av, -1);
+        av->unresponsive_since = since;
+        count_volume_own(av, +1);
+}
+
 int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_name, const char *target,
                        PublishState state) {
         ActualPublish *p = hashmap_get(av->publishes, pod->uid);
 
         if (p) {
-                p->state = state;
+                actual_publish_set_state(av, p, state);
                 return 0;
         }
         p = calloc(1, sizeof *p);
@@ -86,12 +182,16 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
                 publish_free(p);
                 return -ENOMEM;
         }
+        count_publish(av->counts, p, +1);
         pod_index_sync(av->pod_index, av, pod->uid);
         return 0;
 }
 
 void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
-        publish_free(hashmap_remove(av->publishes, pod_uid));
+        ActualPublish *p = hashmap_remove(av->publishes, pod_uid);
+
+        count_publish(av->counts, p, -1);
+        publish_free(p);
         pod_index_sync(av->pod_index, av, pod_uid);
 }
 
@@ -112,6 +212,7 @@ Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool
                 free(b);
                 return NULL;
         }
+        note_backoffs(av);
         return b;
 }
 
@@ -119,6 +220,7 @@ void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid) {
         char key[64];
         backoff_key(kind, pod_uid, key);
         free(hashmap_remove(av->backoffs, key));
+        note_backoffs(av);
 }
 
 static bool per_pod(OpKind kind) {

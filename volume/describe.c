@@ -393,7 +393,7 @@ void describe_note_outcome(VolumeManager *m, const Operation *op, bool success) 
         if (success) {
                 /* A stage or publish that worked reached its file system. */
                 if (op->kind == OP_STAGE || op->kind == OP_PUBLISH)
-                        av->unresponsive_since = 0;
+                        actual_volume_set_unresponsive(av, 0);
                 /* The error stays shown while another operation of it still fails. */
                 if (hashmap_size(av->backoffs) == 0) {
                         av->last_error = mfree_str(av->last_error);
@@ -403,7 +403,7 @@ void describe_note_outcome(VolumeManager *m, const Operation *op, bool success) 
                 return;
         }
         if (op->unresponsive && av->unresponsive_since == 0)
-                av->unresponsive_since = clock_usec(CLOCK_REALTIME);
+                actual_volume_set_unresponsive(av, clock_usec(CLOCK_REALTIME));
         (void) free_and_strdup(&av->last_error, op->message ?: "unknown error");
         (void) free_and_strdup(&av->last_error_pod, op->pod.uid);
         av->last_error_op = op->kind;

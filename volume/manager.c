@@ -258,6 +258,7 @@ int manager_add_volume(VolumeManager *m, ActualVolume *av) {
         /* From now on actual.c keeps the index of pods in step with av. */
         av->pod_index = m->pod_index;
         pod_index_add_volume(m->pod_index, av);
+        actual_volume_count_in(av, &m->counts);
         mount_watch_add_volume(m, av);
         return 0;
 }
@@ -267,6 +268,7 @@ void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
         (void) hashmap_remove(m->persistent, av->unique_name);
         pod_index_remove_volume(m->pod_index, av);
         av->pod_index = NULL;
+        actual_volume_count_out(av);
         mount_watch_remove_volume(m, av);
 }
 
@@ -370,6 +372,7 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
                         manager_schedule_volume_pass(m, e->desired->volumes[v].spec->unique_name);
         if (e) {
                 wanters_forget(m, e);
+                counts_pod_forgotten(m, e);
                 forget_lookups(m, e);
         }
         pod_entry_free(e);
@@ -499,6 +502,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         int r;
 
         wanters_forget(m, e);
+        counts_pod_forgotten(m, e);
         old = TAKE_PTR(e->desired);
 
         if (!pod || !streq_ptr(pod->meta.uid, e->uid) || !pod_volumes_wanted(pod)) {
@@ -526,6 +530,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 e->desired = old;
                 e->dirty = true;
                 wanters_note(m, e);
+                counts_pod_noted(m, e);
                 return;
         }
         /* As in kubelet, a volume once resolved stays desired until the pod
@@ -556,6 +561,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         e->desired = p;
         e->dirty = false;
         wanters_note(m, e);
+        counts_pod_noted(m, e);
 }
 
 /* ---- completion and stop ---------------------------------------------------------- */
@@ -659,6 +665,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (r < 0)
                 return r;
         r = pod_index_new(&m->pod_index);
+        if (r < 0)
+                return r;
+        r = counts_init(&m->counts);
         if (r < 0)
                 return r;
         r = mount_watch_new(&m->mount_watch);
@@ -811,6 +820,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
         slices_free(m->slices);
         hashmap_free(m->persistent);
         pod_index_free(m->pod_index); /* after the volumes: freeing their operations tells it */
+        counts_done(&m->counts);
         mount_watch_free(m->mount_watch);
         wakes_free(m->wakes);
         root_sync_free(m->sync);
@@ -861,10 +871,16 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
         return NULL;
 }
 
-static void collect_stats(VolumeManager *m, bool by_state, VolumeManagerStats *ret) {
-        VolumeManagerStats s = { .pods = hashmap_size(m->pod_entries), .running = m->n_running,
-                                 .visited = m->visited, .held_back = slices_held(m),
-                                 .mounts_seen = m->mounts_seen };
+static VolumeManagerStats uncounted_stats(VolumeManager *m) {
+        return (VolumeManagerStats){ .pods = hashmap_size(m->pod_entries), .running = m->n_running,
+                                     .visited = m->visited, .held_back = slices_held(m),
+                                     .mounts_seen = m->mounts_seen };
+}
+
+/* The walk of every pod and volume: for readers on request (/volumes, the
+ * metrics), and the tests' check of the counts kept in step (counts.c). */
+void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
+        VolumeManagerStats s = uncounted_stats(m);
         void *value, *pv;
 
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
@@ -873,8 +889,7 @@ static void collect_stats(VolumeManager *m, bool by_state, VolumeManagerStats *r
                         s.desired++;
                         if (!e->desired->volumes[v].spec)
                                 s.waiting++;
-                        if (by_state)
-                                s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
+                        s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
                 }
         }
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
@@ -891,17 +906,19 @@ static void collect_stats(VolumeManager *m, bool by_state, VolumeManagerStats *r
                         s.uncertain += pub->state == PUBLISH_UNCERTAIN;
                         s.mounts_pending += pub->mount_pending;
                         /* What a pod wants is counted with its desired volumes above. */
-                        if (by_state && !reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
+                        if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
                                 s.by_state[POD_VOLUME_TEARING_DOWN]++;
                 }
         }
         *ret = s;
 }
 
-void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
-        collect_stats(m, true, ret);
-}
-
 void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret) {
-        collect_stats(m, false, ret);
+        VolumeManagerStats s = uncounted_stats(m);
+
+        if (!counts_get(m, &s)) {
+                volume_manager_get_stats(m, ret);
+                return;
+        }
+        *ret = s;
 }

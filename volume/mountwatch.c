@@ -152,7 +152,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                 m->visited++;
                 if (!pub->mount_pending)
                         continue;
-                pub->mount_pending = false;
+                actual_publish_set_mount_pending(av, pub, false);
                 f.pod_uid = pub->pod_uid;
                 f.pod = pub->pod_key;
                 f.volume = pub->spec_name;
@@ -175,7 +175,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
         if (av->mount_pending) {
                 _cleanup_free_ char *staging = NULL, *dir = NULL, *record = NULL;
                 f = (LogFields){ .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-                av->mount_pending = false;
+                actual_volume_set_mount_pending(av, false);
                 if (staging_target_of(av, &staging) < 0)
                         return;
                 if (is_mounted(m, staging)) {
@@ -225,7 +225,7 @@ static bool check_publish(VolumeManager *m, ActualVolume *av, ActualPublish *pub
         if (!lost)
                 return true;
         log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; publishing it again", m->root->path, lost);
-        pub->state = PUBLISH_UNCERTAIN;
+        actual_publish_set_state(av, pub, PUBLISH_UNCERTAIN);
         manager_schedule_volume_pass(m, av->unique_name);
         return true;
 }
@@ -242,7 +242,7 @@ static bool check_staging(VolumeManager *m, ActualVolume *av) {
             mount_gone(m, staging)) {
                 log_fields(LOG_WARNING, &f, "%s/%s is no longer mounted; staging it again", m->root->path,
                            staging);
-                av->stage = STAGE_UNCERTAIN;
+                actual_volume_set_stage(av, STAGE_UNCERTAIN);
                 manager_schedule_volume_pass(m, av->unique_name);
         }
         return true;

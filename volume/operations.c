@@ -1053,22 +1053,22 @@ static bool record_outcome(Operation *op, bool success) {
         switch (op->kind) {
         case OP_STAGE:
                 if (success) {
-                        av->stage = STAGE_DONE;
+                        actual_volume_set_stage(av, STAGE_DONE);
                         av->stage_stale = false;
                         /* Only a mount can be watched for loss.  Whether the call
                          * made one comes from the mount table (manager.c): a stat
                          * of the target could hang on a dead file system. */
                         av->staged_mount = !av->block;
-                        av->mount_pending = !av->block;
+                        actual_volume_set_mount_pending(av, !av->block);
                         record_done(op, av->staged_mount);
                         mount_watch_settle_soon(op->m, av);
                 }
                 else if (op->uncertain)
-                        av->stage = STAGE_UNCERTAIN;
+                        actual_volume_set_stage(av, STAGE_UNCERTAIN);
                 else if (av->stage == STAGE_DONE || (nothing_happened && av->stage == STAGE_UNCERTAIN))
                         ; /* unchanged */
                 else
-                        av->stage = remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN;
+                        actual_volume_set_stage(av, remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN);
                 break;
         case OP_PUBLISH:
                 /* A failed republish leaves the publish as it was: done. */
@@ -1084,7 +1084,7 @@ static bool record_outcome(Operation *op, bool success) {
                                  * device node's bind mount, which a stat cannot hang on. */
                                 existing->not_a_mount = av->block &&
                                                         root_dir_is_mount_point(op->m->root, op->target) <= 0;
-                                existing->mount_pending = !av->block;
+                                actual_publish_set_mount_pending(av, existing, !av->block);
                                 record_done(op, !existing->not_a_mount);
                                 mount_watch_settle_soon(op->m, av);
                                 republish_schedule(op->m, op, existing);
@@ -1106,7 +1106,7 @@ static bool record_outcome(Operation *op, bool success) {
                         if (op->kind == OP_UNPUBLISH)
                                 actual_publish_remove(av, op->pod.uid);
                         else
-                                av->stage = STAGE_NONE;
+                                actual_volume_set_stage(av, STAGE_NONE);
                         break;
                 }
                 if (success) {
@@ -1114,9 +1114,9 @@ static bool record_outcome(Operation *op, bool success) {
                         success = false;
                 }
                 if (op->kind == OP_UNSTAGE)
-                        av->stage = STAGE_UNCERTAIN;
+                        actual_volume_set_stage(av, STAGE_UNCERTAIN);
                 else if (existing)
-                        existing->state = PUBLISH_UNCERTAIN;
+                        actual_publish_set_state(av, existing, PUBLISH_UNCERTAIN);
                 break;
         }
         default:

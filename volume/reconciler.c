@@ -176,12 +176,12 @@ static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Des
         }
         if (node_lists_in_use(m, s->unique_name) && manager_node_lists_attached(m, s->unique_name) && r >= 0 &&
             va && va->attached) {
-                av->attach_wait_since = 0;
+                actual_volume_set_attach_wait(av, 0);
                 av->attach_warned = false;
                 return true;
         }
         if (av->attach_wait_since == 0)
-                av->attach_wait_since = ps->now;
+                actual_volume_set_attach_wait(av, ps->now);
         if (va && va->attach_error_message)
                 snprintf(message, sizeof message, "AttachVolume.Attach failed for volume \"%s\" : %s", s->spec_name,
                          va->attach_error_message);
@@ -985,6 +985,8 @@ void reconciler_pass(VolumeManager *m) {
          * driver's limit: its next answer schedules it. */
         if ((ps.n_ops >= RECONCILE_SLICE || over_budget > 0) && slices_held(m) > 0)
                 (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
+        if (m->verify_incremental)
+                counts_verify(m);
         if (m->pass_hook)
                 m->pass_hook(monotonic_usec() - ps.started, m->pass_userdata);
         podview_pass_done(m);

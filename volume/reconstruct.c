@@ -228,17 +228,17 @@ static void reconstruct_staging(VolumeManager *m, Counts *c, const char *driver,
                 (void) free_and_strdup(&av->selinux_context, rec.vol_data.selinux_mount_context);
         switch (found) {
         case FOUND_DONE:
-                av->stage = STAGE_DONE;
+                actual_volume_set_stage(av, STAGE_DONE);
                 av->staged_mount = rec.intent.mount;
                 c->staged++;
                 break;
         case FOUND_STALE:
-                av->stage = STAGE_NONE;
+                actual_volume_set_stage(av, STAGE_NONE);
                 av->stage_stale = true;
                 c->stale++;
                 break;
         default:
-                av->stage = STAGE_UNCERTAIN;
+                actual_volume_set_stage(av, STAGE_UNCERTAIN);
                 c->uncertain++;
                 break;
         }
@@ -410,7 +410,9 @@ static void scan_block_volume(VolumeManager *m, Counts *c, const char *parent, c
                 if (!streq(av->spec_name, spec_name))
                         (void) free_and_strdup(&av->spec_name, spec_name);
                 found = judge(m, &rec, OP_STAGE, is_mounted(m, staging));
-                av->stage = found == FOUND_DONE ? STAGE_DONE : found == FOUND_STALE ? STAGE_NONE : STAGE_UNCERTAIN;
+                actual_volume_set_stage(av, found == FOUND_DONE    ? STAGE_DONE
+                                            : found == FOUND_STALE ? STAGE_NONE
+                                                                   : STAGE_UNCERTAIN);
                 av->stage_stale = found == FOUND_STALE;
                 c->staged += found == FOUND_DONE;
                 c->uncertain += found == FOUND_UNCERTAIN;

@@ -274,6 +274,19 @@ void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
 
 /* ---- pods --------------------------------------------------------------------------- */
 
+/* What is kept of a pod's desired state outside it (the wanters of its
+ * persistent volumes, the status line's counts): noted once it is set,
+ * forgotten before it changes or goes. */
+static void desired_noted(VolumeManager *m, PodEntry *e) {
+        wanters_note(m, e);
+        counts_pod_noted(m, e);
+}
+
+static void desired_forgotten(VolumeManager *m, PodEntry *e) {
+        wanters_forget(m, e);
+        counts_pod_forgotten(m, e);
+}
+
 static PodEntry *pod_entry_free(PodEntry *e) {
         void *value;
 
@@ -371,8 +384,7 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
                 if (e->desired->volumes[v].spec)
                         manager_schedule_volume_pass(m, e->desired->volumes[v].spec->unique_name);
         if (e) {
-                wanters_forget(m, e);
-                counts_pod_forgotten(m, e);
+                desired_forgotten(m, e);
                 forget_lookups(m, e);
         }
         pod_entry_free(e);
@@ -501,8 +513,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         DesiredPod *old;
         int r;
 
-        wanters_forget(m, e);
-        counts_pod_forgotten(m, e);
+        desired_forgotten(m, e);
         old = TAKE_PTR(e->desired);
 
         if (!pod || !streq_ptr(pod->meta.uid, e->uid) || !pod_volumes_wanted(pod)) {
@@ -529,8 +540,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 log_error_errno(r, "Failed to build the desired volumes of pod %s/%s: %m", e->namespace, e->name);
                 e->desired = old;
                 e->dirty = true;
-                wanters_note(m, e);
-                counts_pod_noted(m, e);
+                desired_noted(m, e);
                 return;
         }
         /* As in kubelet, a volume once resolved stays desired until the pod
@@ -560,8 +570,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         desired_pod_free(old);
         e->desired = p;
         e->dirty = false;
-        wanters_note(m, e);
-        counts_pod_noted(m, e);
+        desired_noted(m, e);
 }
 
 /* ---- completion and stop ---------------------------------------------------------- */

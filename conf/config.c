@@ -15,6 +15,7 @@
 
 #include "conf/config.h"
 #include "systemd/log.h"
+#include "systemd/secure-file.h"
 #include "systemd/validate.h"
 
 typedef enum ValueType {
@@ -799,15 +800,27 @@ int config_parse_string(const char *text, const char *name, Config **ret, char *
         return parse_finish(&st, name, ret, ret_error);
 }
 
+/* Reads "path" after secure_open()'s checks: configuration only root may
+ * write (systemd/secure-file.h says the rule and why). */
 static int read_text(const char *path, char **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL;
         _cleanup_(fclosep) FILE *f = NULL;
         size_t size = 0;
-        int r;
+        int fd, r;
 
-        f = fopen(path, "re");
-        if (!f) {
-                r = -errno;
+        fd = secure_open(path, false, ret_error);
+        if (fd == -EPERM || fd == -ENOMEM)
+                return fd;
+        if (fd >= 0) {
+                f = fdopen(fd, "r");
+                if (!f) {
+                        r = -errno;
+                        (void) close(fd);
+                        fd = r;
+                }
+        }
+        if (fd < 0) {
+                r = fd;
                 if (ret_error && asprintf(ret_error, "%s: cannot read: %s", path, strerror(-r)) < 0)
                         *ret_error = NULL;
                 return r;
@@ -854,6 +867,7 @@ char *config_dropin_dir(const char *path) {
 
 int config_load(const char *path, Config **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL, *dir = NULL;
+        _cleanup_close_ int dir_fd = -EBADF;
         struct dirent **entries = NULL;
         ParseState st = {};
         int n, r;
@@ -864,8 +878,18 @@ int config_load(const char *path, Config **ret, char **ret_error) {
         dir = config_dropin_dir(path);
         if (!dir)
                 return -ENOMEM;
-        n = scandir(dir, &entries, dropin_filter, dropin_compare);
-        if (n < 0 && errno != ENOENT && errno != ENOTDIR) {
+        /* Every entry of the directory is read: it must be root's alone, and
+         * is listed through the descriptor that was checked. */
+        dir_fd = secure_open(dir, true, ret_error);
+        if (dir_fd == -EPERM || dir_fd == -ENOMEM)
+                return dir_fd;
+        if (dir_fd == -ENOENT || dir_fd == -ENOTDIR)
+                n = 0;
+        else if (dir_fd < 0)
+                n = -1, errno = -dir_fd;
+        else
+                n = scandirat(dir_fd, ".", &entries, dropin_filter, dropin_compare);
+        if (n < 0) {
                 r = -errno;
                 if (ret_error && asprintf(ret_error, "%s: cannot read the drop-in directory: %s", dir,
                                           strerror(-r)) < 0)

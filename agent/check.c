@@ -116,19 +116,22 @@ char *check_describe_credential(const Config *c) {
 }
 
 int check_identity(const Config *c, const K8sIdentity *id, char **ret_error) {
-        _cleanup_free_ char *credential = NULL, *where = NULL;
-        const char *node = k8s_identity_node_name(id);
+        _cleanup_free_ char *credential = NULL, *where = NULL, *node = NULL, *user = NULL;
+        const char *name = k8s_identity_node_name(id);
 
-        if (!node || streq(node, c->node_name))
+        if (!name || streq(name, c->node_name))
                 return 0;
         credential = check_describe_credential(c);
         where = config_key_location(c, "agent", "node-name");
-        if (!credential || !where)
+        /* The API server's words, for a terminal: escaped. */
+        node = escape_untrusted(name);
+        user = escape_untrusted(id->user);
+        if (!credential || !where || !node || !user)
                 return -ENOMEM;
         if (asprintf(ret_error,
                      "the credential of %s is node %s's (user %s), but node-name is %s (%s): the API server "
                      "would let kvolumed act only for node %s; use this node's own credential or fix node-name",
-                     credential, node, id->user, c->node_name, where, node) < 0)
+                     credential, node, user, c->node_name, where, node) < 0)
                 return -ENOMEM;
         return -EPERM;
 }
@@ -143,7 +146,7 @@ typedef struct OnlineCheck {
 
 static void on_identity(K8sClient *client, const K8sIdentity *id, void *userdata) {
         OnlineCheck *o = userdata;
-        _cleanup_free_ char *who = NULL, *credential = check_describe_credential(o->config);
+        _cleanup_free_ char *who = NULL, *message = NULL, *credential = check_describe_credential(o->config);
 
         o->result = 0;
         switch (id->result) {
@@ -168,8 +171,9 @@ static void on_identity(K8sClient *client, const K8sIdentity *id, void *userdata
                         break;
                 }
                 o->result = -EIO;
-                if (asprintf(&o->error, "%s: %s", strna(credential),
-                             id->message ?: "the API server's answer could not be read") < 0)
+                /* It may quote the server's Status message: escaped for the terminal. */
+                message = escape_untrusted(id->message ?: "the API server's answer could not be read");
+                if (asprintf(&o->error, "%s: %s", strna(credential), strna(message)) < 0)
                         o->error = NULL;
                 break;
         }

@@ -14,6 +14,7 @@
 #include "k8s/auth.h"
 #include "k8s/base64.h"
 #include "systemd/log.h"
+#include "systemd/secure-file.h"
 
 K8sAuth *k8s_auth_free(K8sAuth *a) {
         if (!a)
@@ -235,8 +236,7 @@ int k8s_auth_from_kubeconfig_string(const char *text, size_t size, const char *b
         return r;
 }
 
-static int read_file(const char *path, char **ret, size_t *ret_size, size_t max) {
-        _cleanup_(fclosep) FILE *f = fopen(path, "re");
+static int read_stream(FILE *f, char **ret, size_t *ret_size, size_t max) {
         _cleanup_free_ char *buf = NULL;
         size_t n;
 
@@ -257,6 +257,30 @@ static int read_file(const char *path, char **ret, size_t *ret_size, size_t max)
         return 0;
 }
 
+static int read_file(const char *path, char **ret, size_t *ret_size, size_t max) {
+        _cleanup_(fclosep) FILE *f = fopen(path, "re");
+
+        return read_stream(f, ret, ret_size, max);
+}
+
+/* The kubeconfig names the API server to believe and the credentials to
+ * send it: configuration only root may write, as kvolumed.conf
+ * (systemd/secure-file.h).  -EPERM with *ret_error saying why. */
+static int read_kubeconfig(const char *path, char **ret, size_t *ret_size, char **ret_error) {
+        _cleanup_(fclosep) FILE *f = NULL;
+        int fd;
+
+        fd = secure_open(path, false, ret_error);
+        if (fd < 0)
+                return fd;
+        f = fdopen(fd, "r");
+        if (!f) {
+                (void) close(fd);
+                return -errno;
+        }
+        return read_stream(f, ret, ret_size, 4 * 1024 * 1024);
+}
+
 int k8s_auth_from_kubeconfig(const char *path, K8sAuth **ret, char **ret_error) {
         _cleanup_free_ char *text = NULL, *copy = NULL, *msg = NULL;
         size_t size = 0;
@@ -264,7 +288,12 @@ int k8s_auth_from_kubeconfig(const char *path, K8sAuth **ret, char **ret_error) 
 
         if (ret_error)
                 *ret_error = NULL;
-        r = read_file(path, &text, &size, 4 * 1024 * 1024);
+        r = read_kubeconfig(path, &text, &size, &msg);
+        if (r == -EPERM && msg) {
+                if (ret_error)
+                        *ret_error = TAKE_PTR(msg);
+                return r;
+        }
         if (r < 0) {
                 if (ret_error && asprintf(ret_error, "kubeconfig %s: %s", path, strerror(-r)) < 0)
                         *ret_error = NULL;

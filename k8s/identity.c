@@ -4,6 +4,7 @@
 
 #include "k8s/identity.h"
 #include "k8s/json.h"
+#include "systemd/validate.h"
 
 #define NODE_USER_PREFIX "system:node:"
 #define NODES_GROUP "system:nodes"
@@ -124,6 +125,11 @@ const char *k8s_identity_node_name(const K8sIdentity *id) {
         return id->user + strlen(NODE_USER_PREFIX);
 }
 
+static void fput_escaped(const char *s, FILE *f) {
+        _cleanup_free_ char *e = escape_untrusted(s);
+        fputs(e ? e : "(out of memory)", f);
+}
+
 char *k8s_identity_to_string(const K8sIdentity *id) {
         char *text = NULL;
         size_t size = 0;
@@ -131,9 +137,13 @@ char *k8s_identity_to_string(const K8sIdentity *id) {
 
         if (!f)
                 return NULL;
-        fputs(strempty(id->user), f);
-        for (size_t i = 0; id->groups && id->groups[i]; i++)
-                fprintf(f, "%s%s", i == 0 ? " (groups " : ", ", id->groups[i]);
+        /* Names the API server chose, for a terminal or a log line: one
+         * with a newline or an escape sequence must not fake a line. */
+        fput_escaped(strempty(id->user), f);
+        for (size_t i = 0; id->groups && id->groups[i]; i++) {
+                fputs(i == 0 ? " (groups " : ", ", f);
+                fput_escaped(id->groups[i], f);
+        }
         if (id->groups && id->groups[0])
                 fputc(')', f);
         if (fclose(f) != 0)

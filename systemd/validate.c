@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -74,24 +76,85 @@ int validate_csi_driver_name(const char *s) {
         return 0;
 }
 
+/* The length of the valid UTF-8 sequence at s, 0 when it is none. */
+static size_t utf8_char_len(const unsigned char *s) {
+        if (s[0] < 0x80)
+                return 1;
+        if (s[0] >= 0xc2 && s[0] <= 0xdf && (s[1] & 0xc0) == 0x80)
+                return 2;
+        if (s[0] >= 0xe0 && s[0] <= 0xef && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
+            !(s[0] == 0xe0 && s[1] < 0xa0) && !(s[0] == 0xed && s[1] > 0x9f))
+                return 3;
+        if (s[0] >= 0xf0 && s[0] <= 0xf4 && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
+            (s[3] & 0xc0) == 0x80 && !(s[0] == 0xf0 && s[1] < 0x90) && !(s[0] == 0xf4 && s[1] > 0x8f))
+                return 4;
+        return 0;
+}
+
 bool utf8_valid(const char *str) {
         for (const unsigned char *s = (const unsigned char *) str; *s;) {
-                size_t n;
-                if (s[0] < 0x80)
-                        n = 1;
-                else if (s[0] >= 0xc2 && s[0] <= 0xdf && (s[1] & 0xc0) == 0x80)
-                        n = 2;
-                else if (s[0] >= 0xe0 && s[0] <= 0xef && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
-                         !(s[0] == 0xe0 && s[1] < 0xa0) && !(s[0] == 0xed && s[1] > 0x9f))
-                        n = 3;
-                else if (s[0] >= 0xf0 && s[0] <= 0xf4 && (s[1] & 0xc0) == 0x80 && (s[2] & 0xc0) == 0x80 &&
-                         (s[3] & 0xc0) == 0x80 && !(s[0] == 0xf0 && s[1] < 0x90) && !(s[0] == 0xf4 && s[1] > 0x8f))
-                        n = 4;
-                else
+                size_t n = utf8_char_len(s);
+                if (n == 0)
                         return false;
                 s += n;
         }
         return true;
+}
+
+/* Characters a terminal acts on rather than shows: C1 controls (U+0080 to
+ * U+009F; some terminals read U+009B as CSI), the line and paragraph
+ * separators, and the bidirectional formatting characters that reorder
+ * what is shown. */
+static bool unicode_control(const unsigned char *s, size_t n) {
+        uint32_t c;
+
+        if (n == 2)
+                c = (uint32_t) (s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+        else if (n == 3)
+                c = (uint32_t) (s[0] & 0x0f) << 12 | (uint32_t) (s[1] & 0x3f) << 6 | (s[2] & 0x3f);
+        else
+                return false;
+        return (c >= 0x80 && c <= 0x9f) || c == 0x061c || c == 0x200e || c == 0x200f ||
+               (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069);
+}
+
+char *escape_untrusted(const char *str) {
+        char *text = NULL;
+        size_t size = 0;
+        FILE *f;
+
+        if (!str)
+                return NULL;
+        f = open_memstream(&text, &size);
+        if (!f)
+                return NULL;
+        for (const unsigned char *s = (const unsigned char *) str; *s;) {
+                size_t n = utf8_char_len(s);
+
+                if (*s == '\\')
+                        fputs("\\\\", f);
+                else if (*s == '\n')
+                        fputs("\\n", f);
+                else if (*s == '\r')
+                        fputs("\\r", f);
+                else if (*s == '\t')
+                        fputs("\\t", f);
+                else if (n == 1 && *s >= 0x20 && *s < 0x7f)
+                        fputc(*s, f);
+                else if (n > 1 && !unicode_control(s, n)) {
+                        fwrite(s, 1, n, f);
+                        s += n;
+                        continue;
+                } else
+                        for (size_t i = 0; i < MAX(n, (size_t) 1); i++)
+                                fprintf(f, "\\x%02x", s[i]);
+                s += MAX(n, (size_t) 1);
+        }
+        if (fclose(f) != 0) {
+                free(text);
+                return NULL;
+        }
+        return text;
 }
 
 int validate_path_component(const char *s) {

@@ -24,6 +24,15 @@ int validate_csi_driver_name(const char *s);
 int validate_path_component(const char *s);
 /* Whether s is well-formed UTF-8 (no overlong forms, no surrogates). */
 bool utf8_valid(const char *s);
+
+/* "s" for a terminal or a log line when it comes from elsewhere (an API
+ * server's answer): backslash, control characters, bytes that are not
+ * UTF-8 and the Unicode characters that move the cursor or reorder text
+ * written as C escapes (\n, \x1b), so that it can neither fake a line nor
+ * send the terminal a sequence.  Printable UTF-8 is kept.  malloc'd; NULL
+ * for NULL or on ENOMEM. */
+char *escape_untrusted(const char *s);
+
 /* An absolute, normalised path: starts with '/', no "." or ".." components,
  * no empty components ("//"), no trailing '/' (except "/" itself). */
 int validate_absolute_path(const char *s);

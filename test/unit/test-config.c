@@ -4,7 +4,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
 #include <syslog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "conf/config.h"
@@ -408,6 +412,116 @@ static void test_unreadable_file(void **state) {
         free(error);
 }
 
+/* Configuration only root may write (systemd/secure-file.h), in a private
+ * directory under /tmp (root's, sticky: passes as a directory above). */
+static char *write_file(const char *dir, const char *name, const char *text, mode_t mode) {
+        char *path = NULL;
+        FILE *f;
+
+        assert_true(asprintf(&path, "%s/%s", dir, name) > 0);
+        f = fopen(path, "we");
+        assert_non_null(f);
+        fputs(text, f);
+        assert_int_equal(fclose(f), 0);
+        assert_int_equal(chmod(path, mode), 0);
+        return path;
+}
+
+static void load_refused(const char *path, const char *expected_start) {
+        Config *c = NULL;
+        char *error = NULL;
+
+        assert_int_not_equal(config_load(path, &c, &error), 0);
+        assert_null(c);
+        assert_non_null(error);
+        if (strncmp(error, expected_start, strlen(expected_start)) != 0)
+                fail_msg("error \"%s\", expected \"%s...\"", error, expected_start);
+        free(error);
+}
+
+static void load_ok(const char *path) {
+        Config *c = NULL;
+        char *error = NULL;
+
+        if (config_load(path, &c, &error) < 0)
+                fail_msg("unexpected error: %s", error);
+        config_free(c);
+}
+
+static void test_only_root_may_write(void **state) {
+        char dir[] = "/tmp/test-config-XXXXXX", expected[4096];
+        char *main_conf, *dropins = NULL, *dropin, *fifo = NULL, *target_dir = NULL, *target, *link = NULL;
+        const char *text = "[agent]\nnode-name = n1\n[kubernetes]\nkubeconfig =\n";
+
+        assert_non_null(mkdtemp(dir));
+        main_conf = write_file(dir, "k.conf", text, 0644);
+        load_ok(main_conf);
+
+        /* The main file, writable by its group or by others. */
+        assert_int_equal(chmod(main_conf, 0664), 0);
+        snprintf(expected, sizeof expected, "%s: writable by its group (mode 0664, owner uid %u): refusing "
+                 "configuration that a user other than root could change", main_conf, (unsigned) geteuid());
+        load_refused(main_conf, expected);
+        assert_int_equal(chmod(main_conf, 0646), 0);
+        snprintf(expected, sizeof expected, "%s: writable by others (mode 0646", main_conf);
+        load_refused(main_conf, expected);
+        assert_int_equal(chmod(main_conf, 0600), 0);
+        load_ok(main_conf);
+
+        /* The drop-in directory and a drop-in. */
+        assert_true(asprintf(&dropins, "%s.d", main_conf) > 0);
+        assert_int_equal(mkdir(dropins, 0755), 0);
+        dropin = write_file(dropins, "10-x.conf", "[log]\nlevel = debug\n", 0666);
+        snprintf(expected, sizeof expected, "%s: writable by its group and by others (mode 0666, owner uid %u)",
+                 dropin, (unsigned) geteuid());
+        load_refused(main_conf, expected);
+        assert_int_equal(chmod(dropin, 0644), 0);
+        load_ok(main_conf);
+        /* Even with the sticky bit: anyone could add a drop-in. */
+        assert_int_equal(chmod(dropins, 01777), 0);
+        snprintf(expected, sizeof expected, "%s: writable by its group and by others (mode 1777", dropins);
+        load_refused(main_conf, expected);
+        assert_int_equal(chmod(dropins, 0755), 0);
+
+        /* A FIFO drop-in is refused without being opened (it would block). */
+        assert_true(asprintf(&fifo, "%s/20-fifo.conf", dropins) > 0);
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+        snprintf(expected, sizeof expected, "%s: cannot read: a FIFO, not a regular file", fifo);
+        load_refused(main_conf, expected);
+        assert_int_equal(unlink(fifo), 0);
+        load_ok(main_conf);
+
+        /* A symlinked configuration: followed, and the directories of its
+         * target are checked as well as its own. */
+        assert_true(asprintf(&target_dir, "%s/srv", dir) > 0);
+        assert_int_equal(mkdir(target_dir, 0755), 0);
+        target = write_file(target_dir, "real.conf", text, 0644);
+        assert_true(asprintf(&link, "%s/linked.conf", dir) > 0);
+        assert_int_equal(symlink(target, link), 0);
+        load_ok(link);
+        assert_int_equal(chmod(target_dir, 0777), 0);
+        snprintf(expected, sizeof expected, "%s: writable by its group and by others (mode 0777, owner uid %u), "
+                 "above %s: refusing", target_dir, (unsigned) geteuid(), link);
+        load_refused(link, expected);
+        assert_int_equal(chmod(target_dir, 0755), 0);
+
+        /* A directory above the file. */
+        assert_int_equal(chmod(dir, 0770), 0);
+        snprintf(expected, sizeof expected, "%s: writable by its group (mode 0770", dir);
+        load_refused(main_conf, expected);
+        assert_int_equal(chmod(dir, 0700), 0);
+        load_ok(main_conf);
+
+        assert_int_equal(unlink(link), 0);
+        assert_int_equal(unlink(target), 0);
+        assert_int_equal(rmdir(target_dir), 0);
+        assert_int_equal(unlink(dropin), 0);
+        assert_int_equal(rmdir(dropins), 0);
+        assert_int_equal(unlink(main_conf), 0);
+        assert_int_equal(rmdir(dir), 0);
+        free(main_conf), free(dropins), free(dropin), free(fifo), free(target_dir), free(target), free(link);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_defaults),
@@ -427,6 +541,7 @@ int main(void) {
                 cmocka_unit_test(test_api_socket_and_group),
                 cmocka_unit_test(test_listen_loopback),
                 cmocka_unit_test(test_unreadable_file),
+                cmocka_unit_test(test_only_root_may_write),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 #include "systemd/macro.h"
@@ -110,11 +111,33 @@ static void test_unix_endpoint(void **state) {
         assert_int_equal(unix_endpoint_path(longpath, NULL), -ENAMETOOLONG);
 }
 
+static void check_escape(const char *in, const char *want) {
+        char *got = escape_untrusted(in);
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        free(got);
+}
+
+/* What an API server answers is shown on a terminal: it may not fake a line
+ * or send the terminal a sequence, and a name in another script stays legible. */
+static void test_escape_untrusted(void **state) {
+        check_escape("system:node:n1", "system:node:n1");
+        check_escape("a\nonline: fake", "a\\nonline: fake");
+        check_escape("\x1b[2J\x1b]0;title\x07", "\\x1b[2J\\x1b]0;title\\x07");
+        check_escape("tab\there\r\x7f", "tab\\there\\r\\x7f");
+        check_escape("back\\slash", "back\\\\slash");
+        check_escape("caf\xc3\xa9 \xe5\x90\x8d", "caf\xc3\xa9 \xe5\x90\x8d");
+        check_escape("\xc2\x9b" "31m", "\\xc2\\x9b31m");           /* C1 CSI */
+        check_escape("a\xe2\x80\xae" "b", "a\\xe2\\x80\\xaeb");     /* RIGHT-TO-LEFT OVERRIDE */
+        check_escape("\xff\xc3", "\\xff\\xc3");                      /* not UTF-8 */
+        assert_null(escape_untrusted(NULL));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_dns1123_subdomain), cmocka_unit_test(test_csi_driver_name),
                 cmocka_unit_test(test_path_component),    cmocka_unit_test(test_absolute_path),
-                cmocka_unit_test(test_unix_endpoint),
+                cmocka_unit_test(test_unix_endpoint),     cmocka_unit_test(test_escape_untrusted),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

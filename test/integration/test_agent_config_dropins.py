@@ -3,6 +3,7 @@ order after the main file, a later file overriding a key, one [driver "x"]
 per file as configuration management writes them; errors name the drop-in
 and its line; --check-config says where each setting came from; a reload
 reads them again."""
+import os
 import signal
 import subprocess
 
@@ -112,3 +113,87 @@ def test_reload_reads_the_dropins_again(start_agent, fake_api, tmp_path):
     agent.signal(signal.SIGHUP)
     agent.wait_for_log("Configuration reloaded, log level debug", timeout=20)
     assert "takes effect at the next restart" not in agent.output()
+
+
+REFUSING = ("refusing configuration that a user other than root could change; make it root's and writable by "
+            "root alone (chown root, chmod go-w)")
+
+
+def test_dropin_another_user_could_write_is_refused(kvolumed_bin, main_conf):
+    """Configuration only root may write (issue 29, safety item 8), as sshd's
+    StrictModes: a drop-in of uid 1000, mode 0666, in a 0777 directory, would
+    let that user choose the kubeconfig, root-dir, where tokens go; both the
+    check and the daemon refuse it, naming the path, its mode and owner."""
+    d = main_conf.parent / "kvolumed.conf.d"
+    evil = dropin(main_conf, "50-evil.conf", "[agent]\nroot-dir = /srv/evil\n")
+    os.chown(evil, 1000, 1000)
+    os.chmod(evil, 0o666)
+    os.chmod(d, 0o777)
+    cases = [
+        (d, 0o777, 0, f"{d}: writable by its group and by others (mode 0777, owner uid 0): {REFUSING}"),
+        (evil, 0o666, 1000, f"{evil}: not owned by root and writable by its group and by others (mode 0666, "
+                            f"owner uid 1000): {REFUSING}"),
+        (evil, 0o644, 1000, f"{evil}: not owned by root (mode 0644, owner uid 1000): {REFUSING}"),
+        (evil, 0o664, 0, f"{evil}: writable by its group (mode 0664, owner uid 0): {REFUSING}"),
+        # A root-owned sticky directory (as /tmp) is no exception for the
+        # drop-in directory: anyone could add a drop-in to it.
+        (d, 0o1777, 0, f"{d}: writable by its group and by others (mode 1777, owner uid 0): {REFUSING}"),
+    ]
+    for path, mode, owner, message in cases:
+        os.chmod(d, 0o755)
+        os.chown(evil, owner, owner)
+        os.chmod(path, mode)
+        for args in (["--check-config"], []):
+            r = run(kvolumed_bin, *args, "--config", str(main_conf))
+            assert (r.returncode, r.stderr) == (1, message + "\n"), args
+        os.chmod(evil, 0o644)
+    os.chmod(d, 0o755)
+    os.chown(evil, 0, 0)
+    r = run(kvolumed_bin, "--check-config", "--config", str(main_conf))
+    assert r.returncode == 0, r.stderr
+    assert listing(r)["agent.root-dir"] == f"/srv/evil  # {evil}:2"
+
+
+def test_dropin_that_is_no_regular_file_is_refused(kvolumed_bin, main_conf):
+    """A FIFO would block the reader for ever (on the daemon's loop, at a
+    reload): refused without being opened."""
+    dropin(main_conf, "10-ok.conf", "[csi]\nmax-parallel = 3\n")
+    fifo = main_conf.parent / "kvolumed.conf.d" / "20-fifo.conf"
+    os.mkfifo(fifo)
+    for args in (["--check-config"], []):
+        r = run(kvolumed_bin, *args, "--config", str(main_conf))
+        assert r.returncode == 1
+        assert r.stderr == (f"{fifo}: cannot read: a FIFO, not a regular file; configuration is read from "
+                            "regular files only (remove it, or make it one)\n")
+
+
+def test_reload_refuses_a_fifo_or_a_dropin_others_may_write_and_keeps_running(start_agent, fake_api, tmp_path):
+    fake_api.create(make_node())
+    root = tmp_path / "root"
+    root.mkdir()
+    conf = write_config(tmp_path / "kvolumed.conf", str(root), fake_api.kubeconfig_path)
+    d = tmp_path / "kvolumed.conf.d"
+    d.mkdir()
+    agent = start_agent(conf)
+    agent.wait_for_log("says kvolumed is", timeout=20)
+
+    fifo = d / "20-fifo.conf"
+    os.mkfifo(fifo)
+    agent.signal(signal.SIGHUP)
+    agent.wait_for_log(f"err: Keeping the running configuration: {fifo}: cannot read: a FIFO, not a regular "
+                       "file", timeout=20)
+    fifo.unlink()
+
+    evil = d / "30-evil.conf"
+    evil.write_text("[log]\nlevel = debug\n")
+    os.chown(evil, 1000, 1000)
+    agent.signal(signal.SIGHUP)
+    agent.wait_for_log(f"err: Keeping the running configuration: {evil}: not owned by root (mode 0644, owner "
+                       f"uid 1000): {REFUSING}", timeout=20)
+    assert "Configuration reloaded" not in agent.output()
+
+    # The loop still answers: the drop-in made root's, the next reload takes it.
+    os.chown(evil, 0, 0)
+    agent.signal(signal.SIGHUP)
+    agent.wait_for_log("Configuration reloaded, log level debug", timeout=20)
+    assert agent.proc.poll() is None

@@ -196,3 +196,44 @@ def test_root_dir_whose_parent_is_missing_exits_1(kvolumed_bin, tmp_path, pki):
     assert r.returncode == 1, r.stderr
     assert f"{conf}:3: [agent] root-dir {root} cannot be created: its parent directory does not exist" in r.stderr
     assert not (tmp_path / "no-such-parent").exists()
+
+
+def test_kubeconfig_another_user_could_write_is_refused(kvolumed_bin, tmp_path, pki):
+    """The kubeconfig names the API server to believe and the credential to
+    send it: configuration only root may write, as kvolumed.conf (issue 29,
+    safety item 8); a FIFO in its place is refused without blocking."""
+    kc = tmp_path / "kubeconfig"
+    kubeconfig(kc, ca=pki["ca.crt"], token_file=pki["token"])
+    conf = config(tmp_path, str(kc))
+    refusing = ("refusing configuration that a user other than root could change; make it root's and writable "
+                "by root alone (chown root, chmod go-w)")
+    for mode, owner, problem in [(0o646, 0, "writable by others"), (0o600, 1000, "not owned by root")]:
+        os.chown(kc, owner, owner)
+        os.chmod(kc, mode)
+        for args in (["--check-config"], []):
+            r = run(kvolumed_bin, *args, "--config", conf)
+            assert r.returncode == 1, args
+            assert (f"{conf}:5: [kubernetes] kubeconfig: {kc}: {problem} (mode {mode:04o}, owner uid {owner}): "
+                    f"{refusing}") in r.stderr, args
+    # A directory above it.
+    os.chown(kc, 0, 0)
+    os.chmod(kc, 0o600)
+    sub = tmp_path / "open"
+    sub.mkdir(mode=0o700)
+    os.chmod(sub, 0o777)
+    shutil.move(kc, sub / "kubeconfig")
+    conf = config(tmp_path, str(sub / "kubeconfig"))
+    r = run(kvolumed_bin, "--check-config", "--config", conf)
+    assert r.returncode == 1
+    assert (f"{conf}:5: [kubernetes] kubeconfig: {sub}: writable by its group and by others (mode 0777, owner "
+            f"uid 0), above {sub}/kubeconfig: {refusing}") in r.stderr
+    os.chmod(sub, 0o755)
+    r = run(kvolumed_bin, "--check-config", "--config", conf)
+    assert r.returncode == 0, r.stderr
+    # Not a regular file.
+    fifo = tmp_path / "fifo-kubeconfig"
+    os.mkfifo(fifo)
+    conf = config(tmp_path, str(fifo))
+    r = run(kvolumed_bin, "--check-config", "--config", conf)
+    assert r.returncode == 1
+    assert f"{conf}:5: [kubernetes] kubeconfig: {fifo}: cannot read: a FIFO, not a regular file" in r.stderr

@@ -122,6 +122,38 @@ def test_online_check_fails_on_another_authority_on_401_and_on_another_node(kvol
                         "kvolumed act only for node worker-2; use this node's own credential or fix node-name\n")
 
 
+def test_online_check_escapes_what_the_server_says(kvolumed_bin, fake_api, tmp_path):
+    """A user name is whatever the authenticator (a webhook, OIDC) says: one
+    with a newline or a terminal escape must neither fake a line of the
+    check's output nor reach the terminal (issue 29, safety item 8)."""
+    kc = fake_api.node_kubeconfig(NODE)
+    text = open(kc).read()
+
+    hostile = f"admin\x1b]0;owned\x07\nonline: API server https://evil: kvolumed is system:node:{NODE}\u202e"
+    fake_api.add_identity_token("tok-hostile", hostile, ["system:masters\x1b[2J", "gr\u00fcn"])
+    hostile_kc = tmp_path / "hostile.kubeconfig"
+    hostile_kc.write_text(text.replace(fake_api.node_token(NODE), "tok-hostile"))
+    r = run(kvolumed_bin, "--check-config", "--online", "--config", conf(tmp_path, str(hostile_kc)))
+    assert r.returncode == 0, r.stderr
+    assert (f"online: API server {fake_api.server_url}: kvolumed is admin\\x1b]0;owned\\x07\\nonline: API server "
+            f"https://evil: kvolumed is system:node:{NODE}\\xe2\\x80\\xae (groups system:masters\\x1b[2J, "
+            "gr\u00fcn, system:authenticated)") in r.stdout.splitlines()
+    assert "\x1b" not in r.stdout + r.stderr
+    assert not [line for line in r.stdout.splitlines() if line.startswith("online: API server https://evil")]
+
+    # Another node's identity, with a hostile name: the error escapes it too.
+    fake_api.add_identity_token("tok-node", "system:node:w2\x1b[31m\nfake", ["system:nodes"])
+    node_kc = tmp_path / "node.kubeconfig"
+    node_kc.write_text(text.replace(fake_api.node_token(NODE), "tok-node"))
+    path = conf(tmp_path, str(node_kc))
+    r = run(kvolumed_bin, "--check-config", "--online", "--config", path)
+    assert r.returncode == 1
+    assert errors(r) == (f"online: the credential of [kubernetes] kubeconfig {node_kc} is node w2\\x1b[31m\\nfake's "
+                         f"(user system:node:w2\\x1b[31m\\nfake), but node-name is {NODE} ({path}:2): the API "
+                         "server would let kvolumed act only for node w2\\x1b[31m\\nfake; use this node's own "
+                         "credential or fix node-name\n")
+
+
 def test_start_refuses_another_nodes_credential(start_agent, fake_api, tmp_path):
     """kubeconfig of system:node:worker-2, node-name test-node: exit 1 with a
     line naming the credential and node-name, before any volume work."""

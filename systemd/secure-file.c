@@ -35,7 +35,8 @@ static const char *type_name(mode_t mode) {
 static int refuse_type(const char *path, mode_t mode, bool directory, char **ret_error) {
         if (directory)
                 return -ENOTDIR; /* as open(O_DIRECTORY) says: the caller's to judge */
-        if (ret_error && asprintf(ret_error, "%s: cannot read: %s, not a regular file; configuration is read "
+        if (ret_error && asprintf(ret_error,
+                                  "%s: cannot read: %s, not a regular file; configuration is read "
                                   "from regular files only (remove it, or make it one)",
                                   path, type_name(mode)) < 0)
                 return -ENOMEM;
@@ -44,7 +45,8 @@ static int refuse_type(const char *path, mode_t mode, bool directory, char **ret
 
 static int refuse(const char *path, const struct stat *st, const char *problem, const char *file,
                   char **ret_error) {
-        if (ret_error && asprintf(ret_error, "%s: %s (mode %04o, owner uid %u)%s%s: refusing configuration that "
+        if (ret_error && asprintf(ret_error,
+                                  "%s: %s (mode %04o, owner uid %u)%s%s: refusing configuration that "
                                   "a user other than root could change; make it root's and writable by root "
                                   "alone (chown root, chmod go-w)",
                                   path, problem, (unsigned) (st->st_mode & 07777), (unsigned) st->st_uid,
@@ -65,11 +67,12 @@ static int check_stat(const char *path, const struct stat *st, bool sticky_ok, c
                 w = 0;
         if (owner_ok && !w)
                 return 0;
-        snprintf(problem, sizeof problem, "%s%s%s", owner_ok ? "" : "not owned by root", !owner_ok && w ? " and " : "",
+        snprintf(problem, sizeof problem, "%s%s%s", owner_ok ? "" : "not owned by root",
+                 !owner_ok && w ? " and " : "",
                  w == (S_IWGRP | S_IWOTH) ? "writable by its group and by others"
-                 : w == S_IWGRP          ? "writable by its group"
-                 : w                     ? "writable by others"
-                                         : "");
+                 : w == S_IWGRP           ? "writable by its group"
+                 : w                      ? "writable by others"
+                                          : "");
         return refuse(path, st, problem, file, ret_error);
 }
 

@@ -39,20 +39,22 @@ static int check_dir(int fd, const char *path, const char *dir, bool socket_dir,
         if (!S_ISDIR(st.st_mode))
                 return fail(ret_error, ENOTDIR, "[api] socket %s: %s is not a directory", path, dir);
         if (st.st_uid != 0)
-                return fail(ret_error, EPERM,
-                            "[api] socket %s: directory %s is owned by uid %u (mode %04o), not root: its owner "
-                            "could put their own socket in kvolumed's place and tell the pod runner that "
-                            "volumes are mounted; make it root's (chown root:root %s) or choose another "
-                            "[api] socket",
-                            path, dir, (unsigned) st.st_uid, (unsigned) (st.st_mode & 07777), dir);
+                return fail(
+                        ret_error, EPERM,
+                        "[api] socket %s: directory %s is owned by uid %u (mode %04o), not root: its owner "
+                        "could put their own socket in kvolumed's place and tell the pod runner that "
+                        "volumes are mounted; make it root's (chown root:root %s) or choose another "
+                        "[api] socket",
+                        path, dir, (unsigned) st.st_uid, (unsigned) (st.st_mode & 07777), dir);
         writable = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0);
         if (writable && (socket_dir || !(st.st_mode & S_ISVTX)))
-                return fail(ret_error, EPERM,
-                            "[api] socket %s: directory %s is writable by %s (mode %04o, group %u): they could "
-                            "put their own socket in kvolumed's place and tell the pod runner that volumes "
-                            "are mounted; chmod go-w %s, or choose another [api] socket",
-                            path, dir, (st.st_mode & S_IWOTH) ? "everyone" : "its group",
-                            (unsigned) (st.st_mode & 07777), (unsigned) st.st_gid, dir);
+                return fail(
+                        ret_error, EPERM,
+                        "[api] socket %s: directory %s is writable by %s (mode %04o, group %u): they could "
+                        "put their own socket in kvolumed's place and tell the pod runner that volumes "
+                        "are mounted; chmod go-w %s, or choose another [api] socket",
+                        path, dir, (st.st_mode & S_IWOTH) ? "everyone" : "its group",
+                        (unsigned) (st.st_mode & 07777), (unsigned) st.st_gid, dir);
         return 0;
 }
 
@@ -98,7 +100,8 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
                          * mkdir, and what is there next is what it made. */
                         if (mkdirat(fd, comp, 0755) >= 0) {
                                 (void) fchmodat(fd, comp, 0755, 0); /* whatever the umask */
-                                log_info("Created %s (root, 0755) for the local API socket %s", walked, path);
+                                log_info("Created %s (root, 0755) for the local API socket %s", walked,
+                                         path);
                         } else if (errno != EEXIST)
                                 return fail(ret_error, errno,
                                             "[api] socket %s: cannot create directory %s: %s", path, walked,
@@ -110,8 +113,8 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
                         int e = errno;
 
                         if (e == ENOENT)
-                                return fail(ret_error, ENOENT, "[api] socket %s: directory %s does not exist",
-                                            path, walked);
+                                return fail(ret_error, ENOENT,
+                                            "[api] socket %s: directory %s does not exist", path, walked);
                         if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISLNK(st.st_mode))
                                 return fail(ret_error, EPERM,
                                             "[api] socket %s: %s is a symlink; kvolumed follows none on "
@@ -170,8 +173,8 @@ static int remove_stale(int dir_fd, const char *name, const char *path, const st
         }
         if (!S_ISSOCK(st.st_mode))
                 /* A file someone else put there (a mistyped path): never removed. */
-                return log_error_errno(EEXIST, "[api] socket %s exists and is not a socket; not replacing it",
-                                       path);
+                return log_error_errno(EEXIST,
+                                       "[api] socket %s exists and is not a socket; not replacing it", path);
         probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (probe < 0)
                 return log_error_errno(errno, "Failed to create a socket to probe %s: %m", path);
@@ -237,8 +240,11 @@ int api_socket_bind(const char *path, gid_t gid, ApiSocketFile *ret) {
                 return log_error_errno(errno, "Failed to set the mode of the local API socket %s: %m", path);
         if (listen(fd, SOMAXCONN) < 0)
                 return log_error_errno(errno, "Failed to listen on %s: %m", path);
-        *ret = (ApiSocketFile){ .dir_fd = TAKE_FD(dir_fd), .name = TAKE_PTR(name), .path = TAKE_PTR(path_copy),
-                                .dev = st.st_dev, .ino = st.st_ino };
+        *ret = (ApiSocketFile){ .dir_fd = TAKE_FD(dir_fd),
+                                .name = TAKE_PTR(name),
+                                .path = TAKE_PTR(path_copy),
+                                .dev = st.st_dev,
+                                .ino = st.st_ino };
         return TAKE_FD(fd);
 }
 
@@ -251,7 +257,8 @@ void api_socket_file_done(ApiSocketFile *f) {
          * all): its API, not ours to remove. */
         if (fstatat(f->dir_fd, f->name, &st, AT_SYMLINK_NOFOLLOW) >= 0) {
                 if (st.st_dev != f->dev || st.st_ino != f->ino)
-                        log_notice("Not removing %s: it is no longer the socket this kvolumed bound", f->path);
+                        log_notice("Not removing %s: it is no longer the socket this kvolumed bound",
+                                   f->path);
                 else if (unlinkat(f->dir_fd, f->name, 0) < 0)
                         log_warning_errno(errno, "Failed to remove the local API socket %s: %m", f->path);
         }

@@ -62,7 +62,7 @@ struct HttpRequest {
         bool resumed; /* answered after a suspension, not yet sent whole */
         http_request_abandoned_t abandoned;
         void *abandoned_userdata;
-        sd_event_source *hangup; /* while suspended: the client closing its end */
+        sd_event_source *hangup;  /* while suspended: the client closing its end */
         HttpRequest *prev, *next; /* in the server's list of suspended requests */
 };
 

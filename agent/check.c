@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "agent/apisocket.h"
 #include "agent/check.h"
 #include "k8s/auth.h"
 #include "systemd/curl-loop.h"
@@ -96,6 +98,25 @@ void check_print_warnings(const Config *c, FILE *out) {
                         fprintf(out, "warning: [driver \"%s\"] endpoint %s is not a socket; kvolumed waits for "
                                 "the driver to create one\n", c->drivers[i].name, path);
         }
+}
+
+int check_api_socket(const Config *c, char **ret_error) {
+        _cleanup_free_ char *problem = NULL, *where = NULL;
+        int fd;
+
+        if (!c->api_socket)
+                return 0;
+        fd = api_socket_open_dir(c->api_socket, false, &problem);
+        if (fd >= 0) {
+                (void) close(fd);
+                return 0;
+        }
+        if (fd == -ENOENT || fd == -EACCES || fd == -ENOMEM)
+                return fd == -ENOMEM ? fd : 0;
+        where = config_key_location(c, "api", "socket");
+        if (asprintf(ret_error, "%s: %s", strempty(where), problem ?: strerror(-fd)) < 0)
+                return -ENOMEM;
+        return fd;
 }
 
 char *check_describe_credential(const Config *c) {

@@ -25,6 +25,12 @@ int check_credentials(const Config *c, char **ret_error);
  * socket of a statically configured driver missing. */
 void check_print_warnings(const Config *c, FILE *out);
 
+/* The [api] socket's directories, as the daemon checks them before it binds
+ * (agent/apisocket.h): a symlink or a directory someone else could write
+ * is refused with *ret_error "file:line: ...".  Missing ones are fine (made
+ * at start), and so are those this user may not look into. */
+int check_api_socket(const Config *c, char **ret_error);
+
 /* The rule an identity must pass: a node's identity must be node-name's.
  * -EPERM with *ret_error naming the credential and node-name otherwise. */
 int check_identity(const Config *c, const K8sIdentity *id, char **ret_error);

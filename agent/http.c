@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 
+#include "agent/apisocket.h"
 #include "agent/http.h"
 #include "systemd/log.h"
 #include "systemd/validate.h"
@@ -61,6 +62,7 @@ struct HttpRequest {
         bool resumed; /* answered after a suspension, not yet sent whole */
         http_request_abandoned_t abandoned;
         void *abandoned_userdata;
+        sd_event_source *hangup;  /* while suspended: the client closing its end */
         HttpRequest *prev, *next; /* in the server's list of suspended requests */
 };
 
@@ -78,7 +80,8 @@ struct HttpServer {
         unsigned n_resumed;     /* answers of suspended requests on their way out */
         HttpRequest *suspended; /* answered before MHD stops: MHD may not stop with any */
         char *address;
-        char *unix_path; /* the socket file to remove at the end; NULL: TCP */
+        ApiSocketFile unix_file; /* the socket file to remove at the end; .name NULL: TCP */
+        unsigned n_hung_up;      /* suspended requests whose client went away */
         unsigned port;
 };
 
@@ -335,6 +338,7 @@ static void request_unsuspend(HttpRequest *req) {
         HttpServer *s = req->server;
         HttpConnection *c = connection_of(req->conn);
 
+        req->hangup = sd_event_source_disable_unref(req->hangup);
         if (!req->suspended)
                 return;
         req->suspended = false;
@@ -353,6 +357,7 @@ static void request_unsuspend(HttpRequest *req) {
 static HttpRequest *request_free(HttpRequest *req) {
         if (!req)
                 return NULL;
+        sd_event_source_disable_unref(req->hangup);
         if (req->response)
                 MHD_destroy_response(req->response);
         free(req->path);
@@ -518,6 +523,7 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
+        s->unix_file.dir_fd = -1;
         s->event = sd_event_ref(event);
 
         fd = bind_listen_socket(listen_address, &s->address, &s->port);
@@ -530,56 +536,6 @@ int http_server_new(sd_event *event, const char *listen_address, HttpServer **re
         return 0;
 }
 
-/* The socket is created under umask 0177, so that it is never reachable
- * by anyone but root before its group and mode are set. */
-static int bind_unix_socket(const char *path, gid_t gid) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        _cleanup_free_ char *dir = NULL;
-        _cleanup_close_ int fd = -1;
-        struct stat st;
-        mode_t old_umask;
-        char *slash;
-        int r;
-
-        if (!path || path[0] != '/' || strlen(path) >= sizeof sa.sun_path)
-                return log_error_errno(EINVAL, "Invalid [api] socket path \"%s\" (absolute, at most %zu bytes)",
-                                       strempty(path), sizeof sa.sun_path - 1);
-        strcpy(sa.sun_path, path);
-        dir = strdup(path);
-        if (!dir)
-                return -ENOMEM;
-        /* Its directory, and the missing ones above it, 0755 as /run's. */
-        for (slash = strchr(dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-                *slash = '\0';
-                if (mkdir(dir, 0755) >= 0)
-                        (void) chmod(dir, 0755); /* whatever the umask */
-                else if (errno != EEXIST)
-                        return log_error_errno(errno, "Failed to create %s for the local API socket: %m", dir);
-                *slash = '/';
-        }
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return log_error_errno(errno, "Failed to create the local API socket: %m");
-        /* A socket left by a previous run (a crash, SIGKILL) is ours to
-         * replace: the root-dir lock says no other kvolumed runs here. */
-        if (lstat(path, &st) >= 0 && !S_ISSOCK(st.st_mode))
-                /* A file someone else put there (a mistyped path): never removed. */
-                return log_error_errno(EEXIST, "[api] socket %s exists and is not a socket; not replacing it", path);
-        if (unlink(path) < 0 && errno != ENOENT)
-                return log_error_errno(errno, "Failed to remove the old local API socket %s: %m", path);
-        old_umask = umask(0177);
-        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? -errno : 0;
-        (void) umask(old_umask);
-        if (r < 0)
-                return log_error_errno(r, "Failed to bind the local API socket %s: %m", path);
-        if (gid != (gid_t) -1 && (chown(path, 0, gid) < 0 || chmod(path, 0660) < 0))
-                return log_error_errno(errno, "Failed to give the local API socket %s to group %u: %m", path,
-                                       (unsigned) gid);
-        if (listen(fd, SOMAXCONN) < 0)
-                return log_error_errno(errno, "Failed to listen on %s: %m", path);
-        return TAKE_FD(fd);
-}
-
 int http_server_new_unix(sd_event *event, const char *path, gid_t gid, HttpServer **ret) {
         _cleanup_(http_server_freep) HttpServer *s = NULL;
         int fd, r;
@@ -587,18 +543,14 @@ int http_server_new_unix(sd_event *event, const char *path, gid_t gid, HttpServe
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
+        s->unix_file.dir_fd = -1;
         s->event = sd_event_ref(event);
         s->address = strdup(path);
         if (!s->address)
                 return -ENOMEM;
-        fd = bind_unix_socket(path, gid);
+        fd = api_socket_bind(path, gid, &s->unix_file);
         if (fd < 0)
                 return fd;
-        s->unix_path = strdup(path);
-        if (!s->unix_path) {
-                (void) close(fd);
-                return -ENOMEM;
-        }
         r = http_server_start(s, fd);
         if (r < 0)
                 return r;
@@ -658,6 +610,9 @@ HttpServer *http_server_free(HttpServer *s) {
         s->io = sd_event_source_disable_unref(s->io);
         s->timer = sd_event_source_disable_unref(s->timer);
         s->sweep = sd_event_source_disable_unref(s->sweep);
+        /* While MHD still holds the listening socket: the file's inode
+         * cannot have been reused by another socket yet. */
+        api_socket_file_done(&s->unix_file);
         if (s->daemon) {
                 /* MHD must not stop with a suspended connection: each waiter
                  * left gets its answer, and MHD runs once to send them. */
@@ -696,9 +651,6 @@ HttpServer *http_server_free(HttpServer *s) {
                 free(s->routes[i].path);
         free(s->routes);
         free(s->address);
-        if (s->unix_path)
-                (void) unlink(s->unix_path);
-        free(s->unix_path);
         sd_event_unref(s->event);
         free(s);
         return NULL;
@@ -802,14 +754,58 @@ int http_request_reply(HttpRequest *req, unsigned status, const char *content_ty
         return 0;
 }
 
+/* MHD does not watch a suspended connection: without this, a client that
+ * gave up (a runner with a shorter timeout, one that restarted) would keep
+ * its slot until its own timeout, up to 10 minutes, and HTTP_SUSPENDED_MAX
+ * of them would turn every wait away.  The socket is watched for nothing
+ * but EPOLLHUP and EPOLLERR, which epoll always reports: on a unix stream
+ * socket EPOLLHUP means the client closed its end for good.  A client that
+ * only shut down its sending side (shutdown(SHUT_WR) after its request; an
+ * HTTP/1.0 habit) still reads: that gives EPOLLRDHUP alone, which is not
+ * asked for, so it keeps waiting for its answer.  (Over TCP a close shows
+ * as EPOLLRDHUP only: such a wait ends at its timeout; only the unix
+ * socket's local API suspends requests.)  The slot is freed at once, the
+ * waiter told, and the connection resumed without an answer, which makes
+ * MHD close and free it. */
+static int on_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        HttpRequest *req = userdata;
+        HttpServer *s = req->server;
+        http_request_abandoned_t abandoned = req->abandoned;
+        void *abandoned_userdata = req->abandoned_userdata;
+
+        req->abandoned = NULL;
+        request_unsuspend(req); /* drops this source: sd-event allows it in its own callback */
+        s->n_hung_up++;
+        log_debug("HTTP GET %s: the client went away while waiting (%s%s); %u waiting, %u gone so far",
+                  req->path, (revents & EPOLLHUP) ? "hang-up" : "", (revents & EPOLLERR) ? " error" : "",
+                  s->n_suspended, s->n_hung_up);
+        if (abandoned)
+                abandoned(req, abandoned_userdata);
+        req->resumed = true;
+        s->n_resumed++;
+        MHD_resume_connection(req->conn);
+        wake_now(s);
+        return 0;
+}
+
 int http_request_suspend(HttpRequest *req, http_request_abandoned_t abandoned, void *userdata) {
         HttpServer *s = req->server;
+        const union MHD_ConnectionInfo *info;
         HttpConnection *c;
+        int r;
 
         if (req->replied || req->suspended)
                 return -EINVAL;
         if (s->n_suspended >= HTTP_SUSPENDED_MAX)
                 return -EBUSY;
+        info = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!info)
+                return -EBADF;
+        r = sd_event_add_io(s->event, &req->hangup, info->connect_fd, 0, on_hangup, req);
+        if (r < 0)
+                return log_warning_errno(r, "HTTP GET %s: cannot watch the connection while it waits: %m",
+                                         req->path);
+        (void) sd_event_source_set_description(req->hangup, "http-wait-hangup");
         c = connection_of(req->conn);
         if (c)
                 c->suspended = true;

@@ -35,9 +35,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(HttpServer *, http_server_free);
 int http_server_add_route(HttpServer *s, const char *path, http_handler_t handler, void *userdata);
 
 /* Serves on a unix socket at `path` instead (the local volumes API): its
- * directory is made 0755 if missing, a socket left there by a previous run
- * is replaced, and the socket is 0600 root:root, or 0660 root:gid when gid
- * is not (gid_t) -1, before any client can connect. */
+ * directories must be root's alone (made 0755 if missing), a socket that
+ * answers there is another process's and refused (-EADDRINUSE), one left
+ * by a process that is gone is replaced, and the socket is 0600 root:root,
+ * or 0660 root:gid when gid is not (gid_t) -1, before any client can
+ * connect (agent/apisocket.h).  It is removed at the end if still ours. */
 int http_server_new_unix(sd_event *event, const char *path, gid_t gid, HttpServer **ret);
 
 /* ---- requests that see their URL and may be answered later ------------------ */
@@ -53,7 +55,8 @@ typedef struct HttpRequest HttpRequest;
 typedef int (*http_request_handler_t)(HttpRequest *req, void *userdata);
 
 /* Called when a suspended request's connection goes away unanswered (the
- * server stops): the request must not be used after it. */
+ * server stops, or the client closed its end of a unix socket: its slot is
+ * freed at once): the request must not be used after it. */
 typedef void (*http_request_abandoned_t)(HttpRequest *req, void *userdata);
 
 /* Serves every path starting with `prefix` (or exactly `path` when prefix

@@ -195,7 +195,8 @@ static int on_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* The server stops with the request unanswered: it has been answered 503. */
+/* The request is gone unanswered: the server stops (it has been answered
+ * 503), or the client closed its connection, and its slot is free now. */
 static void on_abandoned(HttpRequest *req, void *userdata) {
         Waiter *w = userdata;
         w->req = NULL;

@@ -111,6 +111,8 @@ int main(int argc, char *argv[]) {
         if (check_config) {
                 /* What the daemon would refuse at start fails the check too. */
                 r = check_credentials(config, &error);
+                if (r >= 0)
+                        r = check_api_socket(config, &error);
                 if (r < 0) {
                         fprintf(stderr, "%s\n", error ? error : strerror(-r));
                         return EXIT_CONFIG_ERROR;
@@ -140,6 +142,12 @@ int main(int argc, char *argv[]) {
          * operator's to fix, not the network's: exit 1, which systemd does
          * not restart (RestartPreventExitStatus=1), with the key to fix. */
         r = check_credentials(config, &error);
+        /* An [api] socket directory others could write (or a symlink) too:
+         * no restart fixes it.  A socket another process answers on is
+         * found later, when binding, and exits 2: systemd's restart takes
+         * it over once that process is gone. */
+        if (r >= 0)
+                r = check_api_socket(config, &error);
         if (r < 0) {
                 log_error("%s", error ? error : strerror(-r));
                 return EXIT_CONFIG_ERROR;

@@ -12,6 +12,7 @@ import shutil
 import socket
 import stat
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -546,3 +547,168 @@ def test_a_terminated_pod_is_not_mounted(volume_env, sockdir):
     status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=10s")
     assert status == 409 and body["allMounted"] is False, body
     assert "terminated" in body["error"], body
+
+
+def raw_wait(sock, uid, timeout="10m"):
+    """A wait sent on a raw socket, left for the caller to read or abandon."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(sock)
+    s.sendall(f"GET /v1/pods/{uid}/volumes?wait=mounted&timeout={timeout} HTTP/1.1\r\n"
+              "Host: localhost\r\n\r\n".encode())
+    return s
+
+
+def test_abandoned_waits_free_their_slots_at_once(volume_env, sockdir):
+    """Issue 29 item 5: a runner that gave up on its waits (a shorter client
+    timeout, a restart) must not keep their slots until their own 10
+    minutes: with 256 held, every wait would get 503 and the real runner
+    could start no container."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    sock = start(env, sockdir)
+    clients = [raw_wait(sock, str(uuid.uuid4())) for _ in range(256)]
+    try:
+        wait_until(lambda: env.agent.output().count(": waiting until mounted") >= 256, timeout=60,
+                   what="256 waits suspended")
+        status, body, _ = api_get(sock, f"/v1/pods/{uuid.uuid4()}/volumes?wait=mounted&timeout=1s")
+        assert status == 503 and "too many requests waiting" in body["error"]
+    finally:
+        for c in clients:
+            c.close()
+    # Each is freed when its client hangs up, not at its timeout.
+    env.agent.wait_for_log("256 gone so far", timeout=60)
+    status, body, _ = api_get(sock, f"/v1/pods/{uuid.uuid4()}/volumes?wait=mounted&timeout=500ms")
+    assert status == 504, body
+    # The real runner's wait for a real pod gets its answer.
+    pod = env.pod("web", [inline("scratch")])
+    status, body, _ = api_get(sock, f"/v1/pods/{pod['metadata']['uid']}/volumes?wait=mounted&timeout=60s")
+    assert status == 200 and body["allMounted"], body
+    assert "the client went away while waiting (hang-up" in env.agent.output()
+
+
+def test_a_client_that_only_shuts_down_its_sending_side_gets_its_answer(volume_env, sockdir):
+    """A client may shutdown(SHUT_WR) after its request (an HTTP/1.0 habit)
+    and still read: that is not a hang-up, its wait goes on."""
+    env = volume_env
+    sock = start(env, sockdir)
+    uid = str(uuid.uuid4())
+    c = raw_wait(sock, uid, timeout="2s")
+    try:
+        env.agent.wait_for_log(f"pod {uid}: waiting until mounted", timeout=30)
+        c.shutdown(socket.SHUT_WR)
+        answer = b""
+        while not answer.endswith(b"}\n"):
+            data = c.recv(65536)
+            if not data:
+                break
+            answer += data
+    finally:
+        c.close()
+    assert answer.startswith(b"HTTP/1.1 504 "), answer
+    assert "the client went away" not in env.agent.output()
+
+
+def second_agent_config(env, socket_path, name="other"):
+    """Another kvolumed's configuration: its own root-dir (an operator's
+    test instance, say), the same [api] socket."""
+    root = str(env.tmp_path / f"root-{name}")
+    os.makedirs(root, exist_ok=True)
+    return write_config(env.tmp_path / f"kvolumed-{name}.conf", root, env.api.node_kubeconfig("test-node"),
+                        f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n'
+                        f"[api]\nsocket = {socket_path}\n")
+
+
+def test_a_live_socket_is_never_taken_over(volume_env, sockdir):
+    """Issue 29 item 6: a second kvolumed with another root-dir and the same
+    [api] socket is refused (exit 2, naming the socket and its holder)
+    instead of taking the socket over and deleting it when it exits."""
+    env = volume_env
+    sock = start(env, sockdir)
+    before = os.stat(sock)
+    second = env.start_agent(second_agent_config(env, sock))
+    assert second.wait(timeout=60) == 2
+    out = second.output()
+    assert f"[api] socket {sock} is in use: pid {env.agent.proc.pid}, kvolumed answers on it" in out, out
+    after = os.stat(sock)
+    assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    status, body, _ = api_get(sock, "/volumes")
+    assert status == 200 and body["node"] == "test-node"
+
+
+def test_a_socket_replaced_meanwhile_is_not_removed_at_exit(volume_env, sockdir):
+    """kvolumed removes its socket file at exit only if it is still the
+    one it bound: another process's in its place stays."""
+    env = volume_env
+    sock = start(env, sockdir)
+    os.unlink(sock)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(sock)
+        other.listen(1)
+        env.agent.stop()
+        assert env.agent.proc.returncode == 0
+        assert stat.S_ISSOCK(os.stat(sock).st_mode)
+        assert f"Not removing {sock}: it is no longer the socket this kvolumed bound" in env.agent.output()
+    finally:
+        other.close()
+
+
+def bad_dir(base, case):
+    """The [api] socket path of a directory kvolumed must refuse, and the
+    directory named in the error."""
+    if case == "owned-by-a-user":
+        d = os.path.join(base, "run")
+        os.mkdir(d, 0o755)
+        os.chown(d, 65534, 65534)
+        return os.path.join(d, "kvolumed.sock"), d, "owned by uid 65534 (mode 0755)"
+    if case == "writable-by-others":
+        d = os.path.join(base, "run")
+        os.mkdir(d)
+        os.chmod(d, 0o1777)  # sticky or not, a user could plant a socket here
+        return os.path.join(d, "kvolumed.sock"), d, "writable by everyone (mode 1777"
+    if case == "writable-by-a-group":
+        d = os.path.join(base, "run")
+        os.mkdir(d)
+        os.chown(d, 0, 65534)
+        os.chmod(d, 0o775)
+        return os.path.join(d, "kvolumed.sock"), d, "writable by its group (mode 0775, group 65534)"
+    if case == "under-a-writable-parent":
+        parent = os.path.join(base, "open")
+        os.mkdir(parent)
+        os.chmod(parent, 0o777)
+        d = os.path.join(parent, "run")
+        os.mkdir(d, 0o755)
+        return os.path.join(d, "kvolumed.sock"), parent, "writable by everyone (mode 0777"
+    if case == "through-a-symlink":
+        real = os.path.join(base, "real")
+        os.mkdir(real, 0o755)
+        link = os.path.join(base, "run")
+        os.symlink(real, link)
+        return os.path.join(link, "kvolumed.sock"), link, "is a symlink"
+    raise AssertionError(case)
+
+
+BAD_DIRS = ["owned-by-a-user", "writable-by-others", "writable-by-a-group", "under-a-writable-parent",
+            "through-a-symlink"]
+
+
+@pytest.mark.parametrize("case", BAD_DIRS)
+def test_a_socket_directory_others_could_write_is_refused(volume_env, sockdir, kvolumed_bin, case):
+    """Issue 29 item 7: whoever can write the socket's directory (or
+    redirect it) could put their own socket there and tell the runner
+    allMounted: true; kvolumed refuses to start (exit 1, a setup error no
+    restart fixes) and --check-config says so, naming the directory."""
+    env = volume_env
+    sock, named, what = bad_dir(sockdir, case)
+    config = api_config(env, sock)
+    check = subprocess.run([kvolumed_bin, "--check-config", "--config", config], capture_output=True, text=True,
+                           timeout=60)
+    assert check.returncode == 1, check.stderr
+    assert f"[api] socket {sock}: " in check.stderr and named in check.stderr and what in check.stderr, check.stderr
+    env.agent = env.start_agent(config)
+    assert env.agent.wait(timeout=60) == 1
+    out = env.agent.output()
+    assert f"[api] socket {sock}: " in out and named in out and what in out, out
+    assert not os.path.lexists(sock)
+    assert "Serving the local volumes API" not in out

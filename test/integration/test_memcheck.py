@@ -77,6 +77,13 @@ def test_local_api_under_memcheck(volume_env, tmp_path):
     assert api_get(sock, f"/v1/pods/{uid}/volumes?wait=unmounted&timeout=200ms", timeout=60)[0] == 504
     assert api_get(sock, "/volumes?pod=default/web&state=published", timeout=60)[0] == 200
     assert api_get(sock, "/v1/pods/nope/volumes", timeout=60)[0] == 400
+    # A client that hangs up while waiting: its wait ends at once.
+    from integration.test_agent_localapi import raw_wait
+    gone_uid = str(uuid.uuid4())
+    gone = raw_wait(sock, gone_uid)
+    agent.wait_for_log(f"pod {gone_uid}: waiting until mounted", timeout=30)
+    gone.close()
+    agent.wait_for_log("1 gone so far", timeout=60)
     left_uid = str(uuid.uuid4())
     left = wait_in_thread(sock, left_uid, "wait=mounted&timeout=10m", timeout=90)
     agent.wait_for_log(f"pod {left_uid}: waiting until mounted", timeout=30)

@@ -41,7 +41,7 @@ typedef struct Waiter {
         uint64_t since;      /* when the pod's teardown first asked: answers from rounds started before do not do */
         uint64_t checked_at; /* last check; a waiter no pass asks about any more is dropped */
         Hold hold;           /* what the last fresh answer said */
-        Hold logged;         /* what was last said in the log about it (HOLD_NONE: nothing) */
+        unsigned logged;     /* the holds said in the log during this wait, 1 << Hold each */
         bool allowed;        /* the last check said yes: not waiting, kept so that the answer serves
                               * the pod's other volumes and a retry within ANSWER_TTL_USEC */
 } Waiter;
@@ -278,21 +278,22 @@ bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f
         bool fresh = g->answer_asked >= w->since && g->answer_at + ANSWER_TTL_USEC > t && !g->unreachable;
         Hold hold = fresh ? answer_holds(g, pod_uid) : HOLD_NONE;
         if (fresh && hold == HOLD_NONE) {
-                if (w->logged != HOLD_NONE)
+                if (w->logged != 0)
                         log_fields(LOG_INFO, f, "Container runtime %s says no container of pod %s runs any more and "
                                    "no sandbox of it is READY; tearing down its volume %s",
                                    cri_client_endpoint(g->cri), strempty(f->pod ?: pod_uid), strempty(f->volume));
-                w->logged = w->hold = HOLD_NONE;
+                w->logged = 0;
+                w->hold = HOLD_NONE;
                 w->allowed = true;
                 return true;
         }
         w->allowed = false;
         if (fresh) {
                 w->hold = hold;
-                /* Said once per wait, and again when the reason changes (the
-                 * container exited, its sandbox is still READY): what the
-                 * operator must look at changes with it. */
-                if (w->logged != hold) {
+                /* Each reason said once per wait (a crash-looping pod flips
+                 * between the two with every attempt): what the operator must
+                 * look at differs, a container to stop or a sandbox. */
+                if (!(w->logged & (1u << hold))) {
                         if (hold == HOLD_CONTAINER)
                                 log_fields(LOG_NOTICE, f, "Not unpublishing volume %s of pod %s: container runtime %s "
                                            "says a container of the pod is still created or running",
@@ -306,7 +307,7 @@ bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f
                                            strempty(f->volume), strempty(f->pod ?: pod_uid),
                                            cri_client_endpoint(g->cri));
                 }
-                w->logged = hold;
+                w->logged |= 1u << hold;
                 /* The timer asks again; on_answer() armed it. */
                 if (!g->timer && !cri_client_busy(g->cri))
                         arm_timer(g);

@@ -443,6 +443,7 @@ def test_crash_looping_pod_keeps_volume_until_its_sandbox_stops(volume_env, even
         n = len(rounds(cri, since))
         wait_until(lambda: len(rounds(cri, since)) >= n + 1, timeout=30, what="a round after the second crash")
         assert os.path.ismount(target) and not unpublished(env, target)
+        assert env.agent.output().count(SANDBOX_LINE) == 1  # once per wait, however many attempts
 
         # The runner stops the sandbox: torn down.
         t0 = time.monotonic()

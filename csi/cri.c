@@ -49,19 +49,57 @@ static int cmp_str(const void *a, const void *b) {
         return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
-static const char *label(size_t n, Runtime__V1__Container__LabelsEntry **labels, const char *key) {
-        for (size_t i = 0; i < n; i++)
-                if (labels[i]->key && streq(labels[i]->key, key))
-                        return labels[i]->value;
+/* The pod UID labels of a container and of a sandbox; a runner other than
+ * kubelet may set none. */
+static const char *container_label(const Runtime__V1__Container *ct, const char *key) {
+        for (size_t i = 0; i < ct->n_labels; i++)
+                if (ct->labels[i]->key && streq(ct->labels[i]->key, key))
+                        return ct->labels[i]->value;
         return NULL;
 }
 
+static const char *sandbox_label(const Runtime__V1__PodSandbox *sb, const char *key) {
+        for (size_t i = 0; i < sb->n_labels; i++)
+                if (sb->labels[i]->key && streq(sb->labels[i]->key, key))
+                        return sb->labels[i]->value;
+        return NULL;
+}
+
+static const char *sandbox_uid(const Runtime__V1__PodSandbox *sb) {
+        if (sb->metadata && !isempty(sb->metadata->uid))
+                return sb->metadata->uid;
+        return sandbox_label(sb, CRI_POD_UID_LABEL);
+}
+
+/* Sorts v[0..n) and frees the duplicates: a pod has several containers, and
+ * may have several sandboxes (attempts). */
+static void sort_distinct(char **v, size_t n) {
+        size_t k = 0;
+
+        qsort(v, n, sizeof *v, cmp_str);
+        for (size_t i = 0; i < n; i++) {
+                char *u = TAKE_PTR(v[i]);
+                if (k > 0 && streq(v[k - 1], u))
+                        free(u);
+                else
+                        v[k++] = u;
+        }
+}
+
+static int push(char **v, size_t *n, const char *uid) {
+        v[*n] = strdup(uid);
+        if (!v[*n])
+                return -ENOMEM;
+        (*n)++;
+        return 0;
+}
+
 int cri_running_pods(const uint8_t *containers, size_t containers_size, const uint8_t *sandboxes,
-                     size_t sandboxes_size, char ***ret) {
+                     size_t sandboxes_size, char ***ret_running, char ***ret_ready) {
         Runtime__V1__ListContainersResponse *cl = NULL;
         Runtime__V1__ListPodSandboxResponse *sl = NULL;
-        char **uids = NULL;
-        size_t n = 0;
+        char **running = NULL, **ready = NULL;
+        size_t n = 0, m = 0;
         int r = 0;
 
         cl = runtime__v1__list_containers_response__unpack(NULL, containers_size, containers);
@@ -70,8 +108,9 @@ int cri_running_pods(const uint8_t *containers, size_t containers_size, const ui
                 r = -EBADMSG;
                 goto finish;
         }
-        uids = calloc(cl->n_containers + 1, sizeof *uids);
-        if (!uids) {
+        running = calloc(cl->n_containers + 1, sizeof *running);
+        ready = calloc(sl->n_items + 1, sizeof *ready);
+        if (!running || !ready) {
                 r = -ENOMEM;
                 goto finish;
         }
@@ -85,34 +124,45 @@ int cri_running_pods(const uint8_t *containers, size_t containers_size, const ui
                         continue;
                 for (size_t j = 0; j < sl->n_items && !uid; j++) {
                         const Runtime__V1__PodSandbox *sb = sl->items[j];
-                        if (sb->id && ct->pod_sandbox_id && streq(sb->id, ct->pod_sandbox_id) && sb->metadata)
-                                uid = sb->metadata->uid;
+                        if (sb->id && ct->pod_sandbox_id && streq(sb->id, ct->pod_sandbox_id))
+                                uid = sandbox_uid(sb);
                 }
                 /* The sandbox went between the two calls, or never named its pod. */
                 if (isempty(uid))
-                        uid = label(ct->n_labels, ct->labels, CRI_POD_UID_LABEL);
+                        uid = container_label(ct, CRI_POD_UID_LABEL);
                 if (isempty(uid))
                         continue;
-                uids[n] = strdup(uid);
-                if (!uids[n]) {
-                        r = -ENOMEM;
+                r = push(running, &n, uid);
+                if (r < 0)
                         goto finish;
-                }
-                n++;
         }
-        qsort(uids, n, sizeof *uids, cmp_str);
-        /* Distinct: a pod has several containers. */
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-                char *u = TAKE_PTR(uids[i]);
-                if (k > 0 && streq(uids[k - 1], u))
-                        free(u);
-                else
-                        uids[k++] = u;
+        for (size_t j = 0; j < sl->n_items; j++) {
+                const Runtime__V1__PodSandbox *sb = sl->items[j];
+                const char *uid;
+
+                /* Only a stopped sandbox is an answer.  In a READY one the
+                 * runner may start the next attempt of an exited container
+                 * (CrashLoopBackOff) or the first one once its image is
+                 * pulled: kubelet stops the sandbox (killPod) before it tears
+                 * the pod's volumes down.  READY is the field's zero value, so a
+                 * sandbox that does not say is READY, and so is a state this
+                 * client does not know. */
+                if (sb->state == RUNTIME__V1__POD_SANDBOX_STATE__SANDBOX_NOTREADY)
+                        continue;
+                uid = sandbox_uid(sb);
+                if (isempty(uid))
+                        continue;
+                r = push(ready, &m, uid);
+                if (r < 0)
+                        goto finish;
         }
-        *ret = TAKE_PTR(uids);
+        sort_distinct(running, n);
+        sort_distinct(ready, m);
+        *ret_running = TAKE_PTR(running);
+        *ret_ready = TAKE_PTR(ready);
 finish:
-        strv_free(uids);
+        strv_free(running);
+        strv_free(ready);
         if (cl)
                 runtime__v1__list_containers_response__free_unpacked(cl, NULL);
         if (sl)
@@ -192,26 +242,32 @@ static void fail_round(CriClient *c, const char *method, CsiCode code, const cha
         finish_round(c, &(CriAnswer){ .code = code, .message = message, .method = method });
 }
 
+static size_t strv_count(char *const *v) {
+        size_t n = 0;
+        while (v[n])
+                n++;
+        return n;
+}
+
 static void on_sandboxes(GrpcCall *call, const GrpcResult *r, void *userdata) {
         CriClient *c = userdata;
-        char **uids = NULL;
+        char **running = NULL, **ready = NULL;
         int k;
 
         c->call = NULL;
         if (r->code != CSI_CODE_OK)
                 return fail_round(c, "ListPodSandbox", r->code, r->message);
-        k = cri_running_pods(c->containers, c->containers_size, r->data, r->size, &uids);
+        k = cri_running_pods(c->containers, c->containers_size, r->data, r->size, &running, &ready);
         if (k < 0)
                 return fail_round(c, "ListPodSandbox", CSI_CODE_INTERNAL,
                                   k == -ENOMEM ? "out of memory" : "error unmarshalling the runtime's answer");
         LogFields f = { .csi_method = "ListPodSandbox", .csi_code = "OK" };
-        size_t n = 0;
-        while (uids[n])
-                n++;
-        log_fields(LOG_DEBUG, &f, "Container runtime %s: %zu pods have a container created or running", c->endpoint,
-                   n);
-        finish_round(c, &(CriAnswer){ .code = CSI_CODE_OK, .message = "", .running_uids = uids });
-        strv_free(uids);
+        log_fields(LOG_DEBUG, &f, "Container runtime %s: %zu pods have a container created or running, %zu a sandbox "
+                   "READY", c->endpoint, strv_count(running), strv_count(ready));
+        finish_round(c, &(CriAnswer){ .code = CSI_CODE_OK, .message = "", .running_uids = running,
+                                      .ready_uids = ready });
+        strv_free(running);
+        strv_free(ready);
 }
 
 static int call(CriClient *c, const char *path, const ProtobufCMessage *req, grpc_call_done_t done) {
@@ -238,7 +294,10 @@ static void on_containers(GrpcCall *g, const GrpcResult *r, void *userdata) {
         memcpy(c->containers, r->data, r->size);
         c->containers_size = r->size;
         /* Sandboxes second: every container listed had its sandbox created
-         * before it, so the sandbox list cannot miss one that still exists. */
+         * before it, so the sandbox list cannot miss one that still exists;
+         * and a container started after the first list is in a sandbox the
+         * second finds READY, or was stopped with it (StopPodSandbox stops
+         * every container of the sandbox before the sandbox). */
         k = call(c, CRI_LIST_SANDBOXES, &req.base, on_sandboxes);
         if (k < 0)
                 fail_round(c, "ListPodSandbox", CSI_CODE_INTERNAL, strerror(-k));

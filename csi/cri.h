@@ -2,8 +2,10 @@
 #pragma once
 
 /* A client of the container runtime's CRI RuntimeService (containerd, CRI-O),
- * for one question only: which pods have a container that is created,
- * running or in an unknown state.  kvolumed asks it before it unpublishes a
+ * for one question only: which pods the runtime may still run — those with a
+ * container created, running or in an unknown state, and those with a pod
+ * sandbox that is not stopped (READY), in which the runner may start a
+ * container again.  kvolumed asks it before it unpublishes a
  * pod's volume (DESIGN.md §3, the runtime rule).
  *
  * It sits in csi/ beside the CSI client because both are gRPC to a node-local
@@ -23,16 +25,18 @@
 
 typedef struct CriClient CriClient;
 
-/* The answer of one round.  On success code is CSI_CODE_OK and running_uids
+/* The answer of one round.  On success code is CSI_CODE_OK, running_uids
  * the sorted pod UIDs (NULL-terminated, owned by the client, valid during the
  * callback only) of the pods with a container that is not known to have
- * exited; otherwise running_uids is NULL and code/message say what failed
- * (a missing socket is UNAVAILABLE). */
+ * exited, and ready_uids those of the pods with a sandbox that is not known
+ * to be stopped (the two may overlap); otherwise both are NULL and
+ * code/message say what failed (a missing socket is UNAVAILABLE). */
 typedef struct CriAnswer {
         CsiCode code;
         const char *message;
         const char *method; /* the call that failed, or NULL */
         char *const *running_uids;
+        char *const *ready_uids;
 } CriAnswer;
 
 typedef void (*cri_answer_t)(CriClient *c, const CriAnswer *answer, void *userdata);
@@ -94,11 +98,15 @@ bool cri_client_subscribed(CriClient *c);
 int cri_event_decode(const uint8_t *data, size_t size, CriEvent *ret, void **ret_owner);
 void cri_event_owner_free(void *owner);
 
-/* From packed ListContainersResponse and ListPodSandboxResponse messages: the
- * sorted, distinct UIDs of the pods with a container in state CREATED,
- * RUNNING or UNKNOWN (EXITED alone does not count).  A container names its
- * sandbox by pod_sandbox_id, the sandbox its pod by metadata.uid; a container
- * whose sandbox is not listed falls back to its io.kubernetes.pod.uid label.
- * 0 and a NULL-terminated array, or -EBADMSG / -ENOMEM. */
+/* From packed ListContainersResponse and ListPodSandboxResponse messages:
+ * in *ret_running the sorted, distinct UIDs of the pods with a container in
+ * state CREATED, RUNNING or UNKNOWN (EXITED does not count); in *ret_ready
+ * those of the pods with a sandbox in any state but NOTREADY (a crash-looping
+ * container is EXITED between two attempts, and a pod whose image is being
+ * pulled has no container yet: their sandbox is READY).  A container names
+ * its sandbox by pod_sandbox_id, the sandbox its pod by metadata.uid (or its
+ * io.kubernetes.pod.uid label); a container whose sandbox is not listed falls
+ * back to its own io.kubernetes.pod.uid label.  0 and two NULL-terminated
+ * arrays, or -EBADMSG / -ENOMEM. */
 int cri_running_pods(const uint8_t *containers, size_t containers_size, const uint8_t *sandboxes,
-                     size_t sandboxes_size, char ***ret);
+                     size_t sandboxes_size, char ***ret_running, char ***ret_ready);

@@ -30,13 +30,20 @@ typedef enum StreamState {
         STREAM_UNSERVED, /* the runtime does not serve it: poll with the backoff */
 } StreamState;
 
+/* What the last fresh answer said of a pod. */
+typedef enum Hold {
+        HOLD_NONE,      /* nothing: the pod may go */
+        HOLD_CONTAINER, /* a container of it is created, running or unknown */
+        HOLD_SANDBOX,   /* no such container, but a sandbox of it is READY: the runner may start one in it */
+} Hold;
+
 typedef struct Waiter {
         uint64_t since;      /* when the pod's teardown first asked: answers from rounds started before do not do */
         uint64_t checked_at; /* last check; a waiter no pass asks about any more is dropped */
-        bool running;        /* the last fresh answer named the pod */
+        Hold hold;           /* what the last fresh answer said */
+        unsigned logged;     /* the holds said in the log during this wait, 1 << Hold each */
         bool allowed;        /* the last check said yes: not waiting, kept so that the answer serves
                               * the pod's other volumes and a retry within ANSWER_TTL_USEC */
-        bool logged;
 } Waiter;
 
 struct RuntimeGate {
@@ -48,7 +55,8 @@ struct RuntimeGate {
         Hashmap *waiters; /* pod UID → Waiter */
 
         /* The last answer that came. */
-        char **running;        /* sorted UIDs */
+        char **running;        /* sorted UIDs of the pods with a container created or running */
+        char **ready;          /* sorted UIDs of the pods with a READY sandbox */
         uint64_t answer_asked; /* when its round started; 0: none */
         uint64_t answer_at;    /* when it came */
 
@@ -80,9 +88,31 @@ static int cmp_str(const void *a, const void *b) {
         return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
-static bool answer_names(RuntimeGate *g, const char *uid) {
-        size_t n = strv_length(g->running);
-        return n > 0 && bsearch(&uid, g->running, n, sizeof(char *), cmp_str) != NULL;
+static bool sorted_contains(char *const *v, const char *uid) {
+        size_t n = strv_length(v);
+        return n > 0 && bsearch(&uid, v, n, sizeof(char *), cmp_str) != NULL;
+}
+
+/* Why the last answer holds the pod, if it does: the runtime may still run it
+ * while a container of it is not known to have exited, or while a sandbox of
+ * it is READY (a crash-looping container's next attempt, or a first one
+ * after an image pull, starts in it). */
+static Hold answer_holds(RuntimeGate *g, const char *uid) {
+        if (sorted_contains(g->running, uid))
+                return HOLD_CONTAINER;
+        if (sorted_contains(g->ready, uid))
+                return HOLD_SANDBOX;
+        return HOLD_NONE;
+}
+
+static char **strv_dup(char *const *v) {
+        size_t n = strv_length(v);
+        char **copy = calloc(n + 1, sizeof(char *));
+
+        for (size_t i = 0; copy && i < n; i++)
+                if (!(copy[i] = strdup(v[i])))
+                        return strv_free(copy);
+        return copy;
 }
 
 static void start_round(RuntimeGate *g);
@@ -179,30 +209,25 @@ static void on_answer(CriClient *c, const CriAnswer *a, void *userdata) {
         }
         g->unreachable = false;
 
-        size_t n = 0;
-        while (a->running_uids[n])
-                n++;
-        char **copy = calloc(n + 1, sizeof(char *));
-        for (size_t i = 0; copy && i < n; i++)
-                if (!(copy[i] = strdup(a->running_uids[i]))) {
-                        strv_free(copy);
-                        copy = NULL;
-                }
-        if (!copy) {
+        _cleanup_(strv_freep) char **running = strv_dup(a->running_uids);
+        _cleanup_(strv_freep) char **ready = strv_dup(a->ready_uids);
+        if (!running || !ready) {
                 /* No answer kept: the waiters keep waiting, and ask again. */
                 arm_timer(g);
                 return;
         }
         drop_unasked(g);
         strv_free(g->running);
-        g->running = copy;
+        strv_free(g->ready);
+        g->running = TAKE_PTR(running);
+        g->ready = TAKE_PTR(ready);
         g->answer_asked = g->round_started;
         g->answer_at = now(g);
 
-        /* Ask again later only for a waiting pod that still has a container;
+        /* Ask again later only for a waiting pod the runtime may still run;
          * the others are decided by the pass this wakes. */
         for (size_t i = 0; hashmap_iterate(g->waiters, &i, &key, NULL);)
-                if (answer_names(g, key))
+                if (answer_holds(g, key) != HOLD_NONE)
                         any_running = true;
         /* Nothing waits: at rest, no timer, no call. */
         if (any_running)
@@ -251,23 +276,38 @@ bool runtime_gate_allows(RuntimeGate *g, const char *pod_uid, const LogFields *f
         w->checked_at = t;
 
         bool fresh = g->answer_asked >= w->since && g->answer_at + ANSWER_TTL_USEC > t && !g->unreachable;
-        if (fresh && !answer_names(g, pod_uid)) {
-                if (w->logged)
-                        log_fields(LOG_INFO, f, "Container runtime %s says no container of pod %s runs any more; "
-                                   "tearing down its volume %s", cri_client_endpoint(g->cri),
-                                   strempty(f->pod ?: pod_uid), strempty(f->volume));
-                w->logged = w->running = false;
+        Hold hold = fresh ? answer_holds(g, pod_uid) : HOLD_NONE;
+        if (fresh && hold == HOLD_NONE) {
+                if (w->logged != 0)
+                        log_fields(LOG_INFO, f, "Container runtime %s says no container of pod %s runs any more and "
+                                   "no sandbox of it is READY; tearing down its volume %s",
+                                   cri_client_endpoint(g->cri), strempty(f->pod ?: pod_uid), strempty(f->volume));
+                w->logged = 0;
+                w->hold = HOLD_NONE;
                 w->allowed = true;
                 return true;
         }
         w->allowed = false;
         if (fresh) {
-                w->running = true;
-                if (!w->logged)
-                        log_fields(LOG_NOTICE, f, "Not unpublishing volume %s of pod %s: container runtime %s says a "
-                                   "container of the pod is still created or running", strempty(f->volume),
-                                   strempty(f->pod ?: pod_uid), cri_client_endpoint(g->cri));
-                w->logged = true;
+                w->hold = hold;
+                /* Each reason said once per wait (a crash-looping pod flips
+                 * between the two with every attempt): what the operator must
+                 * look at differs, a container to stop or a sandbox. */
+                if (!(w->logged & (1u << hold))) {
+                        if (hold == HOLD_CONTAINER)
+                                log_fields(LOG_NOTICE, f, "Not unpublishing volume %s of pod %s: container runtime %s "
+                                           "says a container of the pod is still created or running",
+                                           strempty(f->volume), strempty(f->pod ?: pod_uid),
+                                           cri_client_endpoint(g->cri));
+                        else
+                                log_fields(LOG_NOTICE, f, "Not unpublishing volume %s of pod %s: container runtime %s "
+                                           "says a sandbox of the pod is still READY, and a container may be "
+                                           "started in it again; the volume is torn down once the pod's runner "
+                                           "stops the sandbox (StopPodSandbox, as kubelet does when it kills a pod)",
+                                           strempty(f->volume), strempty(f->pod ?: pod_uid),
+                                           cri_client_endpoint(g->cri));
+                }
+                w->logged |= 1u << hold;
                 /* The timer asks again; on_answer() armed it. */
                 if (!g->timer && !cri_client_busy(g->cri))
                         arm_timer(g);
@@ -289,9 +329,12 @@ const char *runtime_gate_reason(RuntimeGate *g, const char *pod_uid) {
                 return NULL;
         if (g->unreachable)
                 return g->reason_unreachable ?: "the container runtime does not answer";
-        if (w->running)
+        if (w->hold == HOLD_CONTAINER)
                 return "a container of the pod is still created or running in the container runtime";
-        return "asking the container runtime whether a container of the pod still runs";
+        if (w->hold == HOLD_SANDBOX)
+                return "a sandbox of the pod is still READY in the container runtime: its runner must stop it "
+                       "(StopPodSandbox)";
+        return "asking the container runtime whether it may still run a container of the pod";
 }
 
 void runtime_gate_get_stats(RuntimeGate *g, RuntimeGateStats *ret) {
@@ -321,13 +364,17 @@ static void on_event(CriClient *c, const CriEvent *e, void *userdata) {
         g->said_down = false;
         g->stream_backoff_usec = STREAM_RETRY_MIN_USEC; /* it works: a later break retries soon */
         /* A container created or started frees nothing; a stop or a removal
-         * (of a container or of the sandbox itself) may free its pod. */
+         * (of a container or of the sandbox itself) may free its pod.  A
+         * sandbox's stop is a CONTAINER_STOPPED_EVENT naming the sandbox as
+         * the container, sent once it is NOTREADY (containerd's
+         * handleSandboxExit, CRI-O's StopPodSandbox). */
         if (e->type == CRI_EVENT_CONTAINER_CREATED || e->type == CRI_EVENT_CONTAINER_STARTED)
                 return;
         if (!waits_for_runtime(g, e->pod_uid))
                 return;
         LogFields f = { .pod_uid = e->pod_uid, .csi_method = "GetContainerEvents" };
-        log_fields(LOG_DEBUG, &f, "Container runtime %s: a container of waiting pod %s stopped or went; asking again",
+        log_fields(LOG_DEBUG, &f, "Container runtime %s: a container or sandbox of waiting pod %s stopped or went; "
+                   "asking again",
                    cri_client_endpoint(c), strempty(e->pod_uid));
         /* The answer itself comes from a round: an event says when, the lists say what. */
         if (cri_client_busy(g->cri))
@@ -456,6 +503,7 @@ RuntimeGate *runtime_gate_free(RuntimeGate *g) {
                 free(value);
         hashmap_free(g->waiters);
         strv_free(g->running);
+        strv_free(g->ready);
         free(g->reason_unreachable);
         sd_event_unref(g->event);
         free(g);

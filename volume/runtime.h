@@ -4,9 +4,12 @@
 /* The runtime gate (DESIGN.md §3): before any volume of a pod is unpublished
  * (or its block device unmapped), the container runtime must have said,
  * recently and after the teardown was first wanted, that no container of the
- * pod is created, running or unknown.  Until then the volume stays, whatever
- * the API says of the pod: a pod force-deleted while its containers run keeps
- * its volumes.  A runtime that does not answer holds every unpublish, as an
+ * pod is created, running or unknown, and that no sandbox of the pod is READY
+ * (a runner starts a crash-looping container's next attempt, or the first one
+ * after an image pull, in its READY sandbox; kubelet tears a pod's volumes
+ * down only after killPod stopped the sandbox).  Until then the volume stays,
+ * whatever the API says of the pod: a pod force-deleted while its containers
+ * run, or may run again, keeps its volumes.  A runtime that does not answer holds every unpublish, as an
  * API server that does not answer holds every teardown.
  *
  * The runtime is asked only while some pod waits for teardown: a round (two
@@ -16,7 +19,7 @@
  * with a 10 s re-check as the net for a dropped event.  Without the stream
  * (UNIMPLEMENTED: containerd 1.6; or broken, until it is subscribed to
  * again), again with a backoff (100 ms doubling to 1 s) while a waiting pod's
- * containers run or the runtime does not answer.  Never at rest.
+ * containers run or its sandbox is READY, or the runtime does not answer.  Never at rest.
  *
  * The stream is open for the gate's whole life, as kubelet's evented PLEG
  * keeps it (pkg/kubelet/pleg/evented.go), not only while pods wait: the

@@ -6,17 +6,18 @@ server and the mock CSI driver in tmpfs mode, root-dir on disk.
 
 For each of N pods, one at a time: an inline volume published, a sandbox
 and a container mounting it, the pod force-deleted, the volume held for
---hold seconds plus a random fraction of the gate's 1 s cap (so that the stop
-falls anywhere between two of its rounds; --hold long enough for its backoff
-to reach the cap, as on a node where a container takes a while to stop),
-then StopContainer.
+--hold seconds (long enough for the gate's backoff to reach its cap, as on
+a node where a container takes a while to stop), then StopContainer; the
+READY sandbox holds the volume on for a random fraction of the gate's 1 s
+cap (so that the sandbox's stop falls anywhere between two of its rounds),
+then StopPodSandbox, as kubelet's killPod ends.
 Two figures per pod:
 
   own:   kvolumed's own time, from containerd's first answer to kvolumed's
-         ListContainers that shows the container exited (the line containerd
+         ListPodSandbox that shows the sandbox NOTREADY (the line containerd
          logs as it answers, at trace level) to NodeUnpublishVolume (the
          driver's call log);
-  total: from StopContainer's answer (the container has exited) to
+  total: from StopPodSandbox's answer (the sandbox is stopped) to
          NodeUnpublishVolume: `own` plus the wait for the gate's next round.
 
 Prints one JSON object and a readable summary."""
@@ -51,16 +52,16 @@ def log_time(line):
     return t.timestamp() + float("0." + frac)
 
 
-def first_answer_exited(ctrd, since, cid):
-    """The time containerd answered a ListContainers, after byte `since` of
-    its log, in which container `cid` is exited (or absent)."""
+def first_answer_stopped(ctrd, since, sid):
+    """The time containerd answered a ListPodSandbox, after byte `since` of
+    its log, in which sandbox `sid` is NOTREADY (or absent)."""
     with open(ctrd.log_path, errors="replace") as f:
         f.seek(since)
         for line in f:
-            if 'msg="ListContainers with filter' not in line or " returns containers" not in line:
+            if 'msg="ListPodSandbox' not in line or " returns pod sandboxes" not in line:
                 continue
-            mine = [c for c in line.split("&Container{")[1:] if c.startswith("Id:" + cid)]
-            if not mine or "State:CONTAINER_EXITED" in mine[0]:
+            mine = [c for c in line.split("&PodSandbox{")[1:] if c.startswith("Id:" + sid)]
+            if not mine or "State:SANDBOX_NOTREADY" in mine[0]:
                 return log_time(line)
     return None
 
@@ -116,19 +117,22 @@ def main():
             cid = runner.run_container(sandbox, "c", SLEEPER, [(target, "/data", False)])
             mark = calls.mark()
             api.remove("pods", "default", name)
-            time.sleep(args.hold + rng.uniform(0, GATE_CAP))  # the container runs on: the gate holds
+            time.sleep(args.hold)  # the container runs on: the gate holds
             if calls.since(mark, "NodeUnpublishVolume", code=None):
                 raise SystemExit(f"bench: {name}'s volume unpublished under its running container")
-            since = ctrd.log_size()
             runner.stop_container(cid)
+            time.sleep(rng.uniform(0, GATE_CAP))  # the sandbox is READY: the gate holds
+            if calls.since(mark, "NodeUnpublishVolume", code=None):
+                raise SystemExit(f"bench: {name}'s volume unpublished while its sandbox was READY")
+            since = ctrd.log_size()
+            runner.stop_pod(sandbox)
             stopped = time.time()
             (call,) = calls.wait(mark, "NodeUnpublishVolume", 1, 30, f"unpublish of {name}")
-            answered = first_answer_exited(ctrd, since, cid)
+            answered = first_answer_stopped(ctrd, since, sandbox.sandbox_id)
             if answered is None:
-                raise SystemExit(f"bench: no ListContainers answer showed {name}'s container exited")
+                raise SystemExit(f"bench: no ListPodSandbox answer showed {name}'s sandbox stopped")
             own.append((call["time"] - answered) * 1000.0)
             total.append((call["time"] - stopped) * 1000.0)
-            runner.stop_pod(sandbox)
             runner.remove_pod(sandbox)
             wait(lambda: not os.path.exists(os.path.dirname(target)), 30, f"teardown of {name}")
         result["own_ms"] = stats(own)
@@ -148,9 +152,9 @@ def main():
     print(json.dumps(result))
     o, t = result["own_ms"], result["stop_to_unpublish_ms"]
     print(f"\n{result['runtime']}, {args.pods} pods held {args.hold}-{args.hold + GATE_CAP} s each:\n"
-          f"  kvolumed's own time, containerd's answer that the container stopped -> NodeUnpublishVolume: "
+          f"  kvolumed's own time, containerd's answer that the sandbox stopped -> NodeUnpublishVolume: "
           f"median {o['median']} ms, p99 {o['p99']} ms (min {o['min']}, max {o['max']})\n"
-          f"  StopContainer answered -> NodeUnpublishVolume (with the wait for the gate's next round): "
+          f"  StopPodSandbox answered -> NodeUnpublishVolume (with the wait for the gate's next round): "
           f"median {t['median']} ms, p99 {t['p99']} ms (min {t['min']}, max {t['max']})", file=sys.stderr)
 
 

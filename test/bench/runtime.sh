@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runtime gate benchmark (see runtime_bench.py): the time from the container
-# runtime's "the last container stopped" to NodeUnpublishVolume, with
+# runtime's "the pod's sandbox stopped" (StopPodSandbox; its containers had
+# exited, and the READY sandbox held the volume) to NodeUnpublishVolume, with
 # GetContainerEvents and with the polling fallback, in one run.  Builds
 # kvolumed if needed and runs in a private mount namespace, root-dir on /var/tmp.
 # Usage (as root): test/bench/runtime.sh [--pods 100] [--modes events,polling]

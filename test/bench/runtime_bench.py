@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""The runtime gate's latency (issue 21): kvolumed's own time from "the
-container runtime says the last container of the pod stopped" to
-NodeUnpublishVolume arriving at the CSI driver, for a pod force-deleted from
-the API while its container ran.  Run by test/bench/runtime.sh as root in a
+"""The runtime gate's latency (issues 21, 29): kvolumed's own time from "the
+container runtime says the pod's sandbox stopped" (StopPodSandbox, after
+which no container of the pod can run) to NodeUnpublishVolume arriving at
+the CSI driver, for a pod force-deleted from the API while its container
+ran.  Run by test/bench/runtime.sh as root in a
 private mount namespace, root-dir on a disk-backed file system.
 
 One run measures both ways the gate learns of the stop, each on a kvolumed
@@ -14,12 +15,14 @@ process) and the mock CSI driver in tmpfs mode:
             asks again with its backoff (100 ms doubling to 1 s).
 For each: --pods pods with an inline volume, all published and running in
 the runtime, all force-deleted from the API (so all wait for teardown, as
-after a node drain); then one pod at a time is stopped in the runtime, a
-random 0-1 s after the previous one's unpublish (so that a stop falls
-anywhere in the polling period), and the time from the mock runtime's
-timestamp of the stop (taken before the change is visible to a List or an
-event) to the driver's timestamp of the NodeUnpublishVolume request is
-recorded.  Both are wall-clock stamps on this machine.  Prints median, p90,
+after a node drain); then every container exits, the sandboxes stay READY
+(CrashLoopBackOff, or a runner between StopContainer and StopPodSandbox),
+and no volume may go; then one pod at a time has its sandbox stopped in the
+runtime (StopPodSandbox, as kubelet's killPod ends), a random 0-1 s after
+the previous one's unpublish (so that a stop falls anywhere in the polling
+period), and the time from the mock runtime's timestamp of the stop (taken
+before the change is visible to a List or an event) to the driver's
+timestamp of the NodeUnpublishVolume request is recorded.  Both are wall-clock stamps on this machine.  Prints median, p90,
 p99 and max per mode, and writes them as JSON (--json)."""
 import argparse
 import json
@@ -74,6 +77,14 @@ def run_mode(mode, api, config, root, work, sockdir, tail, n_pods, rng, log_leve
              "the gate's first round", alive=agent)
         time.sleep(1.5)  # every pod's teardown reaches the gate; the polling backoff reaches its 1 s cap
         assert mounts_under(root) >= before + n_pods, "a volume went while its container ran"
+        # The containers exit; the READY sandboxes hold the volumes.
+        t_exited = time.monotonic()
+        for uid in uids:
+            rt.exit_containers(uid)
+        wait(lambda: any(m == "ListPodSandbox" for t, m in rt.requests(t_exited)), 60,
+             "a round after the containers exited", alive=agent)
+        time.sleep(1.5)  # rounds see the exits (the event, or the polling's 1 s cap) and hold on
+        assert mounts_under(root) >= before + n_pods, "a volume went while its pod's sandbox was READY"
 
         latencies = []
         for i, (name, uid) in enumerate(zip(names, uids)):
@@ -149,7 +160,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(sockdir, ignore_errors=True)
 
-    print("runtime gate: the runtime's stop → NodeUnpublishVolume at the driver")
+    print("runtime gate: the runtime's sandbox stop → NodeUnpublishVolume at the driver")
     print(f"{'mode':<10} {'pods':>5} {'median':>10} {'p90':>10} {'p99':>10} {'max':>10} {'CRI calls':>10}")
     for mode, r in result["modes"].items():
         print(f"{mode:<10} {r['pods']:>5} {r['median_ms']:>8.1f}ms {r['p90_ms']:>8.1f}ms {r['p99_ms']:>8.1f}ms "

@@ -17,6 +17,8 @@ from integration.agent_fixtures import DRIVER, wait_until, write_config
 # when asked to stop (SIGTERM, containerd's default stop signal), then exits.
 WRITER = ("trap 'echo stopped >> /data/log; exit 0' TERM; i=0; "
           "while :; do i=$((i+1)); echo $i >> /data/log; sleep 0.05; done")
+# What kvolumed says when a pod's READY sandbox alone holds its volume.
+SANDBOX_HELD = "says a sandbox of the pod is still READY"
 # The gate's longest pause between two questions while a pod waits
 # (volume/runtime.c GATE_BACKOFF_MAX_USEC): how late it can notice a stop.
 GATE_CAP = 1.0
@@ -86,6 +88,26 @@ class Node:
         """kvolumed said it keeps the pod's volume for a running container."""
         self.env.agent.wait_for_log(f"of pod default/{pod['metadata']['name']}: container runtime", timeout=timeout)
 
+    def sandbox(self, pod):
+        """The runner's sandbox of the pod."""
+        (sb,) = [p for p in self.runner.pods if p.uid == pod["metadata"]["uid"]]
+        return sb
+
+    def wait_held_for_sandbox(self, pod, target, since_output, timeout=15):
+        """kvolumed said (after `since_output` characters of its output)
+        that the pod's READY sandbox holds its volume, and the volume is
+        there; an unpublish ends the wait, and fails."""
+        name = pod["metadata"]["name"]
+        line = f"of pod default/{name}: container runtime"
+
+        def said():
+            return any(line in ln and SANDBOX_HELD in ln
+                       for ln in self.env.agent.output()[since_output:].splitlines())
+        wait_until(lambda: said() or self.unpublishes(target), timeout=timeout,
+                   what=f"kvolumed holding {name} for its READY sandbox")
+        assert not self.unpublishes(target), "unpublished while the pod's sandbox was READY"
+        assert os.path.ismount(target)
+
     def metric(self, name):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             for line in r.read().decode().splitlines():
@@ -98,14 +120,20 @@ class Node:
             vols = json.load(r)["volumes"]
         return [p.get("teardown_waits") for v in vols for p in v.get("publishes", []) if p["pod_uid"] == uid]
 
-    def stop_and_time(self, cid, target):
-        """StopContainer through CRI; the seconds from its answer (the
-        container has exited) to the driver's NodeUnpublishVolume."""
+    def stop_and_time(self, pod, cid, target):
+        """What kubelet's killPod does, through CRI: StopContainer, then
+        StopPodSandbox.  Between the two the volume stays (the sandbox is
+        READY: a runner may start a container in it again); returns the
+        seconds from StopPodSandbox's answer (the sandbox is NOTREADY) to
+        the driver's NodeUnpublishVolume."""
+        mark = len(self.env.agent.output())
         self.runner.stop_container(cid)
-        stopped = time.time()
         assert self.runner.container_state(cid) == "CONTAINER_EXITED"
+        self.wait_held_for_sandbox(pod, target, mark)
+        self.runner.stop_pod(self.sandbox(pod))
+        stopped = time.time()
         call = wait_until(lambda: self.unpublishes(target), timeout=15, interval=0.01,
-                          what="NodeUnpublishVolume after the container stopped")[0]
+                          what="NodeUnpublishVolume after the sandbox stopped")[0]
         return call["time"] - stopped
 
 

@@ -136,13 +136,14 @@ def test_runner_waits_for_mounted_runs_the_pod_then_waits_for_unmounted(node, ap
     assert status == 200
     host_path = body["volumes"][0]["hostPath"]
     cid = node.run_writer(pod, host_path)
-    # Torn down only once the runtime says the container stopped: the wait
-    # for unmounted is not answered while it runs.
+    # Torn down only once the runtime says the container stopped and the
+    # sandbox too: the wait for unmounted is not answered while it runs.
     gone = api.wait_async(uid, "unmounted", "60s")
     env.api.remove("pods", "default", pod["metadata"]["name"])
     node.wait_held(pod)
     assert gone.is_alive() and os.path.ismount(target)
     node.runner.stop_container(cid)
+    node.runner.stop_pod(node.sandbox(pod))
     status, body, _, answered_at = answered(gone, 30)
     assert status == 200, body
     assert body["allTornDown"] is True

@@ -1,7 +1,9 @@
 """The runtime gate (DESIGN.md §3): no volume of a pod is unpublished while the
 container runtime, asked over CRI at [runtime] endpoint, says a container of
-the pod is created or running, whatever the API says.  Against the mock CRI
-runtime of test/doubles/mockcri."""
+the pod is created or running, or a sandbox of the pod is READY (a runner
+starts a crash-looping container's next attempt, or the first one after an
+image pull, in it), whatever the API says.  Against the mock CRI runtime of
+test/doubles/mockcri."""
 import json
 import os
 import shutil
@@ -11,6 +13,7 @@ import tempfile
 import time
 import urllib.request
 
+import grpc
 import pytest
 
 from doubles.mockcri import MockRuntime
@@ -219,7 +222,8 @@ def cpu_ticks(pid):
 
 @pytest.mark.parametrize("events", ["unimplemented", "stream"])
 def test_burst_then_rest_asks_nothing(volume_env, events):
-    """A burst of teardowns costs a few rounds for all the pods together, not
+    """A burst of teardowns of pods their runner stopped (their sandboxes
+    NOTREADY) costs a few rounds for all the pods together, not
     one per pod; at rest the runtime is not asked at all, and the event
     stream, where the runtime serves it, stays open without waking kvolumed."""
     env = volume_env
@@ -239,7 +243,9 @@ def _burst_then_rest(env, cri, events):
         pods.append((pod, env.target(pod, "scratch")))
     for pod, target in pods:
         env.wait_mounted(target)
+        # Stopped by their runner: containers exited, sandbox NOTREADY.
         cri.add_pod(pod["metadata"]["uid"], name=pod["metadata"]["name"], state="EXITED")
+        cri.stop_pod(pod["metadata"]["uid"])
     # Nothing asked while nothing is torn down; the one subscription, opened
     # at start-up, is not a question.
     assert unary(cri.requests()) == []
@@ -368,3 +374,118 @@ def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events, 
     env.wait_gone(os.path.dirname(target))
     assert elapsed < 5.0, f"unpublished {elapsed:.2f}s after the container stopped"
 
+
+
+# --- a READY sandbox: the runner may (re)start a container in it --------------------
+
+SANDBOX_LINE = "says a sandbox of the pod is still READY"
+
+
+def wait_held_for_sandbox(env, pod, target, since_output):
+    """The gate said the pod's READY sandbox holds it, after `since_output`
+    characters of kvolumed's output, and the volume is still there (an
+    unpublish instead ends the wait, and fails)."""
+    wait_until(lambda: SANDBOX_LINE in env.agent.output()[since_output:] or unpublished(env, target), timeout=15,
+               what="the gate holding the pod for its READY sandbox")
+    assert not unpublished(env, target), "unpublished while the pod's sandbox was READY"
+    assert os.path.ismount(target)
+    assert f"Not unpublishing volume scratch of pod default/{pod['metadata']['name']}" in env.agent.output()
+
+
+def stop_pod_sandbox(cri, sandbox_id):
+    """The runner's StopPodSandbox, over CRI, as kubelet's killPod calls it."""
+    pb, pb_grpc = cri.pb, cri.pb_grpc
+    with grpc.insecure_channel("unix:" + cri.socket_path) as ch:
+        pb_grpc.RuntimeServiceStub(ch).StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=sandbox_id),
+                                                      timeout=10)
+
+
+@pytest.mark.parametrize("events", ["unimplemented", "stream"])
+def test_crash_looping_pod_keeps_volume_until_its_sandbox_stops(volume_env, events):
+    """CrashLoopBackOff: between two attempts the container is EXITED and
+    its sandbox READY, and the runner starts the next attempt there with the
+    volume's host path as a bind source.  A force-deleted pod in that state
+    keeps its volume through crashes and restarts until its runner stops the
+    sandbox (StopPodSandbox over CRI, as kubelet's killPod does)."""
+    env = volume_env
+    cri_gen = _mock_cri(events)
+    cri = next(cri_gen)
+    try:
+        port = free_port()
+        start(env, cri, metrics_port=port)
+        if events == "stream":
+            wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed to the runtime's events")
+        pod, target = running_pod(env, cri, "crashy")
+        uid = pod["metadata"]["uid"]
+        (sid,) = cri.sandbox_ids(uid)
+        since = time.monotonic()
+        env.api.remove("pods", "default", "crashy")
+        wait_held(env, cri, pod, target, since)
+
+        # It crashes: EXITED, its sandbox READY.  Still held, and /volumes says why.
+        mark = len(env.agent.output())
+        cri.exit_containers(uid)
+        wait_held_for_sandbox(env, pod, target, mark)
+        pubs = [p for v in volumes_json(port)["volumes"] for p in v.get("publishes", []) if p["pod_uid"] == uid]
+        assert pubs and "sandbox of the pod is still READY" in pubs[0]["teardown_waits"]
+        assert "StopPodSandbox" in pubs[0]["teardown_waits"]
+        assert metric(port, "kvolumed_runtime_waiting_pods") == 1
+        if events == "unimplemented":
+            # Several more rounds of the runtime saying so: the volume stays.
+            n = len(rounds(cri, since))
+            wait_until(lambda: len(rounds(cri, since)) >= n + 2, timeout=30, what="more rounds of the gate")
+        assert os.path.ismount(target) and not unpublished(env, target)
+
+        # The next attempt starts in the sandbox, on the volume; crashes again.
+        cri.restart_container(uid)
+        assert os.path.ismount(target)
+        cri.exit_containers(uid)
+        n = len(rounds(cri, since))
+        wait_until(lambda: len(rounds(cri, since)) >= n + 1, timeout=30, what="a round after the second crash")
+        assert os.path.ismount(target) and not unpublished(env, target)
+        assert env.agent.output().count(SANDBOX_LINE) == 1  # once per wait, however many attempts
+
+        # The runner stops the sandbox: torn down.
+        t0 = time.monotonic()
+        stop_pod_sandbox(cri, sid)
+        assert cri.sandbox_state(uid) == ["NOTREADY"]
+        wait_until(lambda: unpublished(env, target), timeout=15, interval=0.01, what="NodeUnpublishVolume")
+        elapsed = time.monotonic() - t0
+        env.wait_gone(os.path.dirname(target))
+        env.agent.wait_for_log("no sandbox of it is READY; tearing down its volume scratch")
+        assert elapsed < 3.0, f"unpublished {elapsed:.2f}s after the sandbox stopped"
+        if events == "stream":
+            assert rounds(cri, cri.changes("stop")[-1][0]), "no round after the sandbox's stop event"
+        wait_until(lambda: metric(port, "kvolumed_runtime_waiting_pods") == 0, what="no pod waiting")
+    finally:
+        next(cri_gen, None)
+
+
+def test_pod_pulling_its_image_keeps_volume_until_its_sandbox_stops(volume_env, mock_cri_events):
+    """A runner still pulling the image: the sandbox READY, no container yet;
+    the first container will start with the volume's host path.  A force
+    delete does not unpublish it until the sandbox stops."""
+    env, cri = volume_env, mock_cri_events
+    start(env, cri)
+    wait_until(lambda: cri.open_streams() == 1, what="kvolumed subscribed to the runtime's events")
+    pod = env.pod("pulling", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "scratch")
+    env.wait_mounted(target)
+    uid = pod["metadata"]["uid"]
+    sid = cri.add_pod(uid, name="pulling", containers=())
+    since = time.monotonic()
+    mark = len(env.agent.output())
+    env.api.remove("pods", "default", "pulling")
+    wait_held_for_sandbox(env, pod, target, mark)
+    assert any(m == "ListPodSandbox" for _, m in cri.requests(since))
+    assert os.path.ismount(target) and not unpublished(env, target)
+
+    # The image is there: the container starts on the volume, then the
+    # runner kills the pod (containers, then the sandbox).
+    cri.restart_container(uid)
+    assert os.path.ismount(target)
+    cri.exit_containers(uid)
+    assert os.path.ismount(target) and not unpublished(env, target)
+    stop_pod_sandbox(cri, sid)
+    wait_until(lambda: unpublished(env, target), timeout=15, interval=0.01, what="NodeUnpublishVolume")
+    env.wait_gone(os.path.dirname(target))

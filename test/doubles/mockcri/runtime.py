@@ -1,11 +1,28 @@
 """A mock CRI container runtime: the RuntimeService of runtime.v1 on a unix
 socket, on grpcio, in the test's process.
 
-Pods and containers are set by the test (`add_pod`, `stop_container`,
-`remove_pod`); the runtime answers ListPodSandbox and ListContainers with
-the filters a real runtime applies, and Version.  Every other method answers
-UNIMPLEMENTED, as the generated servicer base does and as containerd 1.6
-answers GetContainerEvents.  `stop()` makes it unreachable (the socket goes:
+Pods and containers are set by the test, in the states a runner leaves them
+in on containerd:
+  `add_pod`          RunPodSandbox (the sandbox READY) and its containers in
+                     one state; with containers=() a pod whose image is
+                     still being pulled (a READY sandbox, no container yet);
+                     with state="EXITED" a crash-looping pod between two
+                     attempts (CrashLoopBackOff: its containers EXITED, its
+                     sandbox READY);
+  `exit_containers`  every container of the pod exits, its sandbox stays
+                     READY (a crash, or a runner that stopped the containers
+                     but not yet the sandbox);
+  `restart_container` the next attempt: a new RUNNING container in the
+                     pod's READY sandbox (refused, as by containerd, in a
+                     sandbox that is not READY);
+  `stop_pod`         StopPodSandbox as containerd does it: every container of
+                     the sandbox stops, then the sandbox is NOTREADY;
+  `remove_pod`       RemovePodSandbox.
+The runtime answers ListPodSandbox and ListContainers with the filters a
+real runtime applies, Version, and StopPodSandbox / StopContainer as
+containerd does (idempotent; NOT_FOUND for an id it does not know).  Every
+other method answers UNIMPLEMENTED, as the generated servicer base does and
+as containerd 1.6 answers GetContainerEvents.  `stop()` makes it unreachable (the socket goes:
 connection refused), `start()` brings it back on the same socket.  Every call
 is logged with its time (`requests()`).
 
@@ -79,18 +96,66 @@ class MockRuntime:
         return sid
 
     def stop_pod(self, uid):
-        """Every container of the pod exits and its sandbox stops."""
+        """StopPodSandbox of every sandbox of the pod: each container of
+        it exits, then the sandbox stops (NOTREADY) and says so with a
+        CONTAINER_STOPPED_EVENT naming the sandbox, as containerd's
+        handleSandboxExit does."""
         with self._lock:
             # Timestamped before the change is visible to a List or an event.
             self._changes.append((time.monotonic(), "stop", uid, time.time()))
             for sid, s in self._sandboxes.items():
                 if s["uid"] == uid:
-                    for cid, c in self._containers.items():
-                        if c["sandbox"] == sid and c["state"] != "EXITED":
-                            c["state"] = "EXITED"
-                            self._emit(sid, cid, "CONTAINER_STOPPED_EVENT")
-                    s["state"] = "NOTREADY"
-                    self._emit(sid, sid, "CONTAINER_STOPPED_EVENT")
+                    self._stop_sandbox(sid)
+
+    def _stop_sandbox(self, sid):
+        """Under the lock.  Idempotent, as StopPodSandbox must be."""
+        s = self._sandboxes[sid]
+        for cid, c in self._containers.items():
+            if c["sandbox"] == sid:
+                self._stop_container(cid)
+        if s["state"] != "NOTREADY":
+            s["state"] = "NOTREADY"
+            self._emit(sid, sid, "CONTAINER_STOPPED_EVENT")
+
+    def _stop_container(self, cid):
+        c = self._containers[cid]
+        if c["state"] != "EXITED":
+            c["state"] = "EXITED"
+            self._emit(c["sandbox"], cid, "CONTAINER_STOPPED_EVENT")
+
+    def exit_containers(self, uid):
+        """Every container of the pod exits; its sandbox stays READY, and
+        the runner may start the next attempt in it (CrashLoopBackOff)."""
+        with self._lock:
+            self._changes.append((time.monotonic(), "exit", uid, time.time()))
+            for cid, c in self._containers.items():
+                if self._sandboxes[c["sandbox"]]["uid"] == uid:
+                    self._stop_container(cid)
+
+    def restart_container(self, uid, name="app"):
+        """The next attempt of a container: created and started in the
+        pod's READY sandbox.  containerd refuses CreateContainer in a
+        sandbox that is not READY; so does this."""
+        with self._lock:
+            ready = [sid for sid, s in self._sandboxes.items() if s["uid"] == uid and s["state"] == "READY"]
+            if not ready:
+                raise RuntimeError(f"no READY sandbox for pod {uid}: CreateContainer is refused")
+            sid, cid = ready[0], uuid.uuid4().hex
+            self._containers[cid] = dict(sandbox=sid, name=name, state="RUNNING",
+                                         labels=dict(self._sandboxes[sid]["labels"]), created=time.time_ns())
+            self._emit(sid, cid, "CONTAINER_CREATED_EVENT")
+            self._emit(sid, cid, "CONTAINER_STARTED_EVENT")
+            self._changes.append((time.monotonic(), "restart", uid, time.time()))
+            return cid
+
+    def sandbox_ids(self, uid):
+        with self._lock:
+            return [sid for sid, s in self._sandboxes.items() if s["uid"] == uid]
+
+    def sandbox_state(self, uid):
+        """The states of the pod's sandboxes ("READY", "NOTREADY")."""
+        with self._lock:
+            return [s["state"] for s in self._sandboxes.values() if s["uid"] == uid]
 
     def remove_pod(self, uid):
         with self._lock:
@@ -106,7 +171,8 @@ class MockRuntime:
 
     def changes(self, what=None):
         """[(monotonic time, what, pod uid, wall-clock time)] of the state
-        changes the test made ("add", "stop", "remove"); the wall-clock time
+        changes the test made ("add", "exit", "restart", "stop", "remove";
+        "stop" also for a StopPodSandbox call); the wall-clock time
         compares with the mock CSI driver's call log."""
         with self._lock:
             return [c for c in self._changes if what is None or c[1] == what]
@@ -200,6 +266,26 @@ class MockRuntime:
                             state=pb.ContainerState.Value("CONTAINER_" + c["state"]), created_at=c["created"],
                             labels=c["labels"]))
                 return pb.ListContainersResponse(containers=out)
+
+            def StopPodSandbox(self, request, context):
+                rt._record("StopPodSandbox")
+                with rt._lock:
+                    s = rt._sandboxes.get(request.pod_sandbox_id)
+                    if s is None:
+                        context.abort(grpc.StatusCode.NOT_FOUND,
+                                      f"an error occurred when try to find sandbox {request.pod_sandbox_id!r}: not found")
+                    rt._changes.append((time.monotonic(), "stop", s["uid"], time.time()))
+                    rt._stop_sandbox(request.pod_sandbox_id)
+                return pb.StopPodSandboxResponse()
+
+            def StopContainer(self, request, context):
+                rt._record("StopContainer")
+                with rt._lock:
+                    if request.container_id not in rt._containers:
+                        context.abort(grpc.StatusCode.NOT_FOUND,
+                                      f"an error occurred when try to find container {request.container_id!r}: not found")
+                    rt._stop_container(request.container_id)
+                return pb.StopContainerResponse()
 
             def GetContainerEvents(self, request, context):
                 rt._record("GetContainerEvents")

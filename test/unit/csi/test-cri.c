@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The pure part of the CRI client: which pods have a container that is not
- * known to have exited, from the runtime's two lists. */
+ * known to have exited, and which a sandbox that is not known to be stopped,
+ * from the runtime's two lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,8 @@ typedef struct Lists {
         Runtime__V1__PodSandbox sb[4];
         Runtime__V1__PodSandboxMetadata md[4];
         Runtime__V1__PodSandbox *sbp[4];
+        Runtime__V1__PodSandbox__LabelsEntry sblbl[4];
+        Runtime__V1__PodSandbox__LabelsEntry *sblblp[4];
         size_t n_sb;
         Runtime__V1__Container ct[8];
         Runtime__V1__Container *ctp[8];
@@ -28,15 +31,34 @@ typedef struct Lists {
         size_t n_ct;
 } Lists;
 
-static void sandbox(Lists *l, const char *id, const char *uid) {
+#define READY RUNTIME__V1__POD_SANDBOX_STATE__SANDBOX_READY
+#define NOTREADY RUNTIME__V1__POD_SANDBOX_STATE__SANDBOX_NOTREADY
+
+/* A sandbox named by its metadata.uid, or (uid NULL) by its label only. */
+static Runtime__V1__PodSandbox *sandbox_with(Lists *l, const char *id, const char *uid, const char *uid_label,
+                                             Runtime__V1__PodSandboxState state) {
         size_t i = l->n_sb++;
         runtime__v1__pod_sandbox__init(&l->sb[i]);
         runtime__v1__pod_sandbox_metadata__init(&l->md[i]);
-        l->md[i].uid = (char *) uid;
+        l->md[i].uid = (char *) (uid ?: "");
         l->md[i].name = (char *) "p";
         l->sb[i].id = (char *) id;
         l->sb[i].metadata = &l->md[i];
+        l->sb[i].state = state;
+        if (uid_label) {
+                runtime__v1__pod_sandbox__labels_entry__init(&l->sblbl[i]);
+                l->sblbl[i].key = (char *) "io.kubernetes.pod.uid";
+                l->sblbl[i].value = (char *) uid_label;
+                l->sblblp[i] = &l->sblbl[i];
+                l->sb[i].labels = &l->sblblp[i];
+                l->sb[i].n_labels = 1;
+        }
         l->sbp[i] = &l->sb[i];
+        return &l->sb[i];
+}
+
+static void sandbox(Lists *l, const char *id, const char *uid, Runtime__V1__PodSandboxState state) {
+        sandbox_with(l, id, uid, NULL, state);
 }
 
 static void container(Lists *l, const char *sandbox_id, Runtime__V1__ContainerState state, const char *uid_label) {
@@ -56,11 +78,19 @@ static void container(Lists *l, const char *sandbox_id, Runtime__V1__ContainerSt
         l->ctp[i] = &l->ct[i];
 }
 
-static char **running(Lists *l) {
+static void strv_free(char **v) {
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+}
+
+/* The pods with a container created/running/unknown, and (when ret_ready)
+ * those with a READY sandbox. */
+static char **decide(Lists *l, char ***ret_ready) {
         Runtime__V1__ListContainersResponse cr = RUNTIME__V1__LIST_CONTAINERS_RESPONSE__INIT;
         Runtime__V1__ListPodSandboxResponse sr = RUNTIME__V1__LIST_POD_SANDBOX_RESPONSE__INIT;
         uint8_t cb[4096], sbuf[4096];
-        char **uids = NULL;
+        char **uids = NULL, **ready = NULL;
 
         cr.containers = l->ctp;
         cr.n_containers = l->n_ct;
@@ -68,68 +98,147 @@ static char **running(Lists *l) {
         sr.n_items = l->n_sb;
         size_t cn = runtime__v1__list_containers_response__pack(&cr, cb);
         size_t sn = runtime__v1__list_pod_sandbox_response__pack(&sr, sbuf);
-        assert_int_equal(cri_running_pods(cb, cn, sbuf, sn, &uids), 0);
+        assert_int_equal(cri_running_pods(cb, cn, sbuf, sn, &uids, &ready), 0);
+        assert_non_null(uids);
+        assert_non_null(ready);
+        if (ret_ready)
+                *ret_ready = ready;
+        else
+                strv_free(ready);
         return uids;
 }
 
-static void strv_free(char **v) {
-        for (size_t i = 0; v && v[i]; i++)
-                free(v[i]);
-        free(v);
+static char **running(Lists *l) {
+        return decide(l, NULL);
 }
 
 static void test_states_count_except_exited(void **state) {
         Lists l = {};
-        sandbox(&l, "sa", UID_A);
-        sandbox(&l, "sb", UID_B);
-        sandbox(&l, "sc", UID_C);
+        sandbox(&l, "sa", UID_A, NOTREADY);
+        sandbox(&l, "sb", UID_B, NOTREADY);
+        sandbox(&l, "sc", UID_C, NOTREADY);
         container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, NULL);
         container(&l, "sb", RUNTIME__V1__CONTAINER_STATE__CONTAINER_CREATED, NULL);
         container(&l, "sc", RUNTIME__V1__CONTAINER_STATE__CONTAINER_UNKNOWN, NULL);
-        char **u = running(&l);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
         assert_string_equal(u[0], UID_B);
         assert_string_equal(u[1], UID_C);
         assert_null(u[2]);
+        assert_null(ready[0]);
         strv_free(u);
+        strv_free(ready);
 }
 
 static void test_grouped_sorted_distinct(void **state) {
         Lists l = {};
-        sandbox(&l, "sb", UID_B);
-        sandbox(&l, "sa", UID_A);
+        sandbox(&l, "sb", UID_B, READY);
+        sandbox(&l, "sa", UID_A, READY);
+        sandbox(&l, "sb2", UID_B, READY); /* a second attempt's sandbox */
         container(&l, "sb", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, NULL);
         container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, NULL);
         container(&l, "sb", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, NULL);
         container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, NULL);
-        char **u = running(&l);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
         assert_string_equal(u[0], UID_A);
         assert_string_equal(u[1], UID_B);
         assert_null(u[2]);
+        assert_string_equal(ready[0], UID_A);
+        assert_string_equal(ready[1], UID_B);
+        assert_null(ready[2]);
         strv_free(u);
+        strv_free(ready);
 }
 
 static void test_sandbox_uid_wins_label_is_fallback(void **state) {
         Lists l = {};
-        /* A sandbox with no container is no running container. */
-        sandbox(&l, "sa", UID_A);
-        sandbox(&l, "sb", UID_B);
+        /* A stopped sandbox with no container is nothing the runtime runs. */
+        sandbox(&l, "sa", UID_A, NOTREADY);
+        sandbox(&l, "sb", UID_B, NOTREADY);
         /* The sandbox's metadata.uid names the pod, whatever the label says. */
         container(&l, "sb", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, UID_A);
         /* Sandbox gone between the calls: the label, when there is one. */
         container(&l, "gone", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, UID_C);
         container(&l, "gone2", RUNTIME__V1__CONTAINER_STATE__CONTAINER_RUNNING, NULL);
-        char **u = running(&l);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
         assert_string_equal(u[0], UID_B);
         assert_string_equal(u[1], UID_C);
         assert_null(u[2]);
+        assert_null(ready[0]);
         strv_free(u);
+        strv_free(ready);
+}
+
+/* CrashLoopBackOff: the container EXITED between two attempts, its sandbox
+ * READY; the runner starts the next attempt in it with the same mounts. */
+static void test_exited_container_in_ready_sandbox_counts(void **state) {
+        Lists l = {};
+        sandbox(&l, "sa", UID_A, READY);
+        container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, NULL);
+        container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, NULL);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
+        assert_null(u[0]);
+        assert_string_equal(ready[0], UID_A);
+        assert_null(ready[1]);
+        strv_free(u);
+        strv_free(ready);
+}
+
+/* An image being pulled: the sandbox READY, no container yet. */
+static void test_ready_sandbox_without_container_counts(void **state) {
+        Lists l = {};
+        sandbox(&l, "sb", UID_B, READY);
+        /* A sandbox whose metadata names no pod: its kubelet label does. */
+        sandbox_with(&l, "sc", NULL, UID_C, READY);
+        /* Naming no pod at all: nothing to hold. */
+        sandbox_with(&l, "sx", NULL, NULL, READY);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
+        assert_null(u[0]);
+        assert_string_equal(ready[0], UID_B);
+        assert_string_equal(ready[1], UID_C);
+        assert_null(ready[2]);
+        strv_free(u);
+        strv_free(ready);
+}
+
+/* Stopped as kubelet's killPod stops it: nothing holds the pod any more,
+ * whatever its exited containers. */
+static void test_notready_sandbox_with_exited_containers_does_not_count(void **state) {
+        Lists l = {};
+        sandbox(&l, "sa", UID_A, NOTREADY);
+        sandbox(&l, "sa0", UID_A, NOTREADY);
+        container(&l, "sa", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, UID_A);
+        container(&l, "sa0", RUNTIME__V1__CONTAINER_STATE__CONTAINER_EXITED, UID_A);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
+        assert_null(u[0]);
+        assert_null(ready[0]);
+        strv_free(u);
+        strv_free(ready);
+}
+
+/* A state this client does not know is not "stopped". */
+static void test_unknown_sandbox_state_counts(void **state) {
+        Lists l = {};
+        sandbox(&l, "sa", UID_A, (Runtime__V1__PodSandboxState) 7);
+        char **ready = NULL;
+        char **u = decide(&l, &ready);
+        assert_null(u[0]);
+        assert_string_equal(ready[0], UID_A);
+        strv_free(u);
+        strv_free(ready);
 }
 
 static void test_garbage(void **state) {
         static const uint8_t bad[] = { 0x0a, 0x80 };
-        char **u = NULL;
-        assert_int_equal(cri_running_pods(bad, sizeof bad, NULL, 0, &u), -EBADMSG);
+        char **u = NULL, **r = NULL;
+        assert_int_equal(cri_running_pods(bad, sizeof bad, NULL, 0, &u, &r), -EBADMSG);
         assert_null(u);
+        assert_null(r);
         Lists l = {};
         u = running(&l);
         assert_null(u[0]);
@@ -180,6 +289,10 @@ int main(void) {
                 cmocka_unit_test(test_states_count_except_exited),
                 cmocka_unit_test(test_grouped_sorted_distinct),
                 cmocka_unit_test(test_sandbox_uid_wins_label_is_fallback),
+                cmocka_unit_test(test_exited_container_in_ready_sandbox_counts),
+                cmocka_unit_test(test_ready_sandbox_without_container_counts),
+                cmocka_unit_test(test_notready_sandbox_with_exited_containers_does_not_count),
+                cmocka_unit_test(test_unknown_sandbox_state_counts),
                 cmocka_unit_test(test_garbage),
                 cmocka_unit_test(test_event_decode),
         };

@@ -199,10 +199,12 @@ static int remove_stale(int dir_fd, const char *name, const char *path, const st
 }
 
 int api_socket_bind(const char *path, gid_t gid, ApiSocketFile *ret) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = { .sun_family = AF_UNIX }, tmp = { .sun_family = AF_UNIX };
         const mode_t mode = gid != (gid_t) -1 ? 0660 : 0600;
         _cleanup_free_ char *error = NULL, *name = NULL, *path_copy = NULL;
         _cleanup_close_ int dir_fd = -1, fd = -1;
+        char tmp_name[32];
+        size_t dir_len;
         struct stat st;
         mode_t old_umask;
         int r;
@@ -215,12 +217,25 @@ int api_socket_bind(const char *path, gid_t gid, ApiSocketFile *ret) {
         path_copy = strdup(path);
         if (!name || !path_copy)
                 return -ENOMEM;
+        /* Bound under a name of its own first, listening, then renamed
+         * into place: a client (or a second kvolumed probing for a live
+         * socket) never meets the file before it answers; between bind()
+         * and listen() it would get ECONNREFUSED and take it for stale. */
+        snprintf(tmp_name, sizeof tmp_name, ".kvolumed-%d.new", (int) getpid());
+        dir_len = strrchr(path, '/') - path;
+        if (dir_len + 1 + strlen(tmp_name) >= sizeof tmp.sun_path)
+                return log_error_errno(ENAMETOOLONG,
+                                       "[api] socket %s: its directory's path is too long for a unix socket",
+                                       path);
+        snprintf(tmp.sun_path, sizeof tmp.sun_path, "%.*s/%s", (int) dir_len, path, tmp_name);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(errno, "Failed to create the local API socket: %m");
         r = remove_stale(dir_fd, name, path, &sa);
         if (r < 0)
                 return r;
+        /* Ours from an earlier run of this PID (a container's PID 1). */
+        (void) unlinkat(dir_fd, tmp_name, 0);
         /* A socket file's owner and mode cannot be set by descriptor
          * (fchmod on the socket changes the socket, not the file).  The
          * umask makes bind() create it with at most the final mode, so no
@@ -229,17 +244,30 @@ int api_socket_bind(const char *path, gid_t gid, ApiSocketFile *ret) {
          * name still is this file when the group and mode are set by name
          * (by the descriptor of that directory, following no symlink). */
         old_umask = umask(0777 & ~mode);
-        r = bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? -errno : 0;
+        r = bind(fd, (struct sockaddr *) &tmp, sizeof tmp) < 0 ? -errno : 0;
         (void) umask(old_umask);
         if (r < 0)
-                return log_error_errno(r, "Failed to bind the local API socket %s: %m", path);
-        if (gid != (gid_t) -1 && fchownat(dir_fd, name, 0, gid, AT_SYMLINK_NOFOLLOW) < 0)
-                return log_error_errno(errno, "Failed to give the local API socket %s to group %u: %m", path,
-                                       (unsigned) gid);
-        if (fchmodat(dir_fd, name, mode, 0) < 0 || fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-                return log_error_errno(errno, "Failed to set the mode of the local API socket %s: %m", path);
-        if (listen(fd, SOMAXCONN) < 0)
-                return log_error_errno(errno, "Failed to listen on %s: %m", path);
+                return log_error_errno(r, "Failed to bind the local API socket %s: %m", tmp.sun_path);
+        if (gid != (gid_t) -1 && fchownat(dir_fd, tmp_name, 0, gid, AT_SYMLINK_NOFOLLOW) < 0)
+                r = log_error_errno(errno, "Failed to give the local API socket %s to group %u: %m", path,
+                                    (unsigned) gid);
+        else if (fchmodat(dir_fd, tmp_name, mode, 0) < 0 ||
+                 fstatat(dir_fd, tmp_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                r = log_error_errno(errno, "Failed to set the mode of the local API socket %s: %m", path);
+        else if (listen(fd, SOMAXCONN) < 0)
+                r = log_error_errno(errno, "Failed to listen on %s: %m", path);
+        /* NOREPLACE: a socket that appeared since the probe above is
+         * another process's, live; it is not ours to replace. */
+        else if (renameat2(dir_fd, tmp_name, dir_fd, name, RENAME_NOREPLACE) < 0)
+                r = log_error_errno(errno == EEXIST ? EADDRINUSE : errno,
+                                    "[api] socket %s: %s; kvolumed never takes a socket over: stop the "
+                                    "process that made it or give this kvolumed another [api] socket",
+                                    path,
+                                    errno == EEXIST ? "another process made it meanwhile" : strerror(errno));
+        if (r < 0) {
+                (void) unlinkat(dir_fd, tmp_name, 0);
+                return r;
+        }
         *ret = (ApiSocketFile){ .dir_fd = TAKE_FD(dir_fd),
                                 .name = TAKE_PTR(name),
                                 .path = TAKE_PTR(path_copy),

@@ -712,3 +712,40 @@ def test_a_socket_directory_others_could_write_is_refused(volume_env, sockdir, k
     assert f"[api] socket {sock}: " in out and named in out and what in out, out
     assert not os.path.lexists(sock)
     assert "Serving the local volumes API" not in out
+
+
+def test_the_socket_file_appears_only_once_it_answers(volume_env, sockdir):
+    """The socket file is bound under a name of its own, made to listen, and
+    renamed into place: a runner connecting as soon as the file appears (or
+    a second kvolumed probing it for a live socket) never meets it before it
+    answers, when ECONNREFUSED would read as "stale".  strace holds listen()
+    for a second so that the window is wide enough to hit every time."""
+    env = volume_env
+    if not shutil.which("strace"):
+        pytest.fail("strace is needed (test/deps lists it)")
+    sock = os.path.join(sockdir, "run", "kvolumed.sock")
+    env.agent = env.start_agent(api_config(env, sock),
+                                wrapper=("strace", "-f", "-qq", "-o", "/dev/null",
+                                         "-e", "trace=listen", "-e", "inject=listen:delay_enter=1000000"))
+    refused = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(sock):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(sock)
+                break
+            except ConnectionRefusedError:
+                refused.append(time.monotonic())
+            except FileNotFoundError:
+                pass
+            finally:
+                probe.close()
+        time.sleep(0.01)
+    else:
+        pytest.fail(f"{sock} never answered:\n{env.agent.output()}")
+    assert not refused, f"{sock} existed but refused connections {len(refused)} times before it answered"
+    env.agent.wait_for_log("Serving the local volumes API", timeout=30)
+    status, body, _ = api_get(sock, "/volumes")
+    assert status == 200 and body["node"] == "test-node"
+    assert [n for n in os.listdir(os.path.dirname(sock))] == ["kvolumed.sock"]

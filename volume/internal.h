@@ -53,6 +53,11 @@ typedef struct ActualPublish {
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
         bool mount_pending; /* published: whether a mount resulted is for the next mount table read */
         uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
+        /* Uncertain with its NodePublishVolume answered OK: a step after the
+         * call (fsGroup, the expansion's claim read) failed.  The retry
+         * resumes after the call while the target is still mounted
+         * (operations.c); in memory only, a restart repeats the call. */
+        bool call_done;
 } ActualPublish;
 
 typedef struct Operation Operation;
@@ -161,6 +166,8 @@ struct Operation {
         K8sStringMap publish_context;
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
+        bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
+        bool resume;            /* publish: an earlier attempt's call answered OK; steps up to it are skipped */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */

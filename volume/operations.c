@@ -550,6 +550,7 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
 
         op->call = NULL;
         if (status->code == CSI_CODE_OK) {
+                op->call_ok = true;
                 op_continue(op);
                 return;
         }
@@ -970,7 +971,43 @@ static void step_expand(Operation *op) {
                 op_fail(op, r, true, "MountVolume.Setup failed while expanding volume: %s", strerror(-r));
 }
 
+/* A publish whose NodePublishVolume answered OK in an earlier attempt, and
+ * a step after it failed (an fsGroup walk, the expansion's read of the claim
+ * when the API server answers 429): the call is not made again, only what
+ * follows it.  Unless the target is no longer mounted (the mount table, not
+ * a stat that could hang): then what the call made is gone, and it is made
+ * again. */
+static void step_resume(Operation *op) {
+        _cleanup_free_ char *target = abs_path(op, op->target);
+        LogFields f = op_fields(op);
+        int r;
+
+        op->resume = false;
+        if (!target) {
+                op_fail(op, -ENOMEM, true, "out of memory");
+                return;
+        }
+        r = mount_table_refresh(op->m->mounts);
+        if (r < 0 || !mount_table_is_mounted(op->m->mounts, target)) {
+                log_fields(LOG_NOTICE, &f, "%s/%s is not mounted any more%s; calling NodePublishVolume for pod %s "
+                           "again", op->m->root->path, op->target, r < 0 ? " (the mount table is unreadable)" : "",
+                           strempty(op->pod.key));
+                op_run(op);
+                return;
+        }
+        log_fields(LOG_INFO, &f, "NodePublishVolume of %s for pod %s answered OK before; %s/%s is mounted: "
+                   "resuming after the call", op->av->unique_name, strempty(op->pod.key), op->m->root->path,
+                   op->target);
+        op->called = op->call_ok = true;
+        op->step = STEP_CALL + 1;
+        op_run(op);
+}
+
 static void op_run(Operation *op) {
+        if (op->resume && op->step > STEP_CAPABILITIES && op->step <= STEP_CALL) {
+                step_resume(op);
+                return;
+        }
         switch (op->step) {
         case STEP_CAPABILITIES:
                 step_capabilities(op);
@@ -1078,6 +1115,12 @@ static bool record_outcome(Operation *op, bool success) {
                         existing = hashmap_get(av->publishes, op->pod.uid);
                         if (existing)
                                 existing->stale = false;
+                        /* A step after the call failed: the retry resumes
+                         * there.  Not a failed block mapping (STEP_MAP): what
+                         * the call published is no usable device, and only
+                         * the call can make it again. */
+                        if (existing)
+                                existing->call_done = !success && op->call_ok && op->step > STEP_MAP;
                         if (existing && success) {
                                 /* Taken for a mount until the mount table says
                                  * otherwise (manager.c); a raw block publish is a
@@ -1100,6 +1143,9 @@ static bool record_outcome(Operation *op, bool success) {
         case OP_UNPUBLISH:
         case OP_UNSTAGE: {
                 int r = success ? remove_volume_dirs(op) : 0;
+                /* Whatever the teardown did, a publish that follows calls again. */
+                if (existing)
+                        existing->call_done = false;
                 if (op->kind == OP_UNSTAGE)
                         av->stage_stale = false;
                 if (success && r >= 0) {
@@ -1240,6 +1286,7 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         if ((kind == OP_PUBLISH || kind == OP_UNPUBLISH) && pod && pod->uid) {
                 ActualPublish *pub = hashmap_get(av->publishes, pod->uid);
                 op->republish = kind == OP_PUBLISH && pub && pub->state == PUBLISH_DONE;
+                op->resume = kind == OP_PUBLISH && pub && pub->state == PUBLISH_UNCERTAIN && pub->call_done;
                 op->previous_boot = kind == OP_UNPUBLISH && pub && pub->stale;
         }
         if (kind == OP_UNSTAGE)

@@ -58,6 +58,9 @@ typedef struct ActualPublish {
          * resumes after the call while the target is still mounted
          * (operations.c); in memory only, a restart repeats the call. */
         bool call_done;
+        /* The same for NodeUnpublishVolume: it answered OK, nothing is
+         * mounted there, and the directories could not be removed. */
+        bool unpublish_call_done;
 } ActualPublish;
 
 typedef struct Operation Operation;
@@ -101,6 +104,7 @@ typedef struct ActualVolume {
          * unstaged with no publish left, whatever its CSIDriver says meanwhile. */
         bool attachable;
         bool unstage_held;      /* the guard found other mounts of it: reported once */
+        bool unstage_call_done; /* NodeUnstageVolume answered OK, its dirs stayed: the retry only removes them */
         bool driver_wait_logged; /* "teardown waits for the driver" said once */
         uint64_t driver_wait_since; /* CLOCK_MONOTONIC since a pod wants it and its driver is not registered; 0: not waiting */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */

@@ -116,3 +116,56 @@ def test_a_publish_whose_target_went_meanwhile_is_called_again(volume_env):
     assert publishes_by_target(env) == {target: ["OK", "OK"]}
     assert f"{target.split(env.root + '/', 1)[1]} is not mounted any more" in env.agent.output()
     assert not env.driver.violations()
+
+
+def failed_teardowns(env, method):
+    return sum(1 for line in env.agent.output().splitlines()
+               if f"{method} succeeded, but" in line and "No retries permitted" in line)
+
+
+def test_an_unpublish_whose_dirs_stay_is_not_called_again(volume_env):
+    """NodeUnpublishVolume answered OK, then the pod's volume dir could not be
+    removed (something left a file in it): the retries only remove what is
+    left, they do not unpublish again what the driver said it unpublished."""
+    env = volume_env
+    shared_volume(env)
+    env.start()
+    pod = env.pod("p0", [claim_volume("data", "shared")])
+    target = env.target(pod, "pv-shared")
+    env.wait_mounted(target)
+    stray = os.path.join(os.path.dirname(target), "left-behind")
+    with open(stray, "w") as f:
+        f.write("not kvolumed's\n")
+    env.api.remove("pods", "default", "p0")
+
+    wait_until(lambda: failed_teardowns(env, "NodeUnpublishVolume") >= 3, 60,
+               what="three failed attempts of the unpublish")
+    assert len(env.calls("NodeUnpublishVolume")) == 1
+    assert "NodeUnpublishVolume of" in env.agent.output() and "resuming after the call" in env.agent.output()
+    os.unlink(stray)
+    env.wait_gone(os.path.dirname(target), timeout=60)
+    env.wait_calls("NodeUnstageVolume", timeout=60)
+    assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["OK"]
+    assert not env.driver.violations()
+
+
+def test_an_unstage_whose_dirs_stay_is_not_called_again(volume_env):
+    """The same for NodeUnstageVolume and the volume's staging dir."""
+    env = volume_env
+    shared_volume(env)
+    env.start()
+    pod = env.pod("p0", [claim_volume("data", "shared")])
+    env.wait_mounted(env.target(pod, "pv-shared"))
+    staging_dir = os.path.dirname(env.staging("vol-shared"))
+    stray = os.path.join(staging_dir, "left-behind")
+    with open(stray, "w") as f:
+        f.write("not kvolumed's\n")
+    env.api.remove("pods", "default", "p0")
+
+    wait_until(lambda: failed_teardowns(env, "NodeUnstageVolume") >= 3, 60,
+               what="three failed attempts of the unstage")
+    assert len(env.calls("NodeUnstageVolume")) == 1
+    os.unlink(stray)
+    env.wait_gone(staging_dir, timeout=60)
+    assert [c["code"] for c in env.calls("NodeUnstageVolume")] == ["OK"]
+    assert not env.driver.violations()

@@ -171,7 +171,7 @@ struct Operation {
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
         bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
-        bool resume;            /* publish: an earlier attempt's call answered OK; steps up to it are skipped */
+        bool resume;            /* an earlier attempt's call answered OK, a step after it failed: skip to there */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */

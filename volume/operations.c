@@ -990,7 +990,7 @@ static void step_resume(Operation *op) {
 
         op->resume = false;
         if (!target) {
-                op_fail(op, -ENOMEM, op->kind == OP_PUBLISH, "out of memory");
+                op_fail(op, -ENOMEM, false, "out of memory"); /* nothing happened in this attempt */
                 return;
         }
         r = mount_table_refresh(op->m->mounts);
@@ -1118,6 +1118,10 @@ static bool record_outcome(Operation *op, bool success) {
                         actual_volume_set_stage(av, remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN);
                 break;
         case OP_PUBLISH:
+                /* An attempt that did not get as far as its call (or the
+                 * point it resumes at) leaves what the last one learnt. */
+                if (existing && op->called)
+                        existing->call_done = false;
                 if (existing)
                         existing->unpublish_call_done = false;
                 /* A failed republish leaves the publish as it was: done. */
@@ -1131,8 +1135,8 @@ static bool record_outcome(Operation *op, bool success) {
                          * there.  Not a failed block mapping (STEP_MAP): what
                          * the call published is no usable device, and only
                          * the call can make it again. */
-                        if (existing)
-                                existing->call_done = !success && op->call_ok && op->step > STEP_MAP;
+                        if (existing && !success && op->call_ok && op->step > STEP_MAP)
+                                existing->call_done = true;
                         if (existing && success) {
                                 /* Taken for a mount until the mount table says
                                  * otherwise (manager.c); a raw block publish is a
@@ -1164,8 +1168,10 @@ static bool record_outcome(Operation *op, bool success) {
                 if (success && r >= 0) {
                         if (op->kind == OP_UNPUBLISH)
                                 actual_publish_remove(av, op->pod.uid);
-                        else
+                        else {
+                                av->unstage_call_done = false;
                                 actual_volume_set_stage(av, STAGE_NONE);
+                        }
                         break;
                 }
                 if (success) {
@@ -1178,10 +1184,12 @@ static bool record_outcome(Operation *op, bool success) {
                         resume = op->call_ok && r != -EBUSY;
                 }
                 if (op->kind == OP_UNSTAGE) {
-                        av->unstage_call_done = resume;
+                        if (op->called)
+                                av->unstage_call_done = resume;
                         actual_volume_set_stage(av, STAGE_UNCERTAIN);
                 } else if (existing) {
-                        existing->unpublish_call_done = resume;
+                        if (op->called)
+                                existing->unpublish_call_done = resume;
                         actual_publish_set_state(av, existing, PUBLISH_UNCERTAIN);
                 }
                 break;

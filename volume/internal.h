@@ -104,7 +104,7 @@ typedef struct ActualVolume {
          * unstaged with no publish left, whatever its CSIDriver says meanwhile. */
         bool attachable;
         bool unstage_held;      /* the guard found other mounts of it: reported once */
-        bool unstage_call_done; /* NodeUnstageVolume answered OK, its dirs stayed: the retry only removes them */
+        bool unstage_call_done; /* NodeUnstageVolume answered OK, dirs stayed: retry without it */
         bool driver_wait_logged; /* "teardown waits for the driver" said once */
         uint64_t driver_wait_since; /* CLOCK_MONOTONIC since a pod wants it and its driver is not registered; 0: not waiting */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
@@ -171,7 +171,7 @@ struct Operation {
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
         bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
-        bool resume;            /* an earlier attempt's call answered OK, a step after it failed: skip to there */
+        bool resume;            /* an earlier attempt's call answered OK: resume after it */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */

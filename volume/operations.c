@@ -998,7 +998,10 @@ static void step_resume(Operation *op) {
         f.csi_method = method;
         if (r < 0 || mounted != (op->kind == OP_PUBLISH)) {
                 log_fields(LOG_NOTICE, &f, "%s/%s is %s%s; calling %s of %s%s%s again", op->m->root->path,
-                           op->target, r < 0 ? "of unknown state" : mounted ? "mounted again" : "not mounted any more",
+                           op->target,
+                           r < 0     ? "of unknown state"
+                           : mounted ? "mounted again"
+                                     : "not mounted any more",
                            r < 0 ? " (the mount table is unreadable)" : "", method, op->av->unique_name,
                            op->pod.key ? " for pod " : "", strempty(op->pod.key));
                 op_run(op);

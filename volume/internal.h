@@ -53,6 +53,14 @@ typedef struct ActualPublish {
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
         bool mount_pending; /* published: whether a mount resulted is for the next mount table read */
         uint64_t republish_at; /* republish.c: CLOCK_MONOTONIC when NodePublishVolume is due again; 0: unknown */
+        /* Uncertain with its NodePublishVolume answered OK: a step after the
+         * call (fsGroup, the expansion's claim read) failed.  The retry
+         * resumes after the call while the target is still mounted
+         * (operations.c); in memory only, a restart repeats the call. */
+        bool call_done;
+        /* The same for NodeUnpublishVolume: it answered OK, nothing is
+         * mounted there, and the directories could not be removed. */
+        bool unpublish_call_done;
 } ActualPublish;
 
 typedef struct Operation Operation;
@@ -96,6 +104,7 @@ typedef struct ActualVolume {
          * unstaged with no publish left, whatever its CSIDriver says meanwhile. */
         bool attachable;
         bool unstage_held;      /* the guard found other mounts of it: reported once */
+        bool unstage_call_done; /* NodeUnstageVolume answered OK, dirs stayed: retry without it */
         bool driver_wait_logged; /* "teardown waits for the driver" said once */
         uint64_t driver_wait_since; /* CLOCK_MONOTONIC since a pod wants it and its driver is not registered; 0: not waiting */
         uint64_t attach_wait_since; /* CLOCK_MONOTONIC; 0: not waiting */
@@ -161,6 +170,8 @@ struct Operation {
         K8sStringMap publish_context;
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
+        bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
+        bool resume;            /* an earlier attempt's call answered OK: resume after it */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */

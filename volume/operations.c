@@ -550,6 +550,7 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
 
         op->call = NULL;
         if (status->code == CSI_CODE_OK) {
+                op->call_ok = true;
                 op_continue(op);
                 return;
         }
@@ -558,6 +559,7 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
          * state).  Done only if nothing is mounted at the target. */
         if (status->code == CSI_CODE_NOT_FOUND && (op->kind == OP_UNPUBLISH || op->kind == OP_UNSTAGE) &&
             not_found_is_done(op)) {
+                op->call_ok = true;
                 op_continue(op);
                 return;
         }
@@ -970,7 +972,54 @@ static void step_expand(Operation *op) {
                 op_fail(op, r, true, "MountVolume.Setup failed while expanding volume: %s", strerror(-r));
 }
 
+/* An operation whose CSI call answered OK in an earlier attempt, and a step
+ * after it failed: a publish's fsGroup walk or its read of the claim for an
+ * expansion (which a busy API server answers 429), a teardown's removal of
+ * its directories.  The call is not made again, only what follows it, while
+ * the mount table (not a stat that could hang) still shows what the call
+ * left: the target mounted after a publish, nothing mounted there after a
+ * teardown.  Otherwise the call is made again. */
+static void step_resume(Operation *op) {
+        _cleanup_free_ char *target = abs_path(op, op->target);
+        const char *method = op->kind == OP_PUBLISH     ? "NodePublishVolume"
+                             : op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume"
+                                                        : "NodeUnstageVolume";
+        LogFields f = op_fields(op);
+        bool mounted;
+        int r;
+
+        op->resume = false;
+        if (!target) {
+                op_fail(op, -ENOMEM, false, "out of memory"); /* nothing happened in this attempt */
+                return;
+        }
+        r = mount_table_refresh(op->m->mounts);
+        mounted = r >= 0 && mount_table_is_mounted(op->m->mounts, target);
+        f.csi_method = method;
+        if (r < 0 || mounted != (op->kind == OP_PUBLISH)) {
+                log_fields(LOG_NOTICE, &f, "%s/%s is %s%s; calling %s of %s%s%s again", op->m->root->path,
+                           op->target,
+                           r < 0     ? "of unknown state"
+                           : mounted ? "mounted again"
+                                     : "not mounted any more",
+                           r < 0 ? " (the mount table is unreadable)" : "", method, op->av->unique_name,
+                           op->pod.key ? " for pod " : "", strempty(op->pod.key));
+                op_run(op);
+                return;
+        }
+        log_fields(LOG_INFO, &f, "%s of %s%s%s answered OK before and %s/%s is %s: resuming after the call",
+                   method, op->av->unique_name, op->pod.key ? " for pod " : "", strempty(op->pod.key),
+                   op->m->root->path, op->target, mounted ? "mounted" : "not mounted");
+        op->called = op->call_ok = true;
+        op->step = STEP_CALL + 1;
+        op_run(op);
+}
+
 static void op_run(Operation *op) {
+        if (op->resume && op->step > STEP_CAPABILITIES && op->step <= STEP_CALL) {
+                step_resume(op);
+                return;
+        }
         switch (op->step) {
         case STEP_CAPABILITIES:
                 step_capabilities(op);
@@ -1052,6 +1101,7 @@ static bool record_outcome(Operation *op, bool success) {
 
         switch (op->kind) {
         case OP_STAGE:
+                av->unstage_call_done = false;
                 if (success) {
                         actual_volume_set_stage(av, STAGE_DONE);
                         av->stage_stale = false;
@@ -1071,6 +1121,12 @@ static bool record_outcome(Operation *op, bool success) {
                         actual_volume_set_stage(av, remove_volume_dirs(op) >= 0 ? STAGE_NONE : STAGE_UNCERTAIN);
                 break;
         case OP_PUBLISH:
+                /* An attempt that did not get as far as its call (or the
+                 * point it resumes at) leaves what the last one learnt. */
+                if (existing && op->called)
+                        existing->call_done = false;
+                if (existing)
+                        existing->unpublish_call_done = false;
                 /* A failed republish leaves the publish as it was: done. */
                 if (success || (op->uncertain && !op->republish)) {
                         (void) actual_publish_set(av, &op->pod, op->spec_name, op->target,
@@ -1078,6 +1134,12 @@ static bool record_outcome(Operation *op, bool success) {
                         existing = hashmap_get(av->publishes, op->pod.uid);
                         if (existing)
                                 existing->stale = false;
+                        /* A step after the call failed: the retry resumes
+                         * there.  Not a failed block mapping (STEP_MAP): what
+                         * the call published is no usable device, and only
+                         * the call can make it again. */
+                        if (existing && !success && op->call_ok && op->step > STEP_MAP)
+                                existing->call_done = true;
                         if (existing && success) {
                                 /* Taken for a mount until the mount table says
                                  * otherwise (manager.c); a raw block publish is a
@@ -1100,23 +1162,39 @@ static bool record_outcome(Operation *op, bool success) {
         case OP_UNPUBLISH:
         case OP_UNSTAGE: {
                 int r = success ? remove_volume_dirs(op) : 0;
+                bool resume = false;
+                /* Whatever the teardown did, a publish that follows calls again. */
+                if (existing)
+                        existing->call_done = false;
                 if (op->kind == OP_UNSTAGE)
                         av->stage_stale = false;
                 if (success && r >= 0) {
                         if (op->kind == OP_UNPUBLISH)
                                 actual_publish_remove(av, op->pod.uid);
-                        else
+                        else {
+                                av->unstage_call_done = false;
                                 actual_volume_set_stage(av, STAGE_NONE);
+                        }
                         break;
                 }
                 if (success) {
                         teardown_incomplete(op, r);
                         success = false;
+                        /* The call answered OK and the target is no mount
+                         * point (EBUSY would say it is): the retry only
+                         * removes what is left, and calls again only if
+                         * something is mounted there by then. */
+                        resume = op->call_ok && r != -EBUSY;
                 }
-                if (op->kind == OP_UNSTAGE)
+                if (op->kind == OP_UNSTAGE) {
+                        if (op->called)
+                                av->unstage_call_done = resume;
                         actual_volume_set_stage(av, STAGE_UNCERTAIN);
-                else if (existing)
+                } else if (existing) {
+                        if (op->called)
+                                existing->unpublish_call_done = resume;
                         actual_publish_set_state(av, existing, PUBLISH_UNCERTAIN);
+                }
                 break;
         }
         default:
@@ -1240,10 +1318,14 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         if ((kind == OP_PUBLISH || kind == OP_UNPUBLISH) && pod && pod->uid) {
                 ActualPublish *pub = hashmap_get(av->publishes, pod->uid);
                 op->republish = kind == OP_PUBLISH && pub && pub->state == PUBLISH_DONE;
+                op->resume = pub && pub->state == PUBLISH_UNCERTAIN &&
+                             (kind == OP_PUBLISH ? pub->call_done : pub->unpublish_call_done);
                 op->previous_boot = kind == OP_UNPUBLISH && pub && pub->stale;
         }
-        if (kind == OP_UNSTAGE)
+        if (kind == OP_UNSTAGE) {
                 op->previous_boot = av->stage == STAGE_NONE && av->stage_stale;
+                op->resume = av->stage == STAGE_UNCERTAIN && av->unstage_call_done;
+        }
         if (spec && !(op->spec = volume_spec_copy(spec)))
                 r = -ENOMEM;
         if (r >= 0 && pod)

@@ -23,6 +23,15 @@
 #include "systemd/log.h"
 #include "volume/rootlock.h"
 
+/* The lock of one spelling of root-dir's path. */
+typedef struct PathLock {
+        char *name;        /* under lock_dir */
+        char *path;        /* lock_dir/name */
+        int fd;            /* flock()ed */
+        dev_t dev;
+        ino_t ino;
+} PathLock;
+
 struct RootLock {
         char *configured;
         char *path;        /* resolved at start */
@@ -30,11 +39,11 @@ struct RootLock {
         dev_t dev;
         ino_t ino;
         char *lock_dir;
-        char *lock_name;
-        char *lock_path;   /* lock_dir/lock_name */
-        int lock_fd;       /* flock()ed */
-        dev_t lock_dev;
-        ino_t lock_ino;
+        /* The resolved path's and, when it differs, the configured one's:
+         * a kvolumed on the same spelling whose symlink led elsewhere
+         * meanwhile is kept out too. */
+        PathLock locks[2];
+        size_t n_locks;
 };
 
 /* The PID holding an flock() on the inode, from /proc/locks ("1: FLOCK
@@ -192,7 +201,8 @@ static int lock_file_take(const char *lock_dir, const char *name, int *ret_fd, s
         return 0;
 }
 
-static void log_busy(const RootLock *l, pid_t holder, bool path_lock, const struct stat *dir_st) {
+/* lock_path: the path lock another process holds; NULL: the directory's. */
+static void log_busy(const RootLock *l, pid_t holder, const char *lock_path, const struct stat *dir_st) {
         _cleanup_free_ char *spelt = NULL;
         const char *what = l->path;
 
@@ -200,12 +210,12 @@ static void log_busy(const RootLock *l, pid_t holder, bool path_lock, const stru
                 what = spelt;
         if (holder <= 0) {
                 log_error("root-dir %s is locked by another process (%s): one kvolumed per root-dir; not starting",
-                          what, path_lock ? l->lock_path : "an flock() of the directory");
+                          what, lock_path ?: "an flock() of the directory");
                 return;
         }
         /* The other one holds the path, not this directory: it locked what was
          * there before something was mounted over it or made in its place. */
-        if (path_lock && flock_holder(dir_st) != holder)
+        if (lock_path && flock_holder(dir_st) != holder)
                 log_error("root-dir %s is in use by another kvolumed (PID %d): one kvolumed per root-dir; not "
                           "starting.  The directory at %s now is not the one that kvolumed locked at its start "
                           "(a file system was mounted over it, or it was renamed and made again): that kvolumed "
@@ -228,7 +238,7 @@ int root_lock_take(const char *path, const char *lock_dir, RootLock **ret) {
         l = calloc(1, sizeof *l);
         if (!l)
                 return -ENOMEM;
-        l->fd = l->lock_fd = -1;
+        l->fd = l->locks[0].fd = l->locks[1].fd = -1;
         l->configured = strdup(path);
         l->lock_dir = strdup(lock_dir);
         if (!l->configured || !l->lock_dir)
@@ -258,26 +268,33 @@ int root_lock_take(const char *path, const char *lock_dir, RootLock **ret) {
                          "volumes until it resolves to %s again",
                          path, l->path, l->path, path, l->path);
 
-        r = root_lock_file_name(l->path, &l->lock_name);
-        if (r < 0)
-                return log_error_errno(r, "Failed to name the lock of root-dir %s: %m", l->path);
-        if (asprintf(&l->lock_path, "%s/%s", lock_dir, l->lock_name) < 0)
-                return -ENOMEM;
-        /* The path first: a kvolumed that runs on it, whatever directory is
-         * there now, is the one to name. */
-        r = lock_file_take(lock_dir, l->lock_name, &l->lock_fd, &lock_st, &holder);
-        if (r == -EBUSY) {
-                log_busy(l, holder, true, &st);
-                return r;
+        /* The paths first: a kvolumed that runs on one, whatever directory
+         * is there now, is the one to name. */
+        const char *spellings[ELEMENTSOF(l->locks)] = { l->path, streq(path, l->path) ? NULL : path };
+        for (size_t i = 0; i < ELEMENTSOF(spellings) && spellings[i]; i++) {
+                const char *spelling = spellings[i];
+                PathLock *k = &l->locks[l->n_locks];
+
+                r = root_lock_file_name(spelling, &k->name);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to name the lock of root-dir %s: %m", spelling);
+                if (asprintf(&k->path, "%s/%s", lock_dir, k->name) < 0)
+                        return -ENOMEM;
+                l->n_locks++;
+                r = lock_file_take(lock_dir, k->name, &k->fd, &lock_st, &holder);
+                if (r == -EBUSY) {
+                        log_busy(l, holder, k->path, &st);
+                        return r;
+                }
+                if (r < 0)
+                        return r;
+                k->dev = lock_st.st_dev;
+                k->ino = lock_st.st_ino;
         }
-        if (r < 0)
-                return r;
-        l->lock_dev = lock_st.st_dev;
-        l->lock_ino = lock_st.st_ino;
         if (flock(l->fd, LOCK_EX | LOCK_NB) < 0) {
                 if (errno != EWOULDBLOCK)
                         return log_error_errno(errno, "Failed to lock root-dir %s: %m", path);
-                log_busy(l, flock_holder(&st), false, &st);
+                log_busy(l, flock_holder(&st), NULL, &st);
                 return -EBUSY;
         }
         *ret = TAKE_PTR(l);
@@ -289,13 +306,15 @@ RootLock *root_lock_free(RootLock *l) {
                 return NULL;
         if (l->fd >= 0)
                 (void) close(l->fd);
-        if (l->lock_fd >= 0)
-                (void) close(l->lock_fd);
+        for (size_t i = 0; i < ELEMENTSOF(l->locks); i++) {
+                if (l->locks[i].fd >= 0)
+                        (void) close(l->locks[i].fd);
+                free(l->locks[i].name);
+                free(l->locks[i].path);
+        }
         free(l->configured);
         free(l->path);
         free(l->lock_dir);
-        free(l->lock_name);
-        free(l->lock_path);
         free(l);
         return NULL;
 }
@@ -327,29 +346,29 @@ static int why(char **ret, int error, const char *format, ...) {
 
 /* The lock file removed (a cleanup of /run) or replaced: taken again,
  * unless another process took the new one meanwhile. */
-static int lock_file_check(RootLock *l, char **ret_why) {
+static int lock_file_check(RootLock *l, PathLock *k, char **ret_why) {
         struct statx sx;
         struct stat st;
         pid_t holder = 0;
         int fd = -1, r;
 
-        if (statx(AT_FDCWD, l->lock_path, AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC, STATX_INO, &sx) >= 0 &&
-            makedev(sx.stx_dev_major, sx.stx_dev_minor) == l->lock_dev && sx.stx_ino == l->lock_ino)
+        if (statx(AT_FDCWD, k->path, AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC, STATX_INO, &sx) >= 0 &&
+            makedev(sx.stx_dev_major, sx.stx_dev_minor) == k->dev && sx.stx_ino == (uint64_t) k->ino)
                 return 0;
-        r = lock_file_take(l->lock_dir, l->lock_name, &fd, &st, &holder);
+        r = lock_file_take(l->lock_dir, k->name, &fd, &st, &holder);
         if (r == -EBUSY)
                 return why(ret_why, r, "the lock file %s of root-dir %s was removed, and another process (PID %d) "
-                           "holds the new one: another kvolumed may run on %s", l->lock_path, l->path,
-                           (int) holder, l->path);
+                           "holds the new one: another kvolumed may run on %s", k->path, l->configured,
+                           (int) holder, l->configured);
         if (r < 0)
                 return why(ret_why, r, "the lock file %s of root-dir %s was removed and cannot be made again: %s",
-                           l->lock_path, l->path, strerror(-r));
-        (void) close(l->lock_fd);
-        l->lock_fd = fd;
-        l->lock_dev = st.st_dev;
-        l->lock_ino = st.st_ino;
+                           k->path, l->configured, strerror(-r));
+        (void) close(k->fd);
+        k->fd = fd;
+        k->dev = st.st_dev;
+        k->ino = st.st_ino;
         log_warning("The lock file %s of root-dir %s was removed (a cleanup of %s?); kvolumed took it again",
-                    l->lock_path, l->path, l->lock_dir);
+                    k->path, l->configured, l->lock_dir);
         return 0;
 }
 
@@ -379,5 +398,10 @@ int root_lock_check(RootLock *l, char **ret_why) {
                            "inode %llu): it was renamed or removed and made again, or another directory was "
                            "mounted on it", l->path, (unsigned long long) sx.stx_ino,
                            (unsigned long long) l->ino);
-        return lock_file_check(l, ret_why);
+        for (size_t i = 0; i < l->n_locks; i++) {
+                int r = lock_file_check(l, &l->locks[i], ret_why);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
 }

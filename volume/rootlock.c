@@ -278,6 +278,12 @@ int root_lock_take(const char *path, const char *lock_dir, RootLock **ret) {
                 r = root_lock_file_name(spelling, &k->name);
                 if (r < 0)
                         return log_error_errno(r, "Failed to name the lock of root-dir %s: %m", spelling);
+                /* "/var/lib/kubelet/" is spelt as its resolution is: one lock
+                 * (a second flock of it, by another descriptor, would fail). */
+                if (i > 0 && streq(k->name, l->locks[0].name)) {
+                        k->name = mfree_str(k->name);
+                        break;
+                }
                 if (asprintf(&k->path, "%s/%s", lock_dir, k->name) < 0)
                         return -ENOMEM;
                 l->n_locks++;

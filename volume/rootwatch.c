@@ -105,10 +105,14 @@ bool root_watch_check(VolumeManager *m) {
         return true;
 }
 
+static LogFields op_log_fields(const Operation *op) {
+        return (LogFields){ .pod_uid = op->pod.uid, .pod = op->pod.key, .volume = op->spec_name,
+                            .driver = op->av->driver, .volume_handle = op->av->handle };
+}
+
 /* An operation ends without another step: kvolumed stops. */
 static void abandon(VolumeManager *m, Operation *op) {
-        LogFields f = { .pod_uid = op->pod.uid, .pod = op->pod.key, .volume = op->spec_name,
-                        .driver = op->av->driver, .volume_handle = op->av->handle };
+        LogFields f = op_log_fields(op);
 
         log_fields(LOG_INFO, &f, "Leaving the %s of %s where it is: root-dir %s is not the directory kvolumed "
                    "locked; its records say what may exist, for the next start", op_kind_to_string(op->kind),
@@ -120,8 +124,7 @@ static void abandon(VolumeManager *m, Operation *op) {
 
 void root_watch_park(VolumeManager *m, Operation *op, OpResume how) {
         RootWatch *w = m->root_watch;
-        LogFields f = { .pod_uid = op->pod.uid, .pod = op->pod.key, .volume = op->spec_name,
-                        .driver = op->av->driver, .volume_handle = op->av->handle };
+        LogFields f = op_log_fields(op);
 
         if (m->stopping) {
                 abandon(m, op);

@@ -82,7 +82,8 @@ static int connect_clients(Agent *a) {
 
         r = volume_manager_new(a->event, a->k8s, a->csi,
                                &(VolumeManagerOptions){ .node_name = c->node_name,
-                                                        .root_dir = c->root_dir,
+                                                        .root_dir = root_lock_path(a->root_lock),
+                                                        .root_lock = a->root_lock,
                                                         .resync_interval_usec = c->resync_interval_usec,
                                                         .republish_interval_usec = c->republish_interval_usec,
                                                         .expand_check_interval_usec = c->expand_check_interval_usec,
@@ -148,6 +149,7 @@ static int status_text(const char *node, const VolumeManagerStats *st, const cha
 static void update_status(Agent *a) {
         VolumeManagerStats st = {};
         _cleanup_free_ char *text = NULL;
+        const char *lost;
         uint64_t now = 0;
 
         (void) sd_event_now(a->event, CLOCK_MONOTONIC, &now);
@@ -165,8 +167,11 @@ static void update_status(Agent *a) {
                 (void) sd_event_source_set_enabled(a->status_timer, SD_EVENT_ONESHOT);
                 return;
         }
+        lost = volume_manager_root_lost(a->volumes);
         volume_manager_get_counts(a->volumes, &st);
-        if (status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL, &text) < 0)
+        if (lost ? asprintf(&text, "Not acting on volumes: %s", lost) < 0
+                 : status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL,
+                               &text) < 0)
                 return;
         if (streq_ptr(text, a->status))
                 return;
@@ -214,6 +219,14 @@ static void on_pass_done(uint64_t duration_usec, void *userdata) {
                 (void) notify_ready();
         }
         update_status(a);
+}
+
+/* root-dir stopped or started again being the directory kvolumed locked:
+ * STATUS= says so (the journal has said why, once). */
+static void on_root_changed(const char *lost, void *userdata) {
+        Agent *a = userdata;
+        if (!a->stopping)
+                update_status(a);
 }
 
 static void read_volume_stats(VolumeManagerStats *ret, void *userdata) {
@@ -290,11 +303,19 @@ static int serve_metrics(FILE *f, const char **content_type, void *userdata) {
 
 /* Answered from the loop, so a wedged loop fails the probe as well; healthy
  * once the informers have listed (what READY=1 waits for).  A watch that
- * drops later keeps the cached state: still healthy, as kubelet's is. */
+ * drops later keeps the cached state: still healthy, as kubelet's is.  Not
+ * healthy while root-dir is not the directory kvolumed locked: it does
+ * nothing for the node's volumes then (volume/rootwatch.c). */
 static int serve_healthz(FILE *f, const char **content_type, void *userdata) {
         Agent *a = userdata;
+        const char *lost = volume_manager_root_lost(a->volumes);
+
         if (a->stopping) {
                 fputs("stopping\n", f);
+                return 503;
+        }
+        if (lost) {
+                fprintf(f, "not acting on volumes: %s\n", lost);
                 return 503;
         }
         if (!volume_manager_synced(a->volumes)) {
@@ -361,6 +382,7 @@ static int setup_metrics(Agent *a) {
                 return log_error_errno(r, "Failed to set kvolumed_build_info: %m");
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
         volume_manager_set_pass_hook(a->volumes, on_pass_done, a);
+        volume_manager_set_root_hook(a->volumes, on_root_changed, a);
         metrics_set_volume_stats_source(a->metrics, read_volume_stats, a);
         metrics_set_collector(a->metrics, collect_metrics, a);
 
@@ -463,7 +485,7 @@ static int setup_busy_switch(Agent *a) {
         return 0;
 }
 
-int agent_new(const char *config_path, Config *config, Agent **ret) {
+int agent_new(const char *config_path, Config *config, RootLock *root_lock, Agent **ret) {
         _cleanup_(agent_freep) Agent *a = NULL;
         sigset_t mask;
         int r;
@@ -472,6 +494,7 @@ int agent_new(const char *config_path, Config *config, Agent **ret) {
         if (!a)
                 return -ENOMEM;
         a->config = config;
+        a->root_lock = root_lock;
         a->config_path = strdup(config_path);
         if (!a->config_path)
                 return -ENOMEM;

@@ -16,10 +16,12 @@
 #include "k8s/identity.h"
 #include "systemd/macro.h"
 #include "volume/manager.h"
+#include "volume/rootlock.h"
 
 typedef struct Agent {
         char *config_path;
         Config *config;
+        RootLock *root_lock; /* borrowed: held by main() for the process's life */
         sd_event *event;
         sd_event_source *sigterm_source, *sigint_source, *sighup_source;
         K8sClient *k8s;
@@ -50,10 +52,11 @@ typedef struct Agent {
         sd_event_source *busy_source, *busy_check;
 } Agent;
 
-/* Takes ownership of config.  Blocks the signals it handles, connects the
+/* Takes ownership of config; borrows root_lock (root-dir, locked and
+ * resolved), which must outlive the agent.  Blocks the signals it handles, connects the
  * API client and the CSI client, creates the volume manager, and serves
  * /metrics, /healthz and /volumes when [metrics] listen is set. */
-int agent_new(const char *config_path, Config *config, Agent **ret);
+int agent_new(const char *config_path, Config *config, RootLock *root_lock, Agent **ret);
 Agent *agent_free(Agent *a);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
 

@@ -10,7 +10,7 @@
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
-#include "volume/rootdir.h"
+#include "volume/rootlock.h"
 
 /* Exit codes of DESIGN.md §2. */
 enum {
@@ -54,9 +54,10 @@ int main(int argc, char *argv[]) {
                 {},
         };
         _cleanup_(config_freep) Config *config = NULL;
+        /* Before the agent: released after it, which borrows it. */
+        _cleanup_(root_lock_freep) RootLock *root_lock = NULL;
         _cleanup_(agent_freep) Agent *agent = NULL;
         _cleanup_free_ char *error = NULL;
-        _cleanup_close_ int root_lock = -1;
         const char *config_path = CONFIG_DEFAULT_PATH;
         bool check_config = false, online = false, quiet = false;
         int c, r;
@@ -157,7 +158,7 @@ int main(int argc, char *argv[]) {
          * Another kvolumed there is a setup error that a restart cannot fix:
          * the configuration-error code stops systemd's restart loop
          * (RestartPreventExitStatus=1). */
-        r = root_dir_lock(config->root_dir, &root_lock);
+        r = root_lock_take(config->root_dir, ROOT_LOCK_DIR, &root_lock);
         if (r == -EBUSY)
                 return EXIT_CONFIG_ERROR;
         if (r == -ENOENT || r == -ENOTDIR) {
@@ -172,7 +173,7 @@ int main(int argc, char *argv[]) {
 
         if (curl_loop_global_init() < 0)
                 return EXIT_STARTUP_FAILURE;
-        r = agent_new(config_path, TAKE_PTR(config), &agent);
+        r = agent_new(config_path, TAKE_PTR(config), root_lock, &agent);
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
         r = agent_run(agent);

@@ -410,6 +410,13 @@ static void start_call(ExpandEntry *e) {
         int r;
 
         f.csi_method = "NodeExpandVolume";
+        if (m->root_lost) {
+                /* Its path would name what is at root-dir's path now, not the volume (rootwatch.c). */
+                mount_note_failure(e, "kubernetes.io/csi: root-dir %s is not the directory kvolumed locked",
+                                   m->root->path);
+                attempt_end(e, false, true);
+                return;
+        }
         /* Inside a publish, its target: the publish is not recorded yet. */
         const char *target_rel = e->mount_op ? e->mount_op->target : pub && pub->state == PUBLISH_DONE ? pub->target
                                                                                                        : NULL;
@@ -606,7 +613,8 @@ static void evaluate(ExpandEntry *e) {
                 evaluate_for_mount(e);
                 return;
         }
-        if (e->busy || e->dropped || m->stopping || !av || !want_expansion(e, av, &size))
+        /* root-dir not kvolumed's (rootwatch.c): the next check, after it is again. */
+        if (e->busy || e->dropped || m->stopping || m->root_lost || !av || !want_expansion(e, av, &size))
                 return;
         if (!backoff_allows(&e->backoff, now)) {
                 arm_retry(t, backoff_next_try(&e->backoff));

@@ -82,6 +82,7 @@ typedef struct VolumeCounts {
 
 typedef struct PodIndex PodIndex;
 typedef struct MountWatch MountWatch;
+typedef struct RootWatch RootWatch;
 typedef struct Wakes Wakes;
 typedef struct FsGroupWalk FsGroupWalk;
 
@@ -273,6 +274,12 @@ struct VolumeManager {
         PodIndex *pod_index;    /* podindex.c: pod UID → the volumes it has on the node */
         VolumeCounts counts;    /* counts.c: the status line's */
         MountWatch *mount_watch; /* mountwatch.c: what a change of the mount table concerns */
+        /* rootwatch.c: root-dir is not the directory kvolumed locked at
+         * start: nothing is done for any volume until it is again. */
+        RootWatch *root_watch;
+        bool root_lost;
+        volume_root_hook_t root_hook;
+        void *root_userdata;
         Wakes *wakes;           /* wakes.c: the volumes and pods whose retry timer is due when */
         /* volumesInUse must be computed again (reconciler.c): set by what
          * can change it (a persistent volume planned, an operation of one
@@ -470,6 +477,31 @@ int volume_dirs_remove(VolumeManager *m, const LogFields *f, const char *dir, co
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable);
 /* Frees it, cancelling a CSI call in flight. */
 Operation *operation_free(Operation *op);
+/* How an operation held while root-dir was not kvolumed's goes on: its
+ * next step, or its end with the outcome it had reached. */
+typedef enum OpResume {
+        OP_RESUME_RUN,
+        OP_RESUME_SUCCEEDED,
+        OP_RESUME_FAILED,
+} OpResume;
+void operation_resume(Operation *op, OpResume how);
+
+/* ---- rootwatch.c: root-dir is the path, not the directory found there ----- */
+
+/* Watches whether root-dir still names the directory "lock" locked: before
+ * every pass, at every change of the mount namespace, and every few
+ * seconds (a rename makes no mount event). */
+int root_watch_new(VolumeManager *m, RootLock *lock);
+void root_watch_free(VolumeManager *m);
+/* Checks now; false while root-dir is not kvolumed's (m->root_lost: the
+ * operator was told, once, and /healthz fails). */
+bool root_watch_check(VolumeManager *m);
+/* op reached its next step (or its end) while m->root_lost: it waits there,
+ * doing nothing, and goes on with "how" once root-dir is kvolumed's again.
+ * A stopping manager ends it at once instead. */
+void root_watch_park(VolumeManager *m, Operation *op, OpResume how);
+/* The manager stops: the waiting operations end without another step. */
+void root_watch_stop(VolumeManager *m);
 
 /* publishrefs.c: the publishes of the volume of driver and handle that
  * exist on disk under root-dir (kubelet's layout: vol_data.json of pod

@@ -627,6 +627,7 @@ void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver) {
 
 void volume_manager_stop(VolumeManager *m, volume_manager_stopped_t stopped, void *userdata) {
         m->stopping = true;
+        root_watch_stop(m); /* before "stopped" is set: that is said once, below */
         m->stopped = stopped;
         m->stopped_userdata = userdata;
         if (m->n_running > 0)
@@ -696,9 +697,16 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
                 return -errno;
 
-        r = root_dir_open(o->root_dir, &m->root);
+        /* The directory the lock holds, not whatever the path names by now. */
+        r = o->root_lock ? root_dir_open_fd(o->root_dir, root_lock_fd(o->root_lock), &m->root)
+                         : root_dir_open(o->root_dir, &m->root);
         if (r < 0)
                 return r;
+        if (o->root_lock) {
+                r = root_watch_new(m, o->root_lock);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to watch root-dir %s: %m", o->root_dir);
+        }
         r = root_sync_new(event, m->root->fd, reconciler_synced, m, &m->sync);
         if (r < 0)
                 return r;
@@ -802,6 +810,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
 
         if (!m)
                 return NULL;
+        root_watch_free(m); /* the operations it holds go with their volumes below */
         podview_detach_all(m);
         expand_free(m);
         drivers_free(m);
@@ -864,6 +873,11 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata) {
         m->pass_hook = hook;
         m->pass_userdata = userdata;
+}
+
+void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, void *userdata) {
+        m->root_hook = hook;
+        m->root_userdata = userdata;
 }
 
 bool volume_manager_synced(VolumeManager *m) {

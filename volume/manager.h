@@ -13,6 +13,7 @@
 #include "csi/csi.h"
 #include "k8s/client.h"
 #include "systemd/macro.h"
+#include "volume/rootlock.h"
 
 typedef struct VolumeManager VolumeManager;
 
@@ -23,7 +24,10 @@ typedef struct VolumeManager VolumeManager;
 
 typedef struct VolumeManagerOptions {
         const char *node_name;
-        const char *root_dir;         /* absolute */
+        const char *root_dir;         /* absolute: root_lock_path(root_lock) */
+        /* root-dir, locked and resolved (borrowed: it must outlive the
+         * manager); its directory is the one every record is written to. */
+        RootLock *root_lock;
         uint64_t resync_interval_usec; /* safety-net full pass; 0: 5 min */
         uint64_t republish_interval_usec; /* [csi] republish-interval; 0: 1 min */
         uint64_t expand_check_interval_usec; /* [agent] expand-check-interval; 0: 1 min */
@@ -107,6 +111,18 @@ void volume_manager_set_metrics_hook(VolumeManager *m, volume_metrics_hook_t hoo
 typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);
+
+/* root-dir is the path, not the directory found there at start (volume/
+ * rootwatch.c): when the path stops naming the directory kvolumed locked (a
+ * file system mounted over it, the directory renamed and made again, a
+ * symlink in its path changed), the manager stops acting on volumes — no
+ * CSI call, no record written, no teardown — until it names it again.
+ * NULL while it does; else why not, for a person. */
+const char *volume_manager_root_lost(VolumeManager *m);
+/* Called when root-dir stops or starts again being that directory, with
+ * volume_manager_root_lost()'s answer. */
+typedef void (*volume_root_hook_t)(const char *lost, void *userdata);
+void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, void *userdata);
 /* The same without by_state (left zero), from counts kept as things change
  * (volume/counts.c): what the status line shows, after passes, at most once
  * a second.  The walk of volume_manager_get_stats() took 23 ms of the loop

@@ -325,6 +325,12 @@ void mount_watch_changed(MountTable *t, const Hashmap *changed, void *userdata) 
         const char *key;
         bool walk;
 
+        /* root-dir is not kvolumed's (rootwatch.c): nothing judged, no record
+         * written; everything is looked at again once it is. */
+        if (!root_watch_check(m)) {
+                w->walk_once = true;
+                return;
+        }
         m->mounts_seen = mount_table_count(t);
         /* First what waited for this read to know whether it made a mount:
          * settled, it is not taken for a lost one below. */

@@ -1016,6 +1016,12 @@ static void step_resume(Operation *op) {
 }
 
 static void op_run(Operation *op) {
+        /* root-dir is not the directory kvolumed locked: no CSI call, no
+         * record, until it is again (rootwatch.c). */
+        if (op->m->root_lost) {
+                root_watch_park(op->m, op, OP_RESUME_RUN);
+                return;
+        }
         if (op->resume && op->step > STEP_CAPABILITIES && op->step <= STEP_CALL) {
                 step_resume(op);
                 return;
@@ -1210,6 +1216,12 @@ static void op_finish(Operation *op, bool success) {
         uint64_t now = 0, duration;
         Backoff *b;
 
+        /* Its outcome goes to the records: not into a directory that is not
+         * root-dir's any more (rootwatch.c). */
+        if (m->root_lost) {
+                root_watch_park(m, op, success ? OP_RESUME_SUCCEEDED : OP_RESUME_FAILED);
+                return;
+        }
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         duration = now - op->start_usec;
         op->secret = k8s_secret_free(op->secret);
@@ -1349,6 +1361,13 @@ int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeS
         }
         *ret = op;
         return 0;
+}
+
+void operation_resume(Operation *op, OpResume how) {
+        if (how == OP_RESUME_RUN)
+                op_run(op);
+        else
+                op_finish(op, how == OP_RESUME_SUCCEEDED);
 }
 
 void operation_start(Operation *op) {

@@ -908,6 +908,10 @@ void reconciler_pass(VolumeManager *m) {
 
         if (!informers_synced(m) || m->stopping)
                 return;
+        /* Nothing for any volume while root-dir is not the directory kvolumed
+         * locked (rootwatch.c): a full pass follows once it is again. */
+        if (!root_watch_check(m))
+                return;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &ps.now);
         ps.started = monotonic_usec();
 

@@ -135,6 +135,25 @@ int root_dir_open(const char *path, RootDir **ret) {
         return 0;
 }
 
+int root_dir_open_fd(const char *path, int fd, RootDir **ret) {
+        _cleanup_(root_dir_freep) RootDir *r = NULL;
+
+        if (isempty(path) || path[0] != '/' || fd < 0)
+                return -EINVAL;
+        r = calloc(1, sizeof *r);
+        if (!r)
+                return -ENOMEM;
+        r->fd = -1;
+        r->path = strdup(path);
+        if (!r->path)
+                return -ENOMEM;
+        r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        if (r->fd < 0)
+                return -errno;
+        *ret = TAKE_PTR(r);
+        return 0;
+}
+
 RootDir *root_dir_free(RootDir *r) {
         if (!r)
                 return NULL;

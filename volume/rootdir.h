@@ -17,14 +17,12 @@ typedef struct RootDir {
         char *path;
 } RootDir;
 
-/* One kvolumed per root-dir: takes an exclusive flock() of root-dir
- * (created 0750 when missing), held while *ret_fd stays open — keep it for
- * the process's life.  -EBUSY, logged with the holder's PID, when another
- * process holds it. */
-int root_dir_lock(const char *path, int *ret_fd);
-
 /* Opens root-dir, creating it (0750) when missing. */
 int root_dir_open(const char *path, RootDir **ret);
+/* root-dir as the lock opened it (volume/rootlock.h): path is its resolved
+ * spelling, fd is duplicated, so that every file kvolumed writes goes to the
+ * directory it locked, never to another found at the path later. */
+int root_dir_open_fd(const char *path, int fd, RootDir **ret);
 RootDir *root_dir_free(RootDir *r);
 DEFINE_TRIVIAL_CLEANUP_FUNC(RootDir *, root_dir_free);
 

@@ -421,6 +421,11 @@ static void round_start(StatsDriver *d) {
 
         if (d->round_running || d->stats->stopped)
                 return;
+        if (m->root_lost) {
+                /* Its paths would name what is at root-dir's path now (rootwatch.c): the next round. */
+                round_end(d);
+                return;
+        }
         d->round_running = true;
         (void) driver_has(m, d->name, CSI_NODE_CAP_GET_VOLUME_STATS, &known);
         if (known) {

@@ -95,3 +95,43 @@ def test_local_api_under_memcheck(volume_env, tmp_path):
     summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
     assert summary, log[-3000:]
     assert summary.group(1) == "0" and code == 0, log[-6000:]
+
+
+# Not "volume" nor "agent" in the name: see above.
+def test_root_dir_lost_and_regained_under_memcheck(volume_env):
+    """root-dir mounted over while calls are in flight (issue 29): the
+    operation held at its next step, resumed once root-dir is kvolumed's
+    again; held again, and ended by a stop."""
+    from integration.test_agent_rootdir import LOST, REGAINED, inline, mount_over, unmount
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.driver.control.hang("NodePublishVolume", count=1, when="after")
+    agent = env.start(wrapper=VALGRIND)
+    pod = env.pod("web", [inline("scratch")])
+    env.driver.control.wait_hung("NodePublishVolume", timeout=60)
+    mount_over(env, env.root)
+    try:
+        agent.wait_for_log(LOST, timeout=60)
+        env.driver.control.release("NodePublishVolume")
+        agent.wait_for_log("Holding the publish of", timeout=60)
+    finally:
+        unmount(env, env.root)
+    agent.wait_for_log(REGAINED, timeout=60)
+    agent.wait_for_log("Volume scratch published for pod default/web", timeout=60)
+    env.driver.control.hang("NodeUnpublishVolume", count=1, when="after")
+    env.api.remove("pods", "default", "web")
+    env.driver.control.wait_hung("NodeUnpublishVolume", timeout=60)
+    mount_over(env, env.root)
+    try:
+        wait_until(lambda: agent.output().count(LOST) == 2, timeout=60, what="root-dir lost again")
+        env.driver.control.release("NodeUnpublishVolume")
+        agent.wait_for_log("Holding the unpublish of", timeout=60)
+        agent.signal(signal.SIGTERM)
+        code = agent.wait(timeout=60)
+    finally:
+        unmount(env, env.root)
+    log = agent.output()
+    assert "Leaving the unpublish of" in log, log[-3000:]
+    summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
+    assert summary, log[-3000:]
+    assert summary.group(1) == "0" and code == 0, log[-6000:]

@@ -699,7 +699,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = root_dir_open(o->root_dir, &m->root);
         if (r < 0)
                 return r;
-        r = root_sync_new(event, m->root->fd, reconciler_synced, m, &m->sync);
+        r = root_sync_new(event, m->root, reconciler_synced, m, &m->sync);
         if (r < 0)
                 return r;
         r = object_watches_new(k8s, on_watch_changed, m, &m->watches);

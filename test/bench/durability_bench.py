@@ -90,8 +90,26 @@ def main():
                     help="ms between two syncs, as between two passes: the writer dirties pages meanwhile")
     ap.add_argument("--window", type=int, default=512, help="MiB the steady writer keeps (dirty)")
     ap.add_argument("--hows", default="syncfs,fsync each", help=argparse.SUPPRESS)
+    ap.add_argument("--isolated", action="store_true",
+                    help="on an ext4 image of its own on --workdir (root: a loop device, a private mount "
+                    "namespace), so that other processes' syncs of --workdir's file system do not write the "
+                    "writer's pages out")
     args = ap.parse_args()
+    if args.isolated and not os.environ.get("KVBENCH_UNSHARED"):
+        os.execvpe("unshare", ["unshare", "-m", "--propagation", "private", sys.executable, *sys.argv],
+                   dict(os.environ, KVBENCH_UNSHARED="1"))
     base = tempfile.mkdtemp(prefix="kvbench-durability.", dir=args.workdir)
+    loop = None
+    if args.isolated:
+        image = os.path.join(base, "fs.img")
+        with open(image, "wb") as f:
+            f.truncate(4 << 30)
+        subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
+        loop = subprocess.run(["losetup", "--find", "--show", image], check=True, capture_output=True,
+                              text=True).stdout.strip()
+        outer, base = base, os.path.join(base, "fs")
+        os.mkdir(base)
+        subprocess.run(["mount", loop, base], check=True)
     pool = ThreadPoolExecutor(8)
     results = {}
     try:
@@ -123,7 +141,12 @@ def main():
         os.close(root_fd)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"Durable records of one publish on {args.workdir}, {args.repeat} times each (ms); the writer: "
+        if loop:
+            subprocess.run(["umount", base])
+            subprocess.run(["losetup", "-d", loop])
+            shutil.rmtree(outer, ignore_errors=True)
+    print(f"Durable records of one publish on {args.workdir}{' (an ext4 image of its own)' if loop else ''}, "
+          f"{args.repeat} times each (ms); the writer: "
           f"{args.rate:g} MiB/s, about {args.window} MiB dirty; load average {os.getloadavg()[0]:.1f}:")
     for how in [h for h in ("syncfs", "fsync each") if h in args.hows.split(",")]:
         ctl = sorted(results[f"{how}, tmpfs writer"])

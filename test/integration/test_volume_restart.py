@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -922,9 +923,13 @@ def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_roo
     assert_all_gone(env)
 
 
-def strace_lines(path):
-    with open(path, errors="replace") as f:
-        return f.read().splitlines()
+def strace_lines(prefix):
+    """-ff: a file per thread, so that no call is split by another thread's."""
+    lines = []
+    for path in glob.glob(prefix + ".*"):
+        with open(path, errors="replace") as f:
+            lines += f.read().splitlines()
+    return lines
 
 
 @pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])
@@ -933,13 +938,13 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
     env = volume_env
     trace = str(tmp_path / "strace.out")
     # -y: each descriptor's path; strace writes a line once the call returns.
-    env.start(wrapper=("strace", "-f", "-qq", "-y", "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace))
+    env.start(wrapper=("strace", "-ff", "-qq", "-y", "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace))
     pod, volume_dir, record, dirs, _ = held_call_records(env, flow, method)
     env.driver.control.wait_hung(method, timeout=30)
     lines = strace_lines(trace)
     env.driver.control.release(method)
 
-    whole = [line for line in lines if " sync(" in line or " syncfs(" in line]
+    whole = [line for line in lines if re.match(r"(\d+ +)?(sync|syncfs)\(", line)]
     assert not whole, f"waited for every writer of root-dir's file system: {whole}"
 
     def synced(relpath):

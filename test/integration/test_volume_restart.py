@@ -937,12 +937,25 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
                                                                          flow, method):
     env = volume_env
     trace = str(tmp_path / "strace.out")
-    # -y: each descriptor's path; strace writes a line once the call returns.
-    env.start(wrapper=("strace", "-ff", "-qq", "-y", "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace))
-    pod, volume_dir, record, dirs, _ = held_call_records(env, flow, method)
-    env.driver.control.wait_hung(method, timeout=30)
-    lines = strace_lines(trace)
-    env.driver.control.release(method)
+    env.start()
+    # Attached to kvolumed, not kvolumed started under it: strace detaches
+    # when stopped, and kvolumed stays the fixture's to stop.  -f: every
+    # thread, the sync threads made later too; -y: each descriptor's path;
+    # a line is written once its call returns.
+    tracer = subprocess.Popen(["strace", "-p", str(env.agent.proc.pid), "-f", "-ff", "-qq", "-y",
+                               "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace])
+    try:
+        def traced():
+            with open(f"/proc/{env.agent.proc.pid}/status") as f:
+                return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+        wait_until(traced, timeout=30, what="strace attached")
+        pod, volume_dir, record, dirs, _ = held_call_records(env, flow, method)
+        env.driver.control.wait_hung(method, timeout=30)
+        lines = strace_lines(trace)
+        env.driver.control.release(method)
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=60)
 
     whole = [line for line in lines if re.match(r"(\d+ +)?(sync|syncfs)\(", line)]
     assert not whole, f"waited for every writer of root-dir's file system: {whole}"

@@ -267,7 +267,7 @@ struct VolumeManager {
         bool verifying;
         uint64_t prepare_delay_usec; /* tests: a slow root-dir (KVOLUMED_TEST_PREPARE_DELAY_MS) */
         SliceQueue *slices;     /* slices.c: what a pass could not start yet */
-        RootSync *sync;         /* rootsync.c: the syncfs of a pass, off the loop */
+        RootSync *sync;         /* rootsync.c: a pass's records made durable, off the loop */
         Hashmap *wanters;       /* wanters.c: persistent unique name → Hashmap of pod UIDs */
         Hashmap *persistent;    /* the persistent ones of volumes: unique name → ActualVolume */
         bool wanters_broken;    /* out of memory once: scoped passes walk every pod */
@@ -678,13 +678,14 @@ bool wakes_broken(VolumeManager *m);
 
 /* ---- rootsync.c: durability off the loop ---------------------------------- */
 
-/* The operations of a batch, once what was written before it is on disk
- * (error: syncfs failed; they start anyway, as before).  ops is the
- * callee's to read, freed after. */
+/* The operations of a batch, once what kvolumed changed below root-dir
+ * before it is on disk (error: a sync failed, logged; they start anyway, as
+ * before).  ops is the callee's to read, freed after. */
 typedef void (*root_sync_done_t)(Operation **ops, size_t n, int error, void *userdata);
-int root_sync_new(sd_event *event, int root_fd, root_sync_done_t done, void *userdata, RootSync **ret);
+int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *userdata, RootSync **ret);
 RootSync *root_sync_free(RootSync *s);
-/* Queues the operations for the next syncfs begun after this call. */
+/* Queues the operations for the next sync begun after this call: of every
+ * file and directory changed (rootdir.h's notes) up to its start. */
 int root_sync_submit(RootSync *s, Operation **ops, size_t n);
 /* Operations waiting for a sync. */
 size_t root_sync_waiting(RootSync *s);

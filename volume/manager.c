@@ -52,7 +52,8 @@ bool manager_retry_due(VolumeManager *m, uint64_t now) {
         uint64_t armed = 0;
 
         (void) sd_event_source_get_enabled(m->retry_timer, &enabled);
-        return enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 && armed <= now;
+        return enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 &&
+               armed <= now;
 }
 
 void manager_lower_retry_timer(VolumeManager *m, uint64_t when) {
@@ -62,7 +63,8 @@ void manager_lower_retry_timer(VolumeManager *m, uint64_t when) {
         if (when == 0 || when == UINT64_MAX)
                 return;
         (void) sd_event_source_get_enabled(m->retry_timer, &enabled);
-        if (enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 && armed <= when)
+        if (enabled != SD_EVENT_OFF && sd_event_source_get_time(m->retry_timer, &armed) >= 0 &&
+            armed <= when)
                 return;
         manager_arm_retry_timer(m, when);
 }
@@ -154,7 +156,8 @@ typedef struct PodLookups {
 static int view_get_pvc(void *userdata, const char *namespace, const char *name,
                         const K8sPersistentVolumeClaim **ret) {
         PodLookups *l = userdata;
-        int r = object_watches_get(l->m->watches, &k8s_kind_pvc, namespace, name, l->asker, (const void **) ret);
+        int r = object_watches_get(l->m->watches, &k8s_kind_pvc, namespace, name, l->asker,
+                                   (const void **) ret);
         /* A claim name that cannot exist is simply not found. */
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
@@ -165,7 +168,8 @@ static int view_get_pv(void *userdata, const char *name, const K8sPersistentVolu
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
 
-static const char *view_lookup_error(void *userdata, const K8sKind *kind, const char *namespace, const char *name) {
+static const char *view_lookup_error(void *userdata, const K8sKind *kind, const char *namespace,
+                                     const char *name) {
         PodLookups *l = userdata;
         return object_watches_error(l->m->watches, kind, namespace, name);
 }
@@ -195,8 +199,8 @@ void manager_pod_event(VolumeManager *m, const PodInfo *pod, const char *type, c
 }
 
 /* Sends "message" about a pod's volume unless it was the last one sent for it. */
-void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
-                        const char *message) {
+void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume,
+                         const char *reason, const char *message) {
         char *last = hashmap_get(e->reported, volume);
         PodInfo info = { .uid = p->uid, .namespace = p->namespace, .name = p->name, .key = p->key };
         LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = volume };
@@ -209,8 +213,8 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
         if (streq_ptr(last, message))
                 return;
         if (m->verifying) {
-                log_fields(LOG_ERR, &f, "Incremental pass missed: event %s for volume %s of pod %s: %s", reason,
-                           volume, p->key, message);
+                log_fields(LOG_ERR, &f, "Incremental pass missed: event %s for volume %s of pod %s: %s",
+                           reason, volume, p->key, message);
                 return;
         }
         char *copy = strdup(message);
@@ -230,12 +234,15 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
         manager_pod_event(m, &info, "Warning", reason, "%s", message);
 }
 
-void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
-                                   const char *kept_spec_name, const char *kept_unique_name) {
+void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredPod *p,
+                                   const DesiredVolume *dv, const char *kept_spec_name,
+                                   const char *kept_unique_name) {
         _cleanup_free_ char *message = NULL;
-        if (asprintf(&message, "Volume \"%s\" now resolves to PersistentVolume \"%s\" (%s); the running pod keeps "
-                     "\"%s\" (%s) until it is restarted", dv->name, dv->spec->spec_name, dv->spec->unique_name,
-                     kept_spec_name, kept_unique_name) >= 0)
+        if (asprintf(&message,
+                     "Volume \"%s\" now resolves to PersistentVolume \"%s\" (%s); the running pod keeps "
+                     "\"%s\" (%s) until it is restarted",
+                     dv->name, dv->spec->spec_name, dv->spec->unique_name, kept_spec_name,
+                     kept_unique_name) >= 0)
                 manager_report_once(m, e, p, dv->name, "VolumeSourceChanged", message);
 }
 
@@ -492,7 +499,8 @@ static void on_watch_changed(const char *const *askers, size_t n_askers, void *u
                 return;
         }
         for (size_t i = 0; i < n_askers; i++) {
-                const char *uid = asker_name(askers[i], ASKER_POD), *volume = asker_name(askers[i], ASKER_VOLUME);
+                const char *uid = asker_name(askers[i], ASKER_POD),
+                           *volume = asker_name(askers[i], ASKER_VOLUME);
                 PodEntry *e = uid ? hashmap_get(m->pod_entries, uid) : NULL;
                 if (e) {
                         e->dirty = true;
@@ -527,7 +535,8 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 if (!streq_ptr(e->reported_invalid, field)) {
                         PodInfo info = { .uid = e->uid, .namespace = e->namespace, .name = e->name };
                         LogFields f = { .pod_uid = e->uid, .message_id = LOG_MESSAGE_ID_VOLUME_FAILED };
-                        log_fields(LOG_WARNING, &f, "Pod %s/%s has an invalid %s; none of its volumes is set up",
+                        log_fields(LOG_WARNING, &f,
+                                   "Pod %s/%s has an invalid %s; none of its volumes is set up",
                                    strempty(e->namespace), strempty(e->name), field);
                         (void) free_and_strdup(&e->reported_invalid, field);
                         if (validate_uid(e->uid) >= 0)
@@ -537,7 +546,8 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 return;
         }
         if (r < 0) {
-                log_error_errno(r, "Failed to build the desired volumes of pod %s/%s: %m", e->namespace, e->name);
+                log_error_errno(r, "Failed to build the desired volumes of pod %s/%s: %m", e->namespace,
+                                e->name);
                 e->desired = old;
                 e->dirty = true;
                 desired_noted(m, e);
@@ -619,10 +629,13 @@ bool manager_one_call_per_volume(VolumeManager *m, const char *driver) {
 
 void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver) {
         LogFields f = { .driver = driver };
-        if (manager_one_call_per_volume(m, driver) || hashmap_put(m->one_call_per_volume, driver, m, NULL) < 0)
+        if (manager_one_call_per_volume(m, driver) ||
+            hashmap_put(m->one_call_per_volume, driver, m, NULL) < 0)
                 return;
-        log_fields(LOG_NOTICE, &f, "CSI driver %s refuses concurrent calls on one volume (ABORTED): the pods "
-                   "sharing one of its volumes are published one at a time from now on", driver);
+        log_fields(LOG_NOTICE, &f,
+                   "CSI driver %s refuses concurrent calls on one volume (ABORTED): the pods "
+                   "sharing one of its volumes are published one at a time from now on",
+                   driver);
 }
 
 void volume_manager_stop(VolumeManager *m, volume_manager_stopped_t stopped, void *userdata) {
@@ -652,7 +665,8 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->k8s = k8s;
         m->csi = csi;
         m->resync_interval_usec = o->resync_interval_usec ? o->resync_interval_usec : 5 * USEC_PER_MINUTE;
-        m->republish_interval_usec = o->republish_interval_usec ? o->republish_interval_usec : USEC_PER_MINUTE;
+        m->republish_interval_usec =
+                o->republish_interval_usec ? o->republish_interval_usec : USEC_PER_MINUTE;
         m->expand_check_interval_usec = o->expand_check_interval_usec;
         m->attach_limit_refresh_usec = o->attach_limit_refresh_usec;
         m->selinux_enabled = selinux_host_enabled();
@@ -687,8 +701,8 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (r < 0)
                 return r;
         if (!m->node_name || !m->pod_entries || !m->volumes || !m->caps || !m->one_call_per_volume ||
-            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes || !m->wanters ||
-            !m->persistent)
+            !m->restored_publishes || !m->newer_records || !m->dirty_pods || !m->dirty_volumes ||
+            !m->wanters || !m->persistent)
                 return -ENOMEM;
 
         /* fsGroup ownership changes run in child processes reaped by sd-event. */
@@ -707,7 +721,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
                 if (r < 0)
                         return log_error_errno(r, "Failed to watch root-dir %s: %m", o->root_dir);
         }
-        r = root_sync_new(event, m->root->fd, reconciler_synced, m, &m->sync);
+        r = root_sync_new(event, m->root, reconciler_synced, m, &m->sync);
         if (r < 0)
                 return r;
         r = object_watches_new(k8s, on_watch_changed, m, &m->watches);
@@ -765,13 +779,13 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (r >= 0)
                 r = sd_event_source_set_enabled(m->pass_source, SD_EVENT_OFF);
         if (r >= 0)
-                r = sd_event_add_time(event, &m->retry_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC, on_timer,
-                                      m); /* backoff is in ms; 0 would be 250 ms of slack */
+                r = sd_event_add_time(event, &m->retry_timer, CLOCK_MONOTONIC, UINT64_MAX, USEC_PER_MSEC,
+                                      on_timer, m); /* backoff is in ms; 0 would be 250 ms of slack */
         if (r >= 0)
                 r = sd_event_source_set_enabled(m->retry_timer, SD_EVENT_OFF);
         if (r >= 0)
-                r = sd_event_add_time_relative(event, &m->resync_timer, CLOCK_MONOTONIC, m->resync_interval_usec,
-                                               USEC_PER_SEC, on_resync, m);
+                r = sd_event_add_time_relative(event, &m->resync_timer, CLOCK_MONOTONIC,
+                                               m->resync_interval_usec, USEC_PER_SEC, on_resync, m);
         if (r < 0)
                 return r;
         (void) sd_event_source_set_description(m->pass_source, "reconcile-pass");
@@ -881,7 +895,8 @@ void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, voi
 }
 
 bool volume_manager_synced(VolumeManager *m) {
-        return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) && k8s_informer_synced(m->node);
+        return k8s_informer_synced(m->pods) && k8s_informer_synced(m->csidrivers) &&
+               k8s_informer_synced(m->node);
 }
 
 const char *volume_manager_waiting_for(VolumeManager *m) {
@@ -895,8 +910,10 @@ const char *volume_manager_waiting_for(VolumeManager *m) {
 }
 
 static VolumeManagerStats uncounted_stats(VolumeManager *m) {
-        return (VolumeManagerStats){ .pods = hashmap_size(m->pod_entries), .running = m->n_running,
-                                     .visited = m->visited, .held_back = slices_held(m),
+        return (VolumeManagerStats){ .pods = hashmap_size(m->pod_entries),
+                                     .running = m->n_running,
+                                     .visited = m->visited,
+                                     .held_back = slices_held(m),
                                      .mounts_seen = m->mounts_seen };
 }
 

@@ -154,7 +154,7 @@ static int write_vol_data(Operation *op, const char *dir) {
                 return r;
         if (asprintf(&path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
-        /* Not durable yet: the pass makes all of them durable with one syncfs. */
+        /* Not durable yet: noted (rootdir.c), the pass makes its notes durable at once. */
         /* kubelet's os.Create under systemd's default umask 0022 (kubelet-facts §1.2). */
         return root_dir_write_file(op->m->root, path, text, strlen(text), 0644, false);
 }
@@ -193,7 +193,7 @@ static int remove_volume_dirs(Operation *op) {
 
 /* Before the CSI call: what it needs on disk, and the intent record that
  * tells reconstruction this call may have happened.  Not durable yet: the
- * pass makes all of them durable with one syncfs. */
+ * pass makes every file and directory noted durable at once (rootsync.c). */
 /* The dirs a stage or publish needs before its call: kubelet makes
  * globalmount (or a block volume's staging dir) itself, but leaves the
  * publish target ("mount", or a block device file) to the driver and makes
@@ -226,7 +226,7 @@ static int make_dirs(Operation *op, const char *dir) {
 
 /* Before the CSI call: what it needs on disk, and the intent record that
  * tells reconstruction this call may have happened.  Not durable yet: the
- * pass makes all of them durable with one syncfs. */
+ * pass makes every file and directory noted durable at once (rootsync.c). */
 int operation_prepare(Operation *op) {
         _cleanup_free_ char *dir = NULL, *record = NULL;
         LogFields f = op_fields(op);

@@ -21,8 +21,8 @@
 /* kvolumed's own tree under root-dir, where its records are kept: never in
  * a volume dir, whose removal by kubelet's teardown (removeMountDir, the
  * orphaned pod cleanup) fails on any file it did not write, so that a node
- * can be handed back to kubelet at any time.  The same file system as the
- * volume dirs: the one syncfs of a pass makes records and dirs durable. */
+ * can be handed back to kubelet at any time.  Records and volume dirs are
+ * made durable file by file, directory by directory (rootsync.c). */
 #define RECORDS_DIR "kvolumed"
 
 /* "csi-" + 64 hex digits + NUL */

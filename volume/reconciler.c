@@ -963,8 +963,8 @@ void reconciler_pass(VolumeManager *m) {
                         over_budget += over;
                 }
         }
-        /* Their CSI calls begin once a syncfs has made all of it durable,
-         * off the loop (rootsync.c). */
+        /* Their CSI calls begin once every file and directory written for
+         * them is durable, off the loop (rootsync.c). */
         for (size_t i = 0; i < ps.n_ops; i++)
                 if (ps.ops[i])
                         ps.ops[started++] = ps.ops[i];

@@ -12,9 +12,20 @@
 
 #include "systemd/macro.h"
 
+struct Hashmap;
+
 typedef struct RootDir {
         int fd;
         char *path;
+        /* What kvolumed changed below root-dir since the changes were last
+         * taken (root_dir_take_changes): relpath -> ROOT_CHANGED_* bits; ""
+         * is root-dir itself.  changed_all: too many to keep, or no memory
+         * to keep one: only a syncfs() covers them. */
+        struct Hashmap *changed;
+        bool changed_all;
+        /* tests: the rule before per-file durability, one syncfs() for all
+         * (KVOLUMED_TEST_SYNCFS=1), for the durability bench's comparison. */
+        bool sync_whole_fs;
 } RootDir;
 
 /* Opens root-dir, creating it (0750) when missing. */
@@ -42,7 +53,8 @@ int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd);
 
 /* Writes a file atomically: a temporary file in the same directory, renamed
  * over relpath.  With "durable", the file and its directory are fsync'ed;
- * without, the caller makes a batch durable at once with root_dir_sync(). */
+ * without, the file and its directory are noted as changed, and the caller
+ * makes a batch durable at once (root_dir_take_changes, root_changes_sync). */
 int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
                         bool durable);
 
@@ -64,5 +76,38 @@ int root_dir_exists(RootDir *r, const char *relpath);
  * system mounted there (cached attributes only). */
 int root_dir_is_mount_point(RootDir *r, const char *relpath);
 
-/* Makes every write so far durable: one syncfs() of root-dir's file system. */
+/* Durability of exactly kvolumed's writes.  Every function above that
+ * changes root-dir's tree notes what it changed: a file written, and each
+ * directory whose entries changed (an entry created, renamed into place or
+ * removed; a directory it created, for its own "." and ".."). */
+enum {
+        ROOT_CHANGED_FILE = 1 << 0,
+        ROOT_CHANGED_DIR = 1 << 1,
+};
+
+/* What changed since the last take, as relpaths ("" is root-dir itself). */
+typedef struct RootChanges {
+        char **files, **dirs;
+        size_t n_files, n_dirs;
+        bool all;               /* too many kept, or out of memory: a syncfs() covers them */
+        bool whole_fs;          /* tests: the syncfs() rule (RootDir.sync_whole_fs) */
+} RootChanges;
+
+/* Moves the notes into *ret and starts a new set: what is changed after this
+ * call goes to the next take. */
+void root_dir_take_changes(RootDir *r, RootChanges *ret);
+void root_changes_done(RootChanges *c);
+
+/* Makes the changes durable: fdatasync() of each file, then fsync() of each
+ * directory, each opened beneath root_fd as the functions above open them;
+ * what is gone since (removed by a later change) is skipped, as is a mount's
+ * root (never ours, and its file system may not answer).  Waits for these
+ * files and directories only, never for what other processes have dirty on
+ * the same file system; c->all: one syncfs() instead.  Thread-safe: it
+ * touches nothing but root_fd and *c.  ret_failed (optional) receives the
+ * first path that failed (freed by the caller). */
+int root_changes_sync(int root_fd, const RootChanges *c, char **ret_failed);
+
+/* Makes every change so far durable, here: take and sync.  For start-up and
+ * for when no thread can be had. */
 int root_dir_sync(RootDir *r);

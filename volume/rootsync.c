@@ -1,19 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Durability off the loop.  The metadata and intents a pass wrote must be
- * on disk before the CSI calls that can create mounts; one syncfs(2) of
- * root-dir's file system covers a whole pass.  But syncfs waits for every
- * dirty page of that file system, whoever wrote it: measured on a shared
- * disk, 70-100 ms for a pass that started one operation, the loop deaf
- * meanwhile (/healthz unanswered).  So it runs in a thread, and the
- * operations of the pass start when it returns, from the loop.  Passes that
- * end while a sync runs wait for the next one (started after their writes),
- * which covers all of them at once: at most two syncs are ever in the air. */
+ * on disk before the CSI calls that can create mounts.  What kvolumed
+ * changed below root-dir is noted as it is written (rootdir.c): each file,
+ * each directory whose entries changed.  A sync makes exactly those
+ * durable, an fdatasync() of each file, then an fsync() of each directory,
+ * and nothing of anybody else's: syncfs(2), the rule before, waits for
+ * every dirty page of root-dir's file system, whoever wrote it (on a node,
+ * /var: the containers' logs, the runtime unpacking image layers, just when
+ * pods start), measured at half a second for one record beside a busy
+ * writer (test/bench/durability.sh, mount.sh --dirty).  The syncs still run
+ * in a thread, as a journal commit can take a while, and the operations of
+ * the pass start when it returns, from the loop.  Passes that end while a
+ * sync runs wait for the next one (which takes what changed up to its
+ * start), which covers all of them at once: at most two syncs are ever in
+ * the air. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "systemd/log.h"
@@ -25,7 +33,7 @@ typedef struct Batch {
 } Batch;
 
 struct RootSync {
-        int root_fd; /* not ours */
+        RootDir *root; /* not ours */
         int notify[2];      /* [0] read on the loop, [1] given (dup'ed) to each thread */
         sd_event_source *source;
         bool running;
@@ -36,15 +44,38 @@ struct RootSync {
 
 typedef struct SyncJob {
         int fd, notify;
+        RootChanges changes;
 } SyncJob;
+
+/* What the loop reads of one sync, a datagram. */
+typedef struct SyncResult {
+        int error;
+        unsigned files, dirs;
+        bool all;
+        uint64_t usec;
+        char failed[256]; /* the first path that failed */
+} SyncResult;
+
+static uint64_t monotonic_usec(void) {
+        struct timespec ts;
+        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
 
 static void *sync_thread(void *p) {
         SyncJob *j = p;
-        int result = syncfs(j->fd) < 0 ? -errno : 0;
+        _cleanup_free_ char *failed = NULL;
+        uint64_t start = monotonic_usec();
+        SyncResult result = { .files = j->changes.n_files, .dirs = j->changes.n_dirs,
+                              .all = j->changes.all || j->changes.whole_fs };
 
-        /* A datagram: the loop reads one result per sync; MSG_NOSIGNAL in
-         * case the loop's end is gone (the manager freed). */
+        result.error = root_changes_sync(j->fd, &j->changes, &failed);
+        result.usec = monotonic_usec() - start;
+        if (failed)
+                (void) snprintf(result.failed, sizeof result.failed, "%s", failed);
+        /* MSG_NOSIGNAL in case the loop's end is gone (the manager freed). */
         (void) send(j->notify, &result, sizeof result, MSG_NOSIGNAL);
+        root_changes_done(&j->changes);
         close(j->fd);
         close(j->notify);
         free(j);
@@ -60,7 +91,7 @@ static int sync_begin(RootSync *s) {
         j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
-        j->fd = fcntl(s->root_fd, F_DUPFD_CLOEXEC, 3);
+        j->fd = fcntl(s->root->fd, F_DUPFD_CLOEXEC, 3);
         j->notify = fcntl(s->notify[1], F_DUPFD_CLOEXEC, 3);
         if (j->fd < 0 || j->notify < 0) {
                 r = -errno;
@@ -71,6 +102,9 @@ static int sync_begin(RootSync *s) {
                 free(j);
                 return r;
         }
+        /* Everything changed up to now, the writes of every pass waiting
+         * included; what changes from here on goes to the next sync. */
+        root_dir_take_changes(s->root, &j->changes);
         r = -pthread_attr_init(&attr);
         if (r == 0) {
                 (void) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -78,6 +112,10 @@ static int sync_begin(RootSync *s) {
                 (void) pthread_attr_destroy(&attr);
         }
         if (r < 0) {
+                /* What was taken is lost to the notes: the sync done here
+                 * instead (sync_next) is a syncfs(), covering it. */
+                s->root->changed_all = true;
+                root_changes_done(&j->changes);
                 close(j->fd);
                 close(j->notify);
                 free(j);
@@ -106,31 +144,39 @@ static void sync_next(RootSync *s) {
         s->waiting = (Batch) {};
         r = sync_begin(s);
         if (r < 0) {
-                log_warning_errno(r, "Cannot sync root-dir off the loop, syncing on it: %m");
-                r = syncfs(s->root_fd) < 0 ? -errno : 0;
-                batch_finish(s, &s->syncing, r);
+                log_warning_errno(r, "Cannot sync %s off the loop, syncing on it: %m", s->root->path);
+                batch_finish(s, &s->syncing, root_dir_sync(s->root));
         }
 }
 
 static int on_synced(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         RootSync *s = userdata;
-        int result = 0;
+        SyncResult result = {};
 
         if (recv(fd, &result, sizeof result, MSG_DONTWAIT) != sizeof result)
                 return 0;
         s->running = false;
-        batch_finish(s, &s->syncing, result);
+        if (result.error < 0)
+                log_warning_errno(result.error, "Failed to make %s/%s durable: %m", s->root->path, result.failed);
+        else if (result.all)
+                log_debug("Synced the file system of %s for %zu operations: %.1f ms", s->root->path, s->syncing.n,
+                          (double) result.usec / USEC_PER_MSEC);
+        else
+                log_debug("Made %u files and %u directories under %s durable for %zu operations: %.1f ms",
+                          result.files, result.dirs, s->root->path, s->syncing.n,
+                          (double) result.usec / USEC_PER_MSEC);
+        batch_finish(s, &s->syncing, result.error);
         sync_next(s);
         return 0;
 }
 
-int root_sync_new(sd_event *event, int root_fd, root_sync_done_t done, void *userdata, RootSync **ret) {
+int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *userdata, RootSync **ret) {
         RootSync *s = calloc(1, sizeof *s);
         int r;
 
         if (!s)
                 return -ENOMEM;
-        s->root_fd = root_fd;
+        s->root = root;
         s->done = done;
         s->userdata = userdata;
         s->notify[0] = s->notify[1] = -1;

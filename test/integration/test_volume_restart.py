@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -805,3 +806,177 @@ def test_crash_matrix(volume_env, case):
                 assert not published, f"NodeUnstage while published at {published}"
         # Every publish was unpublished where it was made.
         assert not published, f"never unpublished: {published}"
+
+
+# --- power loss ------------------------------------------------------------------------
+#
+# SIGKILL keeps the page cache: the matrix above cannot tell a record on disk
+# from one in memory.  Here root-dir is an ext4 file system of its own, on a
+# loop device whose image is what the disk holds, with a journal commit
+# interval (10 min) and a writeback delay (30 s) that write nothing
+# by themselves during the test.  While the driver holds the call that
+# mounts, the image is copied: the node losing power at that instant.  The
+# copy must hold everything the call depends on (its records, vol_data.json,
+# the directories naming them), with its content; a syncfs() of the file
+# system passes too (it writes everything), a pass that syncs nothing does not.
+#
+# Then kvolumed runs under strace: it must never wait for the whole file
+# system (sync, syncfs), and before the call that mounts arrives it must
+# have fsync'ed each file it wrote and each directory whose entries it
+# changed, which ext4's own ordering would hide from the image above.
+
+def run(*cmd, check=True):
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+@pytest.fixture
+def disk_root(volume_env, tmp_path):
+    """volume_env with root-dir on an ext4 file system of its own; yields the
+    image's path.  The loop device and the mount go with the test."""
+    env = volume_env
+    image = str(tmp_path / "root.img")
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    run("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", image)
+    loop = run("losetup", "--find", "--show", image).stdout.strip()
+    try:
+        run("mount", "-t", "ext4", "-o", "commit=600", loop, env.root)
+        yield image
+    finally:
+        if env.agent and env.agent.proc.poll() is None:
+            kill_agent(env)
+        subprocess.run(["umount", "-R", "--lazy", env.root], capture_output=True)
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+
+
+def power_loss_copy(image, dest):
+    """What the disk holds now, never syncing: the loop device's writes are in
+    the image's page cache, which a read of the image sees.  e2fsck replays
+    the journal, as mounting it after the power came back would."""
+    shutil.copyfile(image, dest)
+    r = run("e2fsck", "-f", "-y", dest, check=False)
+    assert r.returncode in (0, 1), f"e2fsck: {r.returncode}\n{r.stdout}{r.stderr}"
+    return dest
+
+
+def on_disk(copy, relpath):
+    """The content of relpath in the copy; None when it is not there."""
+    r = run("debugfs", "-R", f"cat /{relpath}", copy, check=False)
+    if r.returncode != 0 or "File not found" in r.stderr:
+        return None
+    return r.stdout
+
+
+def dir_on_disk(copy, relpath):
+    r = run("debugfs", "-R", f"ls -l /{relpath}", copy, check=False)
+    return r.returncode == 0 and "File not found" not in r.stderr
+
+
+def held_call_records(env, flow, method):
+    """Starts a pod whose `method` the driver holds; returns the records and
+    directories (relative to root-dir) the held call depends on."""
+    persistent = flow == "persistent"
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    if persistent:
+        env.pv("pv-c", "vol-c", claim="c")
+        env.pvc("c", "pv-c")
+    env.driver.control.hang(method, count=1, when="before")
+    pod = env.pod("web", [claim_volume("data", "c") if persistent else inline_volume("scratch")])
+    uid = pod["metadata"]["uid"]
+    if method == "NodeStageVolume":
+        volume_dir = os.path.dirname(env.staging("vol-c"))[len(env.root) + 1:]
+        dirs = [volume_dir, volume_dir + "/globalmount"]
+        operation = "stage"
+    else:
+        volume_dir = f"pods/{uid}/volumes/kubernetes.io~csi/{'pv-c' if persistent else 'scratch'}"
+        dirs = [volume_dir]
+        operation = "publish"
+    return pod, volume_dir, f"kvolumed/{volume_dir}/kvolumed.json", dirs, operation
+
+
+POWER_LOSS = [("inline", "NodePublishVolume"), ("persistent", "NodeStageVolume"),
+              ("persistent", "NodePublishVolume")]
+
+
+@pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])
+def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_root, tmp_path, flow, method):
+    env = volume_env
+    env.start()
+    pod, volume_dir, record, dirs, operation = held_call_records(env, flow, method)
+    env.driver.control.wait_hung(method, timeout=30)
+    copy = power_loss_copy(disk_root, str(tmp_path / "after-power-loss.img"))
+    env.driver.control.release(method)
+
+    text = on_disk(copy, record)
+    assert text, f"{record} is not on disk when {method} arrives\n" + env.agent.output()[-3000:]
+    intent = json.loads(text)
+    assert intent["operation"] == operation and intent["done"] is False, intent
+    vol_data = on_disk(copy, volume_dir + "/vol_data.json")
+    assert vol_data, f"{volume_dir}/vol_data.json is not on disk when {method} arrives"
+    assert json.loads(vol_data)["volumeHandle"], vol_data
+    for d in dirs:
+        assert dir_on_disk(copy, d), f"{d} is not on disk when {method} arrives"
+
+    wait_until(lambda: os.path.ismount(env.target(pod, "pv-c" if flow == "persistent" else "scratch")),
+               timeout=30, what="published")
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
+
+
+def strace_lines(prefix):
+    """-ff: a file per thread, so that no call is split by another thread's."""
+    lines = []
+    for path in glob.glob(prefix + ".*"):
+        with open(path, errors="replace") as f:
+            lines += f.read().splitlines()
+    return lines
+
+
+@pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])
+def test_each_record_and_changed_directory_synced_never_the_file_system(volume_env, disk_root, tmp_path,
+                                                                         flow, method):
+    env = volume_env
+    trace = str(tmp_path / "strace.out")
+    env.start()
+    # Attached to kvolumed, not kvolumed started under it: strace detaches
+    # when stopped, and kvolumed stays the fixture's to stop.  -f: every
+    # thread, the sync threads made later too; -y: each descriptor's path;
+    # a line is written once its call returns.
+    tracer = subprocess.Popen(["strace", "-p", str(env.agent.proc.pid), "-f", "-ff", "-qq", "-y",
+                               "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace])
+    try:
+        def traced():
+            with open(f"/proc/{env.agent.proc.pid}/status") as f:
+                return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+        wait_until(traced, timeout=30, what="strace attached")
+        pod, volume_dir, record, dirs, _ = held_call_records(env, flow, method)
+        env.driver.control.wait_hung(method, timeout=30)
+        lines = strace_lines(trace)
+        env.driver.control.release(method)
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=60)
+
+    whole = [line for line in lines if re.match(r"(\d+ +)?(sync|syncfs)\(", line)]
+    assert not whole, f"waited for every writer of root-dir's file system: {whole}"
+
+    def synced(relpath):
+        want = f"<{env.root}/{relpath}>" if relpath else f"<{env.root}>"
+        return any(want + ")" in line and "= 0" in line and ("fsync(" in line or "fdatasync(" in line)
+                   for line in lines)
+
+    # Each file the call depends on, and each directory naming one of them or
+    # one of the directories made for it, up to where one existed before.
+    must = [record, volume_dir + "/vol_data.json"] + dirs
+    for path in (record, volume_dir + "/vol_data.json"):
+        d = os.path.dirname(path)
+        while d and d not in ("pods", "plugins/kubernetes.io/csi"):
+            must.append(d)
+            d = os.path.dirname(d)
+    missing = [p for p in must if not synced(p)]
+    assert not missing, f"not synced before {method}: {missing}\n" + "\n".join(lines[-40:])
+
+    wait_until(lambda: os.path.ismount(env.target(pod, "pv-c" if flow == "persistent" else "scratch")),
+               timeout=30, what="published")
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -128,10 +129,89 @@ static void test_symlinks_never_lead_outside(void **state) {
         root_dir_free(r);
 }
 
+static bool has(char **list, size_t n, const char *path) {
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(list[i], path) == 0)
+                        return true;
+        return false;
+}
+
+/* What a sync makes durable is exactly what changed: each file written, each
+ * directory whose entries changed (and each one made), nothing else. */
+static void test_changes_noted(void **state) {
+        RootDir *r = NULL;
+        RootChanges c;
+        char path[300];
+
+        assert_int_equal(root_dir_open(root_path, &r), 0);
+        assert_int_equal(root_dir_mkdir_p(r, "pods", 0750, NULL) >= 0, 1);
+        root_dir_take_changes(r, &c); /* what earlier tests left */
+        root_changes_done(&c);
+
+        assert_int_equal(root_dir_mkdir_p(r, "pods/n/volumes/v", 0750, NULL), 1);
+        assert_int_equal(root_dir_write_file(r, "pods/n/volumes/v/vol_data.json", "{}", 2, 0640, false), 0);
+        assert_int_equal(root_dir_write_file(r, "top.json", "{}", 2, 0640, false), 0);
+        root_dir_take_changes(r, &c);
+        assert_false(c.all);
+        assert_int_equal(c.n_files, 2);
+        assert_true(has(c.files, c.n_files, "pods/n/volumes/v/vol_data.json"));
+        assert_true(has(c.files, c.n_files, "top.json"));
+        /* "pods" existed: its entry for "n" changed, not its own. */
+        assert_int_equal(c.n_dirs, 5);
+        assert_true(has(c.dirs, c.n_dirs, ""));
+        assert_true(has(c.dirs, c.n_dirs, "pods"));
+        assert_true(has(c.dirs, c.n_dirs, "pods/n"));
+        assert_true(has(c.dirs, c.n_dirs, "pods/n/volumes"));
+        assert_true(has(c.dirs, c.n_dirs, "pods/n/volumes/v"));
+        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+
+        /* Gone since the take: skipped, not a failure. */
+        assert_int_equal(root_dir_unlink(r, "pods/n/volumes/v/vol_data.json"), 0);
+        assert_int_equal(root_dir_unlink(r, "top.json"), 0);
+        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+        root_changes_done(&c);
+
+        /* Removals: the directories that held the entries. */
+        root_dir_take_changes(r, &c);
+        assert_int_equal(c.n_files, 0);
+        assert_int_equal(c.n_dirs, 2);
+        assert_true(has(c.dirs, c.n_dirs, "pods/n/volumes/v"));
+        assert_true(has(c.dirs, c.n_dirs, ""));
+        root_changes_done(&c);
+        assert_int_equal(root_dir_rmdir(r, "pods/n/volumes/v"), 0);
+        assert_int_equal(root_dir_rmdir(r, "pods/n/volumes/gone"), 0); /* nothing removed, nothing noted */
+        root_dir_take_changes(r, &c);
+        assert_int_equal(c.n_dirs, 1);
+        assert_string_equal(c.dirs[0], "pods/n/volumes");
+        root_changes_done(&c);
+
+        /* Nothing changed: nothing to sync. */
+        root_dir_take_changes(r, &c);
+        assert_int_equal(c.n_files + c.n_dirs, 0);
+        assert_false(c.all);
+        root_changes_done(&c);
+
+        /* Past the bound, one syncfs() instead. */
+        for (int i = 0; i < 4100; i++) {
+                snprintf(path, sizeof path, "pods/n/d%d", i);
+                assert_int_equal(root_dir_mkdir_p(r, path, 0750, NULL), 1);
+        }
+        root_dir_take_changes(r, &c);
+        assert_true(c.all);
+        assert_int_equal(c.n_files + c.n_dirs, 0);
+        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+        root_changes_done(&c);
+        root_dir_take_changes(r, &c);
+        assert_false(c.all);
+        root_changes_done(&c);
+        root_dir_free(r);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mkdir_write_read_remove),
                 cmocka_unit_test(test_symlinks_never_lead_outside),
+                cmocka_unit_test(test_changes_noted),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -526,9 +526,9 @@ static bool fs_group_applies(const Operation *op) {
  * does not know the volume (deleted on its backend, its records lost).
  * kubelet returns the error and retries for ever (kubernetes/kubernetes#90752).
  * What the call was to achieve is that nothing is mounted at the target: when
- * the mount table, read now, shows nothing there (stacked mounts included)
- * and the kernel confirms it for that path (the table may hold the mount
- * under an older name, a directory above it renamed), the teardown is done;
+ * the mount table, read whole now (no event tells of a directory renamed
+ * above a mount point, which moves it), shows nothing there (stacked mounts
+ * included) and the kernel confirms it for that path, the teardown is done;
  * else it is a failure like any other, with backoff.  Not a stat of the
  * target, which could hang on a dead file system (mount_table_mounted()). */
 static bool not_found_is_done(Operation *op) {
@@ -536,7 +536,7 @@ static bool not_found_is_done(Operation *op) {
         LogFields f = op_fields(op);
         bool mounted;
 
-        if (!target || mount_table_refresh(op->m->mounts) < 0)
+        if (!target || mount_table_reload(op->m->mounts) < 0)
                 return false;
         mounted = mount_table_mounted(op->m->mounts, target) != 0;
         f.csi_method = op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume";

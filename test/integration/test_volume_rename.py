@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from integration.agent_fixtures import DRIVER, wait_until
-from integration.test_agent_metrics import get, start_with_metrics
+from integration.test_agent_metrics import SERVING, get, metrics_config, start_with_metrics
 
 
 def sh(*argv):
@@ -49,6 +49,27 @@ def table_caught_up(env, address):
     os.rmdir(sentinel)
 
 
+def rename_and_back(env, address, target):
+    """Renames the volume dirs of target's pod (pods/<uid>/volumes/kubernetes.io~csi),
+    has kvolumed read the mount under that name (the mount moved away and
+    back: any event about it, or a full read, would), and gives the dir its
+    name back, which no event reports."""
+    csi_dir = os.path.dirname(os.path.dirname(target))
+    renamed = csi_dir + ".renamed"
+    at = os.path.join(renamed, os.path.relpath(target, csi_dir))
+    moved = at + ".moved"
+    try:
+        os.rename(csi_dir, renamed)
+        os.mkdir(moved)
+        sh("mount", "--move", at, moved)
+        sh("mount", "--move", moved, at)
+        os.rmdir(moved)
+        table_caught_up(env, address)
+    finally:
+        os.rename(renamed, csi_dir)
+    assert os.path.ismount(target)
+
+
 def test_not_found_is_not_done_at_a_mount_point_renamed_back(volume_env):
     """The pod's volume dir is renamed while its NodeUnpublishVolume is in
     the driver, the table reads the mount under that name (here: the mount
@@ -63,23 +84,11 @@ def test_not_found_is_not_done_at_a_mount_point_renamed_back(volume_env):
     target = env.target(pod, "scratch")
     env.wait_mounted(target)
     env.wait_calls("NodePublishVolume")
-    csi_dir = os.path.dirname(os.path.dirname(target))  # pods/<uid>/volumes/kubernetes.io~csi
-    renamed = csi_dir + ".renamed"
-    moved = os.path.join(renamed, "scratch", "moved")
     env.driver.control.hang("NodeUnpublishVolume", count=1, when="before")
     env.driver.control.fail_next("NodeUnpublishVolume", "NOT_FOUND", "volume gone", count=1, when="before")
     env.api.remove("pods", "default", "web")
     env.driver.control.wait_hung("NodeUnpublishVolume", timeout=30)
-    try:
-        os.rename(csi_dir, renamed)
-        os.mkdir(moved)
-        sh("mount", "--move", os.path.join(renamed, "scratch", "mount"), moved)
-        sh("mount", "--move", moved, os.path.join(renamed, "scratch", "mount"))
-        os.rmdir(moved)
-        table_caught_up(env, address)
-    finally:
-        os.rename(renamed, csi_dir)
-    assert os.path.ismount(target)
+    rename_and_back(env, address, target)
     env.driver.control.release("NodeUnpublishVolume")
     env.agent.wait_for_log("still a mount point: not done", timeout=30)
     assert "taken as done" not in env.agent.output()
@@ -128,4 +137,37 @@ def test_unstage_guard_sees_a_bind_whose_directory_was_renamed_into_root_dir(vol
     os.rmdir(os.path.join(inside, "stray"))
     os.rmdir(inside)
     env.wait_gone(os.path.dirname(staging), timeout=30)
+    assert not env.driver.violations()
+
+
+def test_a_republish_at_a_mount_point_renamed_back_is_watched(volume_env):
+    """The lost-mount watch's side: a republish (requiresRepublish) answered
+    while the table holds the target's mount under the name its dir had
+    during a rename must not be taken for a publish that made no mount,
+    which would stop watching it for its loss."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"], requiresRepublish=True)
+    path = metrics_config(env, "127.0.0.1:0")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("[csi]\n", "[csi]\nrepublish-interval = 2s\n", 1))
+    env.agent = env.start_agent(path)
+    env.agent.wait_for_log("Serving /metrics")
+    address = SERVING.search(env.agent.output()).group(1)
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    target = env.target(pod, "scratch")
+    watched = f"{target} is a mount point: watched for its loss"
+    env.agent.wait_for_log(watched, timeout=30)
+    env.driver.control.hang("NodePublishVolume", count=1, when="before")
+    env.driver.control.wait_hung("NodePublishVolume", timeout=30)
+    rename_and_back(env, address, target)
+    env.driver.control.release("NodePublishVolume")
+    made_none = f"NodePublishVolume made no mount at {target}"
+    wait_until(lambda: env.agent.output().count(watched) >= 2 or made_none in env.agent.output(), timeout=30,
+               what="the republish settled\n" + env.agent.output()[-3000:])
+    assert made_none not in env.agent.output()
+    assert os.path.ismount(target)
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(os.path.dirname(target), timeout=30)
     assert not env.driver.violations()

@@ -4,6 +4,7 @@
 #include <libmount.h>
 #include <limits.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -672,6 +673,59 @@ static const MountEntry *find_entry(MountTable *t, const char *abs_path) {
 
 bool mount_table_is_mounted(MountTable *t, const char *abs_path) {
         return find_entry(t, abs_path) != NULL;
+}
+
+/* The kernel's answer for one path, whatever the table says: 1 the root of
+ * a mount, 0 not (or no such path), -errno.  O_PATH: no open of the file
+ * system's own (and no revalidation on the wire: that needs an open
+ * intent); AT_STATX_DONT_SYNC: attributes as cached (FUSE, NFS, CIFS honour
+ * it), the mount-root attribute being the VFS's.  As root_dir_is_mount_point()
+ * does, which runs on the loop too. */
+static int kernel_is_mount_point(const char *abs_path) {
+        _cleanup_close_ int fd = -EBADF;
+        struct statx sx;
+
+        fd = open(abs_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+        if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0)
+                return -errno;
+        if (!(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT))
+                return -EOPNOTSUPP;
+        return !!(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+int mount_table_mounted(MountTable *t, const char *abs_path) {
+        int r;
+
+        /* A mount hidden under one stacked on a directory above it is still
+         * there, and only the table knows it: its "yes" stands. */
+        if (find_entry(t, abs_path))
+                return 1;
+        r = kernel_is_mount_point(abs_path);
+        if (r < 0)
+                return log_warning_errno(r, "Cannot tell whether %s is a mount point (statx): %m; taken for one",
+                                         abs_path);
+        if (r == 0)
+                return 0;
+        /* The table is behind: a directory above the mount was renamed
+         * since its path was read.  The next read lists everything again,
+         * and the owner hears of each mount whose path moved. */
+        log_notice("Mount table: %s is a mount point that the table had under another path (a directory "
+                   "above it renamed?); reading every mount again",
+                   abs_path);
+        if (t->kernel)
+                t->reload = true;
+        arm_notify(t, MOUNT_TABLE_REFRESH_USEC);
+        return 1;
+}
+
+int mount_table_reload(MountTable *t) {
+        if (!t->kernel)
+                return mountinfo_refresh(t);
+        /* The events queued so far are read and dropped: the listing is newer. */
+        t->reload = true;
+        return kernel_refresh(t);
 }
 
 const MountEntry *mount_table_get(MountTable *t, const char *abs_path) {

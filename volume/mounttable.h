@@ -78,8 +78,30 @@ int mount_table_refresh(MountTable *t);
  * ask and however many mounts change meanwhile. */
 void mount_table_refresh_soon(MountTable *t, uint64_t usec);
 
-/* Whether abs_path is a mount target; mounts stacked on it count once. */
+/* Whether abs_path is a mount target; mounts stacked on it count once.
+ * The table's answer only: see mount_table_mounted() before deciding that
+ * nothing is mounted there. */
 bool mount_table_is_mounted(MountTable *t, const char *abs_path);
+/* Whether something is mounted at abs_path, for a decision that must not
+ * take a mount for absent: the table's "yes", or its "no" checked against
+ * the kernel for that path.  No event reports the rename of a directory
+ * above a mount point (fanotify's mount events do not; mountinfo's poll
+ * does not wake), so the table can hold a mount under the name its path had
+ * when last read, and its new name then looks unmounted.  The check opens
+ * the path O_PATH and asks statx() whether it is the root of a mount, with
+ * AT_STATX_DONT_SYNC: the VFS answers, the file system mounted there is not
+ * asked (a dead NFS server or FUSE daemon cannot hang the loop).  Where the
+ * kernel contradicts the table, the whole table is read again soon (the
+ * owner hears of what moved).  1 mounted, 0 nothing mounted (or no such
+ * path), -errno when the kernel could not say: take that for mounted. */
+int mount_table_mounted(MountTable *t, const char *abs_path);
+/* Reads the whole table again from its source, whatever the events said:
+ * a listing of every mount on the kernel path (listmount, statmount of
+ * each), the whole of mountinfo on the other.  For the unstage guard, which
+ * must see every mount of the staged file system under root-dir by its
+ * current path, including one whose directory was renamed into root-dir
+ * after it was mounted elsewhere. */
+int mount_table_reload(MountTable *t);
 /* The mount at abs_path (the top one where mounts are stacked), or NULL. */
 const MountEntry *mount_table_get(MountTable *t, const char *abs_path);
 /* The other mount targets under root-dir of the file system mounted at

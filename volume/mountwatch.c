@@ -83,8 +83,11 @@ static void set_add(MountWatch *w, Hashmap *set, const char *unique_name) {
 
 static bool is_mounted(VolumeManager *m, const char *rel) {
         _cleanup_free_ char *abs = NULL;
-        /* The table only: a stat of the path could hang on a dead file system. */
-        return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
+        /* The table, its "no" confirmed by the kernel without a stat that
+         * could hang on a dead file system: a directory above a mount that
+         * was renamed (no event says so) must not make a mount look lost, or
+         * a publish look as if it made none.  Out of memory: mounted. */
+        return asprintf(&abs, "%s/%s", m->root->path, rel) < 0 || mount_table_mounted(m->mounts, abs) != 0;
 }
 
 /* The staging target, relative: a raw block volume's is named after the PV

@@ -526,17 +526,19 @@ static bool fs_group_applies(const Operation *op) {
  * does not know the volume (deleted on its backend, its records lost).
  * kubelet returns the error and retries for ever (kubernetes/kubernetes#90752).
  * What the call was to achieve is that nothing is mounted at the target: when
- * the mount table, read now, shows nothing there (stacked mounts included),
- * the teardown is done; else it is a failure like any other, with backoff.
- * The table only: a stat of the target could hang on a dead file system. */
+ * the mount table, read whole now (no event tells of a directory renamed
+ * above a mount point, which moves it), shows nothing there (stacked mounts
+ * included) and the kernel confirms it for that path, the teardown is done;
+ * else it is a failure like any other, with backoff.  Not a stat of the
+ * target, which could hang on a dead file system (mount_table_mounted()). */
 static bool not_found_is_done(Operation *op) {
         _cleanup_free_ char *target = abs_path(op, op->target);
         LogFields f = op_fields(op);
         bool mounted;
 
-        if (!target || mount_table_refresh(op->m->mounts) < 0)
+        if (!target || mount_table_reload(op->m->mounts) < 0)
                 return false;
-        mounted = mount_table_is_mounted(op->m->mounts, target);
+        mounted = mount_table_mounted(op->m->mounts, target) != 0;
         f.csi_method = op->kind == OP_UNPUBLISH ? "NodeUnpublishVolume" : "NodeUnstageVolume";
         f.csi_code = csi_code_name(CSI_CODE_NOT_FOUND);
         log_fields(mounted ? LOG_WARNING : LOG_NOTICE, &f, "%s of %s%s answered %s; %s is %s", f.csi_method,
@@ -583,14 +585,17 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
 /* kubelet's mount-reference check before UnmountDevice, against the mount
  * table as the kernel has it now, whatever our state believes: another
  * mount of the staged file system under root-dir is a publish (or a copy of
- * one) that NodeUnstageVolume would pull from under a pod. */
+ * one) that NodeUnstageVolume would pull from under a pod.  Every mount is
+ * listed again, not only the news of the events: none reports a directory
+ * renamed, which moves the mounts below it to other paths, into root-dir or
+ * out of it, the staging mount itself included. */
 static bool unstage_guard_passes(Operation *op, const char *target) {
         const char *refs[MAX_REFS_SHOWN];
         char list[2048] = "";
         size_t n, len = 0;
         int r;
 
-        r = mount_table_refresh(op->m->mounts);
+        r = mount_table_reload(op->m->mounts);
         if (r < 0) {
                 op_fail(op, r, false, "kubernetes.io/csi: cannot read the mount table to check %s: %s", target,
                         strerror(-r));

@@ -57,7 +57,8 @@ typedef struct Search {
 
 static bool is_mount_point(Search *s, const char *rel) {
         _cleanup_free_ char *abs = NULL;
-        return asprintf(&abs, "%s/%s", s->m->root->path, rel) >= 0 && mount_table_is_mounted(s->m->mounts, abs);
+        /* Confirmed by the kernel where the table says no (a renamed parent). */
+        return asprintf(&abs, "%s/%s", s->m->root->path, rel) < 0 || mount_table_mounted(s->m->mounts, abs) != 0;
 }
 
 static int add(Search *s, const char *key, const char *rel) {

@@ -121,9 +121,11 @@ static int read_records(VolumeManager *m, Counts *c, const char *dir, Records *r
         return 0;
 }
 
+/* The table, its "no" confirmed by the kernel (mount_table_mounted()): a
+ * record judged stale or a leftover removed only when nothing is mounted. */
 static bool is_mounted(VolumeManager *m, const char *rel) {
         _cleanup_free_ char *abs = NULL;
-        return asprintf(&abs, "%s/%s", m->root->path, rel) >= 0 && mount_table_is_mounted(m->mounts, abs);
+        return asprintf(&abs, "%s/%s", m->root->path, rel) < 0 || mount_table_mounted(m->mounts, abs) != 0;
 }
 
 static Found judge(VolumeManager *m, const Records *rec, OpKind setup, bool mounted) {

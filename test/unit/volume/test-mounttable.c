@@ -280,6 +280,66 @@ static void test_other_mounts_stacked(void **state) {
         mount_table_free(t);
 }
 
+/* Issue 29 item 4: no event reports a directory renamed above a mount
+ * point, so the table (the kernel path: what statmount said when the mount
+ * came) keeps the old path.  mount_table_mounted() asks the kernel before
+ * saying "nothing mounted"; mount_table_reload() lists everything again,
+ * for the unstage guard, also a bind moved into root-dir from outside. */
+static void test_rename_above_a_mount(void **state) {
+        char d[200], e[200], dm[220], em[220], held[200], moved[220], in[200], inm[220];
+        MountTable *t = NULL;
+        const char *refs[4];
+
+        if (geteuid() != 0)
+                skip();
+        snprintf(d, sizeof d, "%s/d", root);
+        snprintf(e, sizeof e, "%s/e", root);
+        snprintf(dm, sizeof dm, "%s/m", d);
+        snprintf(em, sizeof em, "%s/m", e);
+        snprintf(held, sizeof held, "%s/held", base); /* outside root-dir, its file system */
+        snprintf(moved, sizeof moved, "%s/s", held);
+        snprintf(in, sizeof in, "%s/h", root);
+        snprintf(inm, sizeof inm, "%s/s", in);
+        assert_int_equal(mkdir(d, 0755), 0);
+        assert_int_equal(mkdir(dm, 0755), 0);
+        assert_int_equal(mount("tmpfs", dm, "tmpfs", 0, "size=1m"), 0);
+        assert_int_equal(mount_table_new(NULL, root, source(), NULL, NULL, &t), 0);
+        check_source(t);
+        assert_int_equal(mount_table_mounted(t, dm), 1);
+
+        assert_int_equal(rename(d, e), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        if (streq(mount_table_source(t), "kernel"))
+                assert_false(mount_table_is_mounted(t, em)); /* no event told of it */
+        else
+                assert_true(mount_table_is_mounted(t, em));  /* mountinfo, read again */
+        assert_int_equal(mount_table_mounted(t, em), 1);  /* from the kernel, whatever the table said */
+        assert_int_equal(mount_table_mounted(t, e), 0);   /* a plain directory */
+        assert_int_equal(mount_table_mounted(t, in), 0);  /* no such path */
+        assert_int_equal(mount_table_reload(t), 0);
+        assert_true(mount_table_is_mounted(t, em));
+        assert_false(mount_table_is_mounted(t, dm));
+        assert_int_equal(mount_table_mounted(t, dm), 0);
+
+        /* A bind of it made outside root-dir, its directory then renamed in. */
+        assert_int_equal(mkdir(held, 0755), 0);
+        assert_int_equal(mkdir(moved, 0755), 0);
+        assert_int_equal(mount(em, moved, NULL, MS_BIND, NULL), 0);
+        assert_int_equal(mount_table_refresh(t), 0);
+        assert_int_equal(rename(held, in), 0);
+        assert_int_equal(mount_table_reload(t), 0);
+        assert_int_equal(mount_table_other_mounts(t, em, refs, 4), 1);
+        assert_string_equal(refs[0], inm);
+
+        assert_int_equal(umount2(inm, 0), 0);
+        assert_int_equal(umount2(em, 0), 0);
+        assert_int_equal(rmdir(inm), 0);
+        assert_int_equal(rmdir(in), 0);
+        assert_int_equal(rmdir(em), 0);
+        assert_int_equal(rmdir(e), 0);
+        mount_table_free(t);
+}
+
 /* A loop that is never idle: a source at normal priority always pending. */
 static int on_busy(sd_event_source *s, void *userdata) {
         return 0;
@@ -397,6 +457,7 @@ int main(void) {
                                             BOTH(test_other_mounts_of_a_file_system),
                                             BOTH(test_other_mounts_stacked),
                                             BOTH(test_told_however_busy),
+                                            BOTH(test_rename_above_a_mount),
                                             cmocka_unit_test(test_parse_mountinfo_lines) };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

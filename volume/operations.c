@@ -999,7 +999,7 @@ static void step_resume(Operation *op) {
                 return;
         }
         r = mount_table_refresh(op->m->mounts);
-        mounted = r >= 0 && mount_table_is_mounted(op->m->mounts, target);
+        mounted = r >= 0 && mount_table_mounted(op->m->mounts, target) != 0;
         f.csi_method = method;
         if (r < 0 || mounted != (op->kind == OP_PUBLISH)) {
                 log_fields(LOG_NOTICE, &f, "%s/%s is %s%s; calling %s of %s%s%s again", op->m->root->path,

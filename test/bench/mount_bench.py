@@ -16,7 +16,18 @@ checked).  A pod's overhead is the time from its creation in the API to the
 driver's receipt of its NodePublishVolume (the driver's own time left out),
 as suite.py measures it.  Figures: the median of each repeat's median, the
 min–max of those, the p99 over every pod; idle CPU and wake-ups per source
-and level.  Prints a Markdown report and writes it (and JSON) to --report."""
+and level.  Prints a Markdown report and writes it (and JSON) to --report.
+
+With --trace (a -Dtest-hooks=true build), every single pod's time is also
+split into the steps of its path: the fake API server's write of its ADDED
+event, kvolumed's read of it (KVOLUMED_TEST_TRACE_FILE, systemd/trace.h),
+the JSON parse, the decode, the desired state, the pass's planning, the
+record write, the durability wait, the connection to the driver and the
+call; "delivery" is the pod's creation → kvolumed's read of its event, in
+the same run, and overhead − delivery what kvolumed itself adds.  The idle
+window also reports PSS, anonymous and file-backed memory and what each
+mapping (library, heap) costs, from /proc/PID/smaps.
+"""
 import argparse
 import json
 import os
@@ -32,7 +43,146 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      close_bench_node, open_bench_node, percentile, pod, status_kib, wait)
+                      close_bench_node, open_bench_node, percentile, pod, request_kind, status_kib, wait)
+
+# The steps of a pod's path, in order: (name, the trace line that ends it).
+# "created" is the bench's clock before the API create; "driver" the mock
+# driver's receipt of NodePublishVolume.
+STEPS = (("API server writes the ADDED event", "api-wrote"),
+         ("socket, TLS, curl to kvolumed", "received"),
+         ("loop: to the informer's defer", "dispatched"),
+         ("JSON parse (cJSON)", "parsed"),
+         ("object decode", "decoded"),
+         ("desired state noted", "noted"),
+         ("to the reconcile pass", "pass"),
+         ("planning", "planned"),
+         ("record write", "prepared"),
+         ("durability (root-dir sync)", "synced"),
+         ("operation start → call", "call-start"),
+         ("connect to the driver's socket", "call-connected"),
+         ("HTTP/2 set-up, request sent", "call-pretransfer"),
+         ("to the driver's handler", "driver"))
+
+
+class Trace:
+    """kvolumed's trace file (systemd/trace.h) and the fake API server's
+    write times of ADDED pod events, read per pod."""
+
+    def __init__(self, path):
+        self.path = path
+        self.pos = 0
+        self.lines = []
+        self.api_wrote = {}  # pod UID → the time its ADDED event was flushed
+
+    def hook_api(self):
+        from doubles.fakeapi import apihandler
+        orig = apihandler.ApiHandler._chunk
+        wrote = self.api_wrote
+
+        def chunk(handler, event):
+            orig(handler, event)
+            obj = event.get("object") or {}
+            if event.get("type") == "ADDED" and obj.get("kind", "Pod") == "Pod":
+                uid = (obj.get("metadata") or {}).get("uid")
+                if uid and uid not in wrote:
+                    wrote[uid] = time.time()
+        apihandler.ApiHandler._chunk = chunk
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].decode().splitlines():
+            ts, step, key = line.split(" ", 2)
+            self.lines.append((int(ts) / 1e6, step, key))
+        self.pos += end
+
+    def mark(self):
+        self.poll()
+        return len(self.lines)
+
+    def steps(self, mark, uid, created, driver):
+        """{step: time} of one pod, or None when a step is missing."""
+        self.poll()
+        lines = self.lines[mark:]
+        t = {"created": created, "driver": driver, "api-wrote": self.api_wrote.get(uid)}
+        idx = 0
+        for step in ("received", "dispatched", "parsed", "decoded", "noted"):
+            idx = next((k for k in range(len(lines)) if lines[k][1] == step and lines[k][2] == uid), None)
+            if idx is None:
+                return None
+            t[step] = lines[idx][0]
+        for step in ("pass", "planned", "prepared", "synced"):
+            idx = next((k for k in range(idx, len(lines)) if lines[k][1] == step), None)
+            if idx is None:
+                return None
+            t[step] = lines[idx][0]
+        other = []
+        for k in range(idx, len(lines)):
+            if lines[k][1] == "call-start":
+                if lines[k][2] == "NodePublishVolume":
+                    idx = k
+                    break
+                other.append(lines[k][2])
+        else:
+            return None
+        t["call-start"] = lines[idx][0]
+        t["calls-before"] = other
+        for step in ("call-connected", "call-pretransfer"):
+            k = next((k for k in range(idx, len(lines)) if lines[k][1] == step and lines[k][2] == "NodePublishVolume"),
+                     None)
+            t[step] = lines[k][0] if k is not None else None
+        if t["api-wrote"] is None or t["call-connected"] is None:
+            return None
+        return t
+
+
+def smaps_by_mapping(pid):
+    """{mapping: (Rss, Pss, Anonymous) kB}: a library's file and its anonymous
+    data together, the heap, thread stacks and other anonymous memory."""
+    agg = {}
+    name = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts[0].endswith(":"):
+                path = parts[5] if len(parts) > 5 else ""
+                if path:
+                    name = os.path.basename(path)
+                    # A library's .bss follows its file mappings anonymously.
+                    last_lib = name if not path.startswith("[") else None
+                else:
+                    name = (last_lib + " (bss)") if last_lib else "[anon]"
+                    last_lib = None
+                continue
+            if parts[0] in ("Rss:", "Pss:", "Anonymous:"):
+                v = agg.setdefault(name, [0, 0, 0])
+                v[("Rss:", "Pss:", "Anonymous:").index(parts[0])] += int(parts[1])
+    return agg
+
+
+def memory(pid):
+    roll = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                roll[parts[0][:-1]] = int(parts[1])
+    groups = {}
+    for name, (rss, pss, anon) in smaps_by_mapping(pid).items():
+        key = name.removesuffix(" (bss)")
+        key = key.split(".so")[0] if ".so" in key else key
+        g = groups.setdefault(key, [0, 0, 0])
+        g[0] += rss
+        g[1] += pss
+        g[2] += anon
+    return {"rss_kib": roll.get("Rss"), "pss_kib": roll.get("Pss"), "pss_anon_kib": roll.get("Pss_Anon"),
+            "pss_file_kib": roll.get("Pss_File"), "anon_kib": roll.get("Anonymous"),
+            "threads": status_kib(pid, "Threads"), "mappings": groups}
 
 SOURCES = ("kernel", "mountinfo")
 CONFIG_VALUE = {"kernel": "auto", "mountinfo": "mountinfo"}
@@ -52,6 +202,11 @@ class Node:
         self.source = None
         self.filled = 0
         self.restarts = []  # (level, source, seconds to READY, calls made meanwhile)
+        self.trace = None
+        self.traces = []  # per pod: {step: time}
+        if args.trace:
+            self.trace = Trace(os.path.join(self.work, "trace"))
+            self.trace.hook_api()
 
     def start(self, source, level):
         self.stop_agent()
@@ -65,7 +220,8 @@ class Node:
         mark = self.tail.mark()
         t0 = time.monotonic()
         self.agent = subprocess.Popen([kvolumed_path(), "--config", self.config],
-                                      env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr", NOTIFY_SOCKET=notify_path),
+                                      env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr", NOTIFY_SOCKET=notify_path,
+                                               **({"KVOLUMED_TEST_TRACE_FILE": self.trace.path} if self.trace else {})),
                                       stderr=open(os.path.join(self.work, "kvolumed.log"), "a"))
         notify.settimeout(300)
         while "READY=1" not in notify.recv(65536).decode().split("\n"):
@@ -126,10 +282,18 @@ class Node:
         for i in range(n):
             name = f"one-{tag}-{i}"
             mark = self.tail.mark()
+            tmark = self.trace.mark() if self.trace else 0
             t0 = time.time()
             obj = self.api.create(pod(name, ["v"]))
             c = self.tail.wait(mark, "NodePublishVolume", 1, 60, f"publish of {name}")[0]
             out.append((c["time"] - t0) * 1000.0)
+            if self.trace:
+                st = self.trace.steps(tmark, obj["metadata"]["uid"], t0, c["time"])
+                if st is None:
+                    log(f"{name}: a step of its trace is missing")
+                else:
+                    st["tag"] = tag
+                    self.traces.append(st)
             self.api.remove("pods", "default", name)
             self.tail.wait(mark, "NodeUnpublishVolume", 1, 60, f"unpublish of {name}")
             pod_dir = os.path.join(self.root, "pods", obj["metadata"]["uid"])
@@ -138,11 +302,14 @@ class Node:
 
     def idle(self):
         pid = self.agent.pid
+        self.api.clear_requests()
         cpu0, (vol0, _), t0 = cpu_seconds(pid), context_switches(pid), time.monotonic()
         time.sleep(self.args.idle)
         cpu1, (vol1, _), t1 = cpu_seconds(pid), context_switches(pid), time.monotonic()
+        requests = [request_kind(r) for r in self.api.requests()]
         return {"cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0), "wakeups_per_second": (vol1 - vol0) / (t1 - t0),
-                "rss_mib": status_kib(pid, "VmRSS") / 1024.0}
+                "rss_mib": status_kib(pid, "VmRSS") / 1024.0, "api_requests": len(requests),
+                "api_request_kinds": sorted(set(requests)), "memory": memory(pid)}
 
     def close(self):
         self.stop_agent()
@@ -151,6 +318,70 @@ class Node:
 
 def fmt(x, digits=2):
     return "–" if x is None else f"{x:.{digits}f}"
+
+
+def memory_report(res, levels, source):
+    """Per mapping, idle, at each level (the first source's idle window)."""
+    mem = {lv: res["levels"][lv][source]["idle"]["memory"] for lv in levels}
+    names = sorted(set().union(*(m["mappings"] for m in mem.values())),
+                   key=lambda n: -max(m["mappings"].get(n, [0, 0, 0])[0] for m in mem.values()))
+    out = [""]
+    for lv in levels:
+        m = mem[lv]
+        out.append(f"- {lv} volumes: RSS {m['rss_kib']} KiB, PSS {m['pss_kib']} KiB (anon {m['pss_anon_kib']}, "
+                   f"file {m['pss_file_kib']}), anonymous {m['anon_kib']} KiB, {m['threads']} threads")
+    out += ["", f"Memory by mapping, idle ({source}; KiB; RSS / PSS / anonymous; a library's bss and its "
+           "private pages are its anonymous part):", "",
+           "| mapping | " + " | ".join(f"{lv} volumes RSS / PSS / anon" for lv in levels) + " |",
+           "|---|" + "---:|" * len(levels)]
+    shown = 0
+    for n in names:
+        if max(m["mappings"].get(n, [0, 0, 0])[0] for m in mem.values()) < 64 and shown > 12:
+            continue
+        shown += 1
+        out.append(f"| {n} | " + " | ".join("{} / {} / {}".format(*mem[lv]["mappings"].get(n, [0, 0, 0]))
+                                              for lv in levels) + " |")
+    return out
+
+
+def trace_report(traces, levels, sources, repeat):
+    """Each step's share of a single pod's time: per level and source, the
+    median over repeats of each repeat's median (ms)."""
+    out = ["", "A single pod's path, step by step (ms; median of the repeats' medians, min–max of them):", ""]
+    for level in levels:
+        for s in sources:
+            rows = []
+            for name, end in [("delivery: creation → kvolumed's read", "delivery"),
+                              ("overhead − delivery: kvolumed's read → the driver", "driver-after"),
+                              ("overhead: creation → the driver", "overhead")] + list(STEPS):
+                meds = []
+                for r in range(repeat):
+                    tag = f"{level}-{s}-{r}"
+                    vals = []
+                    for t in traces:
+                        if t["tag"] != tag:
+                            continue
+                        if end == "delivery":
+                            vals.append(t["received"] - t["created"])
+                        elif end == "driver-after":
+                            vals.append(t["driver"] - t["received"])
+                        elif end == "overhead":
+                            vals.append(t["driver"] - t["created"])
+                        else:
+                            i = [e for _, e in STEPS].index(end)
+                            prev = "created" if i == 0 else STEPS[i - 1][1]
+                            if t.get(end) is not None and t.get(prev) is not None:
+                                vals.append(t[end] - t[prev])
+                    if vals:
+                        meds.append(statistics.median(vals) * 1000.0)
+                if meds:
+                    rows.append(f"| {name} | {statistics.median(meds):.3f} | {min(meds):.3f}–{max(meds):.3f} |")
+            if not rows:
+                continue
+            before = sorted({c for t in traces if t["tag"].startswith(f"{level}-{s}-") for c in t["calls-before"]})
+            out += [f"{level} volumes, {s}" + (f" (calls before the publish: {', '.join(before)})" if before else "")
+                    + ":", "", "| step | median | min–max |", "|---|---:|---:|"] + rows + [""]
+    return out
 
 
 def main():
@@ -163,19 +394,23 @@ def main():
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of the idle window per level and source")
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--report", default="/var/tmp/kvolumed-mount-bench.md")
+    ap.add_argument("--trace", action="store_true",
+                    help="split each pod's time into its steps (a -Dtest-hooks=true build)")
+    ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    sources = tuple(x for x in args.sources.split(",") if x)
 
     node = Node(args)
     started = time.monotonic()
     res = {"machine": machine(node.root), "args": vars(args), "levels": {}}
     try:
-        order = list(SOURCES)
+        order = list(sources)
         for level in levels:
             if node.agent is None:
                 node.start(order[0], level)
             node.fill(level)
-            per = {s: {"repeat_medians": [], "all": [], "idle": None} for s in SOURCES}
+            per = {s: {"repeat_medians": [], "all": [], "idle": None} for s in sources}
             for r in range(args.repeat):
                 for s in order:
                     if node.source != s:
@@ -191,18 +426,21 @@ def main():
     finally:
         node.close()
     res["restarts"] = node.restarts
+    res["traces"] = node.traces
     res["seconds"] = time.monotonic() - started
 
     lines = ["# kvolumed mount path benchmark (issue 23)", "",
              f"Machine: {json.dumps(res['machine'])}", "",
-             f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}", "",
+             f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
+             f"{' --trace' if args.trace else ''} --sources {args.sources}", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",
-             "| volumes | source | median | min–max | p99 | × empty | idle CPU % | wake-ups/s | RSS MiB |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| volumes | source | median | min–max | p99 | × empty | idle CPU % | wake-ups/s | API requests | RSS MiB |"
+             " PSS MiB | anon MiB |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for level in levels:
-        for s in SOURCES:
+        for s in sources:
             d = res["levels"][level][s]
             med = statistics.median(d["repeat_medians"])
             base = statistics.median(res["levels"][levels[0]][s]["repeat_medians"])
@@ -210,11 +448,17 @@ def main():
                       "p99_ms": percentile(d["all"], 99), "ratio_to_empty": med / base if base else None})
             lines.append(f"| {level} | {s} | {fmt(med)} | {fmt(d['min_ms'])}–{fmt(d['max_ms'])} | "
                          f"{fmt(d['p99_ms'])} | {fmt(d['ratio_to_empty'])} | {fmt(d['idle']['cpu_percent'])} | "
-                         f"{fmt(d['idle']['wakeups_per_second'], 1)} | {fmt(d['idle']['rss_mib'], 1)} |")
-    lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
-    for level in levels:
-        k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
-        lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
+                         f"{fmt(d['idle']['wakeups_per_second'], 1)} | {d['idle']['api_requests']} | "
+                         f"{fmt(d['idle']['rss_mib'], 1)} | {fmt(d['idle']['memory']['pss_kib'] / 1024, 1)} | "
+                         f"{fmt(d['idle']['memory']['anon_kib'] / 1024, 1)} |")
+    if len(sources) == 2:
+        lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
+        for level in levels:
+            k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
+            lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
+    lines += memory_report(res, levels, sources[0])
+    if node.traces:
+        lines += trace_report(node.traces, levels, sources, args.repeat)
     lines += ["", "Restarts (kvolumed started again with the other source; no stage/publish call allowed):", ""]
     for r in res["restarts"]:
         lines.append(f"- {r['level']} volumes, {r['source']}: READY in {r['ready_seconds']:.2f} s, "

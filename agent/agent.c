@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "agent/libpages.h"
 #include "agent/check.h"
 #include "agent/version.h"
 #include "systemd/log.h"
@@ -184,7 +185,15 @@ static void update_status(Agent *a) {
 #define TRIM_QUIET_USEC (2 * USEC_PER_SEC)
 
 static int on_trim_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+
         (void) malloc_trim(0);
+        /* Once, when the start's passes are done: what the libraries' loading
+         * mapped and nothing ran since (libpages.c). */
+        if (!a->library_pages_released) {
+                a->library_pages_released = true;
+                (void) library_pages_release();
+        }
         return 0;
 }
 

@@ -33,6 +33,7 @@ typedef struct Agent {
         uint64_t status_sent_at;       /* CLOCK_MONOTONIC */
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
         sd_event_source *trim_timer;   /* memory given back once the passes have been quiet a while */
+        bool library_pages_released;   /* the libraries' pages mapped at start let go (libpages.c) */
         bool ready;       /* READY=1 sent: reconstructed and the informers synced */
         /* Who the API server says kvolumed is, asked before the volume
          * manager starts; asked again with a backoff while unanswered. */

@@ -422,6 +422,8 @@ def main():
                     per[s]["all"] += o
                     log(f"{level} volumes, {s}, repeat {r + 1}: median {statistics.median(o):.2f} ms")
                 order.reverse()  # the one that ran last runs first: no restart, and no order bias
+            # Idle again after the single pods: what their code paths brought back.
+            per[node.source]["idle_after"] = node.idle()
             res["levels"][level] = per
     finally:
         node.close()
@@ -456,6 +458,14 @@ def main():
         for level in levels:
             k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
             lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
+    lines += ["", "Idle again after the single pods (the last source run):", ""]
+    for level in levels:
+        for s in sources:
+            a = res["levels"][level][s].get("idle_after")
+            if a:
+                lines.append(f"- {level} volumes, {s}: RSS {fmt(a['rss_mib'], 1)} MiB, PSS "
+                             f"{fmt(a['memory']['pss_kib'] / 1024, 1)} MiB, anon {fmt(a['memory']['anon_kib'] / 1024, 1)}"
+                             f" MiB, {fmt(a['wakeups_per_second'], 1)} wake-ups/s, {a['api_requests']} API requests")
     lines += memory_report(res, levels, sources[0])
     if node.traces:
         lines += trace_report(node.traces, levels, sources, args.repeat)

@@ -114,11 +114,13 @@ class Trace:
         for step in ("received", "dispatched", "parsed", "decoded", "noted"):
             idx = next((k for k in range(len(lines)) if lines[k][1] == step and lines[k][2] == uid), None)
             if idx is None:
+                self.missing = step
                 return None
             t[step] = lines[idx][0]
         for step in ("pass", "planned", "prepared", "synced"):
             idx = next((k for k in range(idx, len(lines)) if lines[k][1] == step), None)
             if idx is None:
+                self.missing = step
                 return None
             t[step] = lines[idx][0]
         other = []
@@ -129,6 +131,7 @@ class Trace:
                     break
                 other.append(lines[k][2])
         else:
+            self.missing = "call-start"
             return None
         t["call-start"] = lines[idx][0]
         t["calls-before"] = other
@@ -137,6 +140,7 @@ class Trace:
                      None)
             t[step] = lines[k][0] if k is not None else None
         if t["api-wrote"] is None or t["call-connected"] is None:
+            self.missing = "api-wrote" if t["api-wrote"] is None else "call-connected"
             return None
         return t
 
@@ -290,7 +294,7 @@ class Node:
             if self.trace:
                 st = self.trace.steps(tmark, obj["metadata"]["uid"], t0, c["time"])
                 if st is None:
-                    log(f"{name}: a step of its trace is missing")
+                    log(f"{name}: a step of its trace is missing ({self.trace.missing}), left out of the split")
                 else:
                     st["tag"] = tag
                     self.traces.append(st)

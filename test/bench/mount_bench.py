@@ -212,7 +212,10 @@ class Node:
             self.trace = Trace(os.path.join(self.work, "trace"))
             self.trace.hook_api()
 
-    def start(self, source, level):
+    def start(self, key, level):
+        """key: a mount source, or "source@label" for the build --builds names."""
+        source, _, label = key.partition("@")
+        binary = os.path.join(self.args.build_dirs[label], "agent", "kvolumed") if label else kvolumed_path()
         self.stop_agent()
         with open(self.config, "w") as f:
             f.write(self.config_text.replace("[agent]\n", f"[agent]\nmount-source = {CONFIG_VALUE[source]}\n", 1))
@@ -223,7 +226,7 @@ class Node:
         notify.bind(notify_path)
         mark = self.tail.mark()
         t0 = time.monotonic()
-        self.agent = subprocess.Popen([kvolumed_path(), "--config", self.config],
+        self.agent = subprocess.Popen([binary, "--config", self.config],
                                       env=dict(os.environ, KVOLUMED_LOG_TARGET="stderr", NOTIFY_SOCKET=notify_path,
                                                **({"KVOLUMED_TEST_TRACE_FILE": self.trace.path} if self.trace else {})),
                                       stderr=open(os.path.join(self.work, "kvolumed.log"), "a"))
@@ -234,16 +237,16 @@ class Node:
         # Keep reading, as systemd does: a full queue would block sd_notify.
         threading.Thread(target=self.drain, args=(notify,), daemon=True).start()
         self.tail.alive = self.agent
-        self.source = source
+        self.source = key
         time.sleep(self.args.settle)
         calls = [c["method"] for c in self.tail.since(mark, code=None)
                  if c["method"] in ("NodePublishVolume", "NodeUnpublishVolume", "NodeStageVolume",
                                     "NodeUnstageVolume")]
-        self.restarts.append({"level": level, "source": source, "ready_seconds": ready, "calls": len(calls)})
+        self.restarts.append({"level": level, "source": key, "ready_seconds": ready, "calls": len(calls)})
         # What kvolumed says it uses: the figures must be of that source.
         with urllib.request.urlopen(f"http://{self.listen}/volumes", timeout=60) as r:
             shown = json.load(r)["mount_source"]
-        log(f"kvolumed ({source}) READY after {ready:.2f} s beside {level} volumes, {len(calls)} calls, "
+        log(f"kvolumed ({key}) READY after {ready:.2f} s beside {level} volumes, {len(calls)} calls, "
             f"mount_source {shown}")
         if shown != source:
             raise SystemExit(f"bench: kvolumed uses {shown}, not {source} (a kernel older than 6.15?)")
@@ -284,7 +287,7 @@ class Node:
         """Overheads (ms) of n pods of one inline volume, one at a time."""
         out = []
         for i in range(n):
-            name = f"one-{tag}-{i}"
+            name = f"one-{tag}-{i}".replace("@", "-")
             mark = self.tail.mark()
             tmark = self.trace.mark() if self.trace else 0
             t0 = time.time()
@@ -325,8 +328,8 @@ def fmt(x, digits=2):
 
 
 def memory_report(res, levels, source):
-    """Per mapping, idle, at each level (the first source's idle window)."""
-    mem = {lv: res["levels"][lv][source]["idle"]["memory"] for lv in levels}
+    """Per mapping, idle after the single pods, at each level."""
+    mem = {lv: res["levels"][lv][source]["idle_after"]["memory"] for lv in levels}
     names = sorted(set().union(*(m["mappings"] for m in mem.values())),
                    key=lambda n: -max(m["mappings"].get(n, [0, 0, 0])[0] for m in mem.values()))
     out = [""]
@@ -401,9 +404,15 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
+    ap.add_argument("--builds", default="",
+                    help="LABEL=BUILD_DIR,LABEL=BUILD_DIR: each source run with each build in turn, before/after "
+                         "in one run")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     sources = tuple(x for x in args.sources.split(",") if x)
+    args.build_dirs = dict(b.split("=", 1) for b in args.builds.split(",") if b)
+    if args.build_dirs:
+        sources = tuple(f"{s}@{label}" for s in sources for label in args.build_dirs)
 
     node = Node(args)
     started = time.monotonic()
@@ -422,12 +431,13 @@ def main():
                     if per[s]["idle"] is None:
                         per[s]["idle"] = node.idle()
                     o = node.single_pods(f"{level}-{s}-{r}", args.pods)
+                    if r == args.repeat - 1:
+                        # Idle again after its last pods: what their code paths brought back.
+                        per[s]["idle_after"] = node.idle()
                     per[s]["repeat_medians"].append(statistics.median(o))
                     per[s]["all"] += o
                     log(f"{level} volumes, {s}, repeat {r + 1}: median {statistics.median(o):.2f} ms")
                 order.reverse()  # the one that ran last runs first: no restart, and no order bias
-            # Idle again after the single pods: what their code paths brought back.
-            per[node.source]["idle_after"] = node.idle()
             res["levels"][level] = per
     finally:
         node.close()
@@ -438,7 +448,8 @@ def main():
     lines = ["# kvolumed mount path benchmark (issue 23)", "",
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
-             f"{' --trace' if args.trace else ''} --sources {args.sources}", "",
+             f"{' --trace' if args.trace else ''} --sources {args.sources}"
+             f"{' --builds ' + args.builds if args.builds else ''}", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",
@@ -457,12 +468,22 @@ def main():
                          f"{fmt(d['idle']['wakeups_per_second'], 1)} | {d['idle']['api_requests']} | "
                          f"{fmt(d['idle']['rss_mib'], 1)} | {fmt(d['idle']['memory']['pss_kib'] / 1024, 1)} | "
                          f"{fmt(d['idle']['memory']['anon_kib'] / 1024, 1)} |")
-    if len(sources) == 2:
+    if not args.build_dirs and len(sources) == 2:
         lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
         for level in levels:
             k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
             lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
-    lines += ["", "Idle again after the single pods (the last source run):", ""]
+    if len(args.build_dirs) == 2:
+        a, b = sources[0], sources[1]
+        lines += ["", f"{b} against {a}, this run (median overhead; RSS and PSS idle after the pods):", ""]
+        for level in levels:
+            da, db = res["levels"][level][a], res["levels"][level][b]
+            lines.append(f"- {level} volumes: {fmt(db['median_ms'])} ms against {fmt(da['median_ms'])} ms "
+                         f"(× {fmt(db['median_ms'] / da['median_ms'] if da['median_ms'] else None)}); RSS "
+                         f"{fmt(db['idle_after']['rss_mib'], 1)} against {fmt(da['idle_after']['rss_mib'], 1)} MiB, "
+                         f"PSS {fmt(db['idle_after']['memory']['pss_kib'] / 1024, 1)} against "
+                         f"{fmt(da['idle_after']['memory']['pss_kib'] / 1024, 1)} MiB")
+    lines += ["", "Idle again after each one's last single pods:", ""]
     for level in levels:
         for s in sources:
             a = res["levels"][level][s].get("idle_after")
@@ -470,7 +491,8 @@ def main():
                 lines.append(f"- {level} volumes, {s}: RSS {fmt(a['rss_mib'], 1)} MiB, PSS "
                              f"{fmt(a['memory']['pss_kib'] / 1024, 1)} MiB, anon {fmt(a['memory']['anon_kib'] / 1024, 1)}"
                              f" MiB, {fmt(a['wakeups_per_second'], 1)} wake-ups/s, {a['api_requests']} API requests")
-    lines += memory_report(res, levels, sources[0])
+    for s in sources:
+        lines += memory_report(res, levels, s)
     if node.traces:
         lines += trace_report(node.traces, levels, sources, args.repeat)
     lines += ["", "Restarts (kvolumed started again with the other source; no stage/publish call allowed):", ""]

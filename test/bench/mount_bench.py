@@ -106,7 +106,17 @@ class Trace:
         return len(self.lines)
 
     def steps(self, mark, uid, created, driver):
-        """{step: time} of one pod, or None when a step is missing."""
+        """{step: time} of one pod, or None when a step is missing.  The
+        call's curl times are written when kvolumed has its reply, which may
+        come after the driver logged the call: waited for a while."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            t = self._steps(mark, uid, created, driver)
+            if t is not None or self.missing != "call-connected" or time.monotonic() > deadline:
+                return t
+            time.sleep(0.002)
+
+    def _steps(self, mark, uid, created, driver):
         self.poll()
         lines = self.lines[mark:]
         t = {"created": created, "driver": driver, "api-wrote": self.api_wrote.get(uid)}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 
 #include "agent/agent.h"
@@ -40,6 +41,21 @@ static void help(void) {
                "  status [POD]       the node's volumes as a table, read from the local API\n"
                "\n"
                "Signals: SIGTERM/SIGINT stop (volumes stay), SIGHUP reloads the configuration.\n");
+}
+
+/* glibc's defaults suit a short program, not a daemon that should stay at a
+ * few MiB for months.  Its mmap threshold rises to the largest block freed
+ * so far (up to 32 MiB): after one 4 MiB buffer (a gRPC reply's limit, the
+ * initial LIST) every later block of that size came from the heap, where the
+ * small ones allocated around it kept its pages.  Measured beside 1,000
+ * volumes (test/bench/mount.sh): a 14 MiB arena holding 4.2 MiB, 6.1 MiB of
+ * it resident; with a fixed threshold, which gives big blocks back when they
+ * are freed, 5.8 MiB (1.5 → 1.1 MiB on an empty node).  One arena: the
+ * root-dir sync and fsGroup threads allocate little, and a second arena is
+ * memory malloc_trim() seldom returns. */
+static void malloc_tune(void) {
+        (void) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+        (void) mallopt(M_ARENA_MAX, 1);
 }
 
 int main(int argc, char *argv[]) {
@@ -100,6 +116,8 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "kvolumed: unexpected argument \"%s\"; try 'kvolumed --help'.\n", argv[optind]);
                 return EXIT_CONFIG_ERROR;
         }
+
+        malloc_tune();
 
         /* TEST ONLY: the integration suite runs its rounds every second. */
         if (test_hook_getenv("SHORT_INTERVALS"))

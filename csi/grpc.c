@@ -11,6 +11,7 @@
 #include "csi/grpc.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
+#include "systemd/trace.h"
 
 /* The backstop timeout given to curl is this much beyond our own deadline
  * timer, which is the one that normally ends a call that runs too long. */
@@ -52,6 +53,7 @@ struct GrpcCall {
         uint8_t *request; /* prefix + message */
         size_t request_size;
         uint64_t start_usec;
+        uint64_t trace_usec; /* test_trace_now() at curl_loop_add() */
         uint64_t deadline_usec; /* CLOCK_MONOTONIC; 0: none */
         sd_event_source *timer;
         grpc_call_done_t done;
@@ -438,6 +440,18 @@ static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata
         CsiCode code;
         const char *message = NULL;
 
+        if (c->trace_usec > 0) {
+                /* curl's own times of the transfer, from its start. */
+                curl_off_t connect = 0, pretransfer = 0, starttransfer = 0;
+                const char *method = strrchr(c->url, '/') + 1;
+                (void) curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect);
+                (void) curl_easy_getinfo(easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer);
+                (void) curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &starttransfer);
+                test_trace_at(c->trace_usec + (uint64_t) connect, "call-connected", method);
+                test_trace_at(c->trace_usec + (uint64_t) pretransfer, "call-pretransfer", method);
+                test_trace_at(c->trace_usec + (uint64_t) starttransfer, "call-firstbyte", method);
+                test_trace("call-done", method);
+        }
         /* curl already let go of the handle: only our bookkeeping is left. */
         ch->in_flight--;
         call_unlink_transport(c);
@@ -580,6 +594,8 @@ static int call_start(GrpcCall *c) {
                                           curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L) != CURLE_OK))
                 return -EIO;
 
+        c->trace_usec = test_trace_now();
+        test_trace_at(c->trace_usec, "call-start", strrchr(c->url, '/') + 1);
         r = curl_loop_add(t->loop, e, c->stream ? on_stream_curl_done : on_curl_done, c);
         if (r < 0)
                 return r;

@@ -9,6 +9,7 @@
 #include "k8s/json.h"
 #include "k8s/store.h"
 #include "systemd/log.h"
+#include "systemd/trace.h"
 #include "systemd/validate.h"
 
 #define DEFAULT_PAGE_SIZE 500u
@@ -24,6 +25,7 @@ typedef enum Next {
 
 typedef struct PendingEvent {
         struct PendingEvent *next;
+        uint64_t received_usec; /* test_trace_now(): 0 outside the bench */
         size_t size;
         char text[];
 } PendingEvent;
@@ -446,6 +448,7 @@ static int on_stream_object(const char *text, size_t size, void *userdata) {
         if (!p)
                 return -ENOMEM;
         p->next = NULL;
+        p->received_usec = test_trace_now();
         p->size = size;
         memcpy(p->text, text, size);
         p->text[size] = '\0';
@@ -488,8 +491,10 @@ static void set_rv_from(K8sInformer *i, const cJSON *obj) {
 
 /* Applies one watch event.  Returns <0 when the watch must be dropped
  * (invalid event, ERROR): the informer has then scheduled what comes next. */
-static int apply_event(K8sInformer *i, const char *text, size_t size) {
+static int apply_event(K8sInformer *i, const char *text, size_t size, uint64_t received_usec) {
+        uint64_t dispatched_usec = test_trace_now();
         _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength(text, size);
+        uint64_t parsed_usec = test_trace_now();
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
         const cJSON *obj = cJSON_GetObjectItemCaseSensitive(j, "object");
         const char *t;
@@ -555,6 +560,12 @@ static int apply_event(K8sInformer *i, const char *text, size_t size) {
         if (!o)
                 return 0; /* an unreadable update: the last good version stays */
         const K8sMeta *m = o;
+        if (added) {
+                test_trace_at(received_usec, "received", m->uid);
+                test_trace_at(dispatched_usec, "dispatched", m->uid);
+                test_trace_at(parsed_usec, "parsed", m->uid);
+                test_trace("decoded", m->uid);
+        }
         if (deleted) {
                 k8s_store_remove(i->store, m->namespace, m->name, &old);
                 i->kind->free(o);
@@ -590,7 +601,7 @@ static void dispatch_pending(K8sInformer *i) {
                 i->pending_head = p->next;
                 if (!i->pending_head)
                         i->pending_tail = NULL;
-                int r = apply_event(i, p->text, p->size);
+                int r = apply_event(i, p->text, p->size, p->received_usec);
                 free(p);
                 if (r < 0)
                         break;

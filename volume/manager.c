@@ -6,6 +6,7 @@
 
 #include "k8s/writers.h"
 #include "systemd/log.h"
+#include "systemd/trace.h"
 #include "systemd/validate.h"
 #include "volume/internal.h"
 #include "volume/paths.h"
@@ -364,6 +365,7 @@ static void pod_changed(VolumeManager *m, const K8sPod *pod) {
 
 static void on_pod_add(K8sInformer *i, const void *obj, void *userdata) {
         pod_changed(userdata, obj);
+        test_trace("noted", ((const K8sPod *) obj)->meta.uid);
 }
 
 static void on_pod_update(K8sInformer *i, const void *old, const void *new, void *userdata) {

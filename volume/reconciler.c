@@ -23,6 +23,7 @@
 
 #include "k8s/writers.h"
 #include "systemd/log.h"
+#include "systemd/trace.h"
 #include "volume/internal.h"
 #include "volume/paths.h"
 
@@ -889,6 +890,7 @@ void reconciler_synced(Operation **ops, size_t n, int error, void *userdata) {
 
         if (error < 0)
                 log_warning_errno(error, "Failed to sync %s: %m", m->root->path);
+        test_trace("synced", NULL);
         for (size_t i = 0; i < n; i++)
                 operation_start(ops[i]);
 }
@@ -912,6 +914,7 @@ void reconciler_pass(VolumeManager *m) {
          * locked (rootwatch.c): a full pass follows once it is again. */
         if (!root_watch_check(m))
                 return;
+        test_trace("pass", NULL);
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &ps.now);
         ps.started = monotonic_usec();
 
@@ -946,6 +949,7 @@ void reconciler_pass(VolumeManager *m) {
          * before any of their CSI calls can create a mount.  Past the
          * budget, the rest are held back as a full slice's are: nothing of
          * them was written yet, and the next pass plans them again. */
+        test_trace("planned", NULL);
         prepare_end = monotonic_usec() + RECONCILE_PREPARE_BUDGET_USEC;
         for (size_t i = 0; i < ps.n_ops; i++) {
                 Operation *op = ps.ops[i];
@@ -963,6 +967,7 @@ void reconciler_pass(VolumeManager *m) {
                         over_budget += over;
                 }
         }
+        test_trace("prepared", NULL);
         /* Their CSI calls begin once every file and directory written for
          * them is durable, off the loop (rootsync.c). */
         for (size_t i = 0; i < ps.n_ops; i++)

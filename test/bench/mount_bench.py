@@ -24,7 +24,18 @@ control) and the same writer to root-dir's file system, never syncing;
 each under kvolumed's durability rule (an fdatasync of each record, an
 fsync of each changed directory) and under the rule before it (one syncfs
 of root-dir's file system, KVOLUMED_TEST_SYNCFS=1), in one run, the order
-alternating between repeats."""
+alternating between repeats.
+
+With --trace (a -Dtest-hooks=true build), every single pod's time is also
+split into the steps of its path: the fake API server's write of its ADDED
+event, kvolumed's read of it (KVOLUMED_TEST_TRACE_FILE, systemd/trace.h),
+the JSON parse, the decode, the desired state, the pass's planning, the
+record write, the durability wait, the connection to the driver and the
+call; "delivery" is the pod's creation → kvolumed's read of its event, in
+the same run, and overhead − delivery what kvolumed itself adds.  The idle
+window also reports PSS, anonymous and file-backed memory and what each
+mapping (library, heap) costs, from /proc/PID/smaps.
+"""
 import argparse
 import json
 import os
@@ -40,7 +51,160 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      close_bench_node, open_bench_node, percentile, pod, status_kib, wait)
+                      close_bench_node, open_bench_node, percentile, pod, request_kind, status_kib, wait)
+
+# The steps of a pod's path, in order: (name, the trace line that ends it).
+# "created" is the bench's clock before the API create; "driver" the mock
+# driver's receipt of NodePublishVolume.
+STEPS = (("API server writes the ADDED event", "api-wrote"),
+         ("socket, TLS, curl to kvolumed", "received"),
+         ("loop: to the informer's defer", "dispatched"),
+         ("JSON parse (cJSON)", "parsed"),
+         ("object decode", "decoded"),
+         ("desired state noted", "noted"),
+         ("to the reconcile pass", "pass"),
+         ("planning", "planned"),
+         ("record write", "prepared"),
+         ("durability (root-dir sync)", "synced"),
+         ("operation start → call", "call-start"),
+         ("connect to the driver's socket", "call-connected"),
+         ("HTTP/2 set-up, request sent", "call-pretransfer"),
+         ("to the driver's handler", "driver"))
+
+
+class Trace:
+    """kvolumed's trace file (systemd/trace.h) and the fake API server's
+    write times of ADDED pod events, read per pod."""
+
+    def __init__(self, path):
+        self.path = path
+        self.pos = 0
+        self.lines = []
+        self.api_wrote = {}  # pod UID → the time its ADDED event was flushed
+
+    def hook_api(self):
+        from doubles.fakeapi import apihandler
+        orig = apihandler.ApiHandler._chunk
+        wrote = self.api_wrote
+
+        def chunk(handler, event):
+            orig(handler, event)
+            obj = event.get("object") or {}
+            if event.get("type") == "ADDED" and obj.get("kind", "Pod") == "Pod":
+                uid = (obj.get("metadata") or {}).get("uid")
+                if uid and uid not in wrote:
+                    wrote[uid] = time.time()
+        apihandler.ApiHandler._chunk = chunk
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].decode().splitlines():
+            ts, step, key = line.split(" ", 2)
+            self.lines.append((int(ts) / 1e6, step, key))
+        self.pos += end
+
+    def mark(self):
+        self.poll()
+        return len(self.lines)
+
+    def steps(self, mark, uid, created, driver):
+        """{step: time} of one pod, or None when a step is missing.  The
+        call's curl times are written when kvolumed has its reply, which may
+        come after the driver logged the call: waited for a while."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            t = self._steps(mark, uid, created, driver)
+            if t is not None or self.missing != "call-connected" or time.monotonic() > deadline:
+                return t
+            time.sleep(0.002)
+
+    def _steps(self, mark, uid, created, driver):
+        self.poll()
+        lines = self.lines[mark:]
+        t = {"created": created, "driver": driver, "api-wrote": self.api_wrote.get(uid)}
+        idx = 0
+        for step in ("received", "dispatched", "parsed", "decoded", "noted"):
+            idx = next((k for k in range(len(lines)) if lines[k][1] == step and lines[k][2] == uid), None)
+            if idx is None:
+                self.missing = step
+                return None
+            t[step] = lines[idx][0]
+        for step in ("pass", "planned", "prepared", "synced"):
+            idx = next((k for k in range(idx, len(lines)) if lines[k][1] == step), None)
+            if idx is None:
+                self.missing = step
+                return None
+            t[step] = lines[idx][0]
+        other = []
+        for k in range(idx, len(lines)):
+            if lines[k][1] == "call-start":
+                if lines[k][2] == "NodePublishVolume":
+                    idx = k
+                    break
+                other.append(lines[k][2])
+        else:
+            self.missing = "call-start"
+            return None
+        t["call-start"] = lines[idx][0]
+        t["calls-before"] = other
+        for step in ("call-connected", "call-pretransfer"):
+            k = next((k for k in range(idx, len(lines)) if lines[k][1] == step and lines[k][2] == "NodePublishVolume"),
+                     None)
+            t[step] = lines[k][0] if k is not None else None
+        if t["api-wrote"] is None or t["call-connected"] is None:
+            self.missing = "api-wrote" if t["api-wrote"] is None else "call-connected"
+            return None
+        return t
+
+
+def smaps_by_mapping(pid):
+    """{mapping: (Rss, Pss, Anonymous) kB}: a library's file and its anonymous
+    data together, the heap, thread stacks and other anonymous memory."""
+    agg = {}
+    name = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if not parts[0].endswith(":"):
+                path = parts[5] if len(parts) > 5 else ""
+                if path:
+                    name = os.path.basename(path)
+                    # A library's .bss follows its file mappings anonymously.
+                    last_lib = name if not path.startswith("[") else None
+                else:
+                    name = (last_lib + " (bss)") if last_lib else "[anon]"
+                    last_lib = None
+                continue
+            if parts[0] in ("Rss:", "Pss:", "Anonymous:"):
+                v = agg.setdefault(name, [0, 0, 0])
+                v[("Rss:", "Pss:", "Anonymous:").index(parts[0])] += int(parts[1])
+    return agg
+
+
+def memory(pid):
+    roll = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                roll[parts[0][:-1]] = int(parts[1])
+    groups = {}
+    for name, (rss, pss, anon) in smaps_by_mapping(pid).items():
+        key = name.removesuffix(" (bss)")
+        key = key.split(".so")[0] if ".so" in key else key
+        g = groups.setdefault(key, [0, 0, 0])
+        g[0] += rss
+        g[1] += pss
+        g[2] += anon
+    return {"rss_kib": roll.get("Rss"), "pss_kib": roll.get("Pss"), "pss_anon_kib": roll.get("Pss_Anon"),
+            "pss_file_kib": roll.get("Pss_File"), "anon_kib": roll.get("Anonymous"),
+            "threads": status_kib(pid, "Threads"), "mappings": groups}
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,9 +227,17 @@ class Node:
         self.rule = None
         self.filled = 0
         self.restarts = []  # (level, source, seconds to READY, calls made meanwhile)
+        self.trace = None
+        self.traces = []  # per pod: {step: time}
+        if args.trace:
+            self.trace = Trace(os.path.join(self.work, "trace"))
+            self.trace.hook_api()
 
-    def start(self, source, level, rule="fsync"):
-        """rule: "fsync" (kvolumed's) or "syncfs" (the rule before it, a test hook)."""
+    def start(self, key, level, rule="fsync"):
+        """key: a mount source, or "source@label" for the build --builds names;
+        rule: "fsync" (kvolumed's) or "syncfs" (the rule before it, a test hook)."""
+        source, _, label = key.partition("@")
+        binary = os.path.join(self.args.build_dirs[label], "agent", "kvolumed") if label else kvolumed_path()
         self.stop_agent()
         env = dict(os.environ, KVOLUMED_LOG_TARGET="stderr")
         if rule == "syncfs":
@@ -79,8 +251,9 @@ class Node:
         notify.bind(notify_path)
         mark = self.tail.mark()
         t0 = time.monotonic()
-        self.agent = subprocess.Popen([kvolumed_path(), "--config", self.config],
-                                      env=dict(env, NOTIFY_SOCKET=notify_path),
+        self.agent = subprocess.Popen([binary, "--config", self.config],
+                                      env=dict(env, NOTIFY_SOCKET=notify_path,
+                                               **({"KVOLUMED_TEST_TRACE_FILE": self.trace.path} if self.trace else {})),
                                       stderr=open(os.path.join(self.work, "kvolumed.log"), "a"))
         notify.settimeout(300)
         while "READY=1" not in notify.recv(65536).decode().split("\n"):
@@ -89,17 +262,17 @@ class Node:
         # Keep reading, as systemd does: a full queue would block sd_notify.
         threading.Thread(target=self.drain, args=(notify,), daemon=True).start()
         self.tail.alive = self.agent
-        self.source = source
+        self.source = key
         self.rule = rule
         time.sleep(self.args.settle)
         calls = [c["method"] for c in self.tail.since(mark, code=None)
                  if c["method"] in ("NodePublishVolume", "NodeUnpublishVolume", "NodeStageVolume",
                                     "NodeUnstageVolume")]
-        self.restarts.append({"level": level, "source": source, "ready_seconds": ready, "calls": len(calls)})
+        self.restarts.append({"level": level, "source": key, "ready_seconds": ready, "calls": len(calls)})
         # What kvolumed says it uses: the figures must be of that source.
         with urllib.request.urlopen(f"http://{self.listen}/volumes", timeout=60) as r:
             shown = json.load(r)["mount_source"]
-        log(f"kvolumed ({source}) READY after {ready:.2f} s beside {level} volumes, {len(calls)} calls, "
+        log(f"kvolumed ({key}) READY after {ready:.2f} s beside {level} volumes, {len(calls)} calls, "
             f"mount_source {shown}")
         if shown != source:
             raise SystemExit(f"bench: kvolumed uses {shown}, not {source} (a kernel older than 6.15?)")
@@ -140,12 +313,20 @@ class Node:
         """Overheads (ms) of n pods of one inline volume, one at a time."""
         out = []
         for i in range(n):
-            name = f"one-{tag}-{i}"
+            name = f"one-{tag}-{i}".replace("@", "-")
             mark = self.tail.mark()
+            tmark = self.trace.mark() if self.trace else 0
             t0 = time.time()
             obj = self.api.create(pod(name, ["v"]))
             c = self.tail.wait(mark, "NodePublishVolume", 1, 60, f"publish of {name}")[0]
             out.append((c["time"] - t0) * 1000.0)
+            if self.trace:
+                st = self.trace.steps(tmark, obj["metadata"]["uid"], t0, c["time"])
+                if st is None:
+                    log(f"{name}: a step of its trace is missing ({self.trace.missing}), left out of the split")
+                else:
+                    st["tag"] = tag
+                    self.traces.append(st)
             self.api.remove("pods", "default", name)
             self.tail.wait(mark, "NodeUnpublishVolume", 1, 60, f"unpublish of {name}")
             pod_dir = os.path.join(self.root, "pods", obj["metadata"]["uid"])
@@ -154,11 +335,14 @@ class Node:
 
     def idle(self):
         pid = self.agent.pid
+        self.api.clear_requests()
         cpu0, (vol0, _), t0 = cpu_seconds(pid), context_switches(pid), time.monotonic()
         time.sleep(self.args.idle)
         cpu1, (vol1, _), t1 = cpu_seconds(pid), context_switches(pid), time.monotonic()
+        requests = [request_kind(r) for r in self.api.requests()]
         return {"cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0), "wakeups_per_second": (vol1 - vol0) / (t1 - t0),
-                "rss_mib": status_kib(pid, "VmRSS") / 1024.0}
+                "rss_mib": status_kib(pid, "VmRSS") / 1024.0, "api_requests": len(requests),
+                "api_request_kinds": sorted(set(requests)), "memory": memory(pid)}
 
     def close(self):
         self.stop_agent()
@@ -288,6 +472,70 @@ def dirty_main(args):
         json.dump(res, f, indent=1, default=str)
 
 
+def memory_report(res, levels, source):
+    """Per mapping, idle after the single pods, at each level."""
+    mem = {lv: res["levels"][lv][source]["idle_after"]["memory"] for lv in levels}
+    names = sorted(set().union(*(m["mappings"] for m in mem.values())),
+                   key=lambda n: -max(m["mappings"].get(n, [0, 0, 0])[0] for m in mem.values()))
+    out = [""]
+    for lv in levels:
+        m = mem[lv]
+        out.append(f"- {lv} volumes: RSS {m['rss_kib']} KiB, PSS {m['pss_kib']} KiB (anon {m['pss_anon_kib']}, "
+                   f"file {m['pss_file_kib']}), anonymous {m['anon_kib']} KiB, {m['threads']} threads")
+    out += ["", f"Memory by mapping, idle ({source}; KiB; RSS / PSS / anonymous; a library's bss and its "
+           "private pages are its anonymous part):", "",
+           "| mapping | " + " | ".join(f"{lv} volumes RSS / PSS / anon" for lv in levels) + " |",
+           "|---|" + "---:|" * len(levels)]
+    shown = 0
+    for n in names:
+        if max(m["mappings"].get(n, [0, 0, 0])[0] for m in mem.values()) < 64 and shown > 12:
+            continue
+        shown += 1
+        out.append(f"| {n} | " + " | ".join("{} / {} / {}".format(*mem[lv]["mappings"].get(n, [0, 0, 0]))
+                                              for lv in levels) + " |")
+    return out
+
+
+def trace_report(traces, levels, sources, repeat):
+    """Each step's share of a single pod's time: per level and source, the
+    median over repeats of each repeat's median (ms)."""
+    out = ["", "A single pod's path, step by step (ms; median of the repeats' medians, min–max of them):", ""]
+    for level in levels:
+        for s in sources:
+            rows = []
+            for name, end in [("delivery: creation → kvolumed's read", "delivery"),
+                              ("overhead − delivery: kvolumed's read → the driver", "driver-after"),
+                              ("overhead: creation → the driver", "overhead")] + list(STEPS):
+                meds = []
+                for r in range(repeat):
+                    tag = f"{level}-{s}-{r}"
+                    vals = []
+                    for t in traces:
+                        if t["tag"] != tag:
+                            continue
+                        if end == "delivery":
+                            vals.append(t["received"] - t["created"])
+                        elif end == "driver-after":
+                            vals.append(t["driver"] - t["received"])
+                        elif end == "overhead":
+                            vals.append(t["driver"] - t["created"])
+                        else:
+                            i = [e for _, e in STEPS].index(end)
+                            prev = "created" if i == 0 else STEPS[i - 1][1]
+                            if t.get(end) is not None and t.get(prev) is not None:
+                                vals.append(t[end] - t[prev])
+                    if vals:
+                        meds.append(statistics.median(vals) * 1000.0)
+                if meds:
+                    rows.append(f"| {name} | {statistics.median(meds):.3f} | {min(meds):.3f}–{max(meds):.3f} |")
+            if not rows:
+                continue
+            before = sorted({c for t in traces if t["tag"].startswith(f"{level}-{s}-") for c in t["calls-before"]})
+            out += [f"{level} volumes, {s}" + (f" (calls before the publish: {', '.join(before)})" if before else "")
+                    + ":", "", "| step | median | min–max |", "|---|---:|---:|"] + rows + [""]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--levels", default="0,1000,10000", help="published volumes beside the new pods")
@@ -303,23 +551,33 @@ def main():
     ap.add_argument("--dirty-window", type=int, default=512, help="MiB the busy writer keeps (dirty)")
     ap.add_argument("--isolated", action="store_true",
                     help="--dirty: root-dir on an ext4 image of its own on --workdir (a loop device)")
+    ap.add_argument("--trace", action="store_true",
+                    help="split each pod's time into its steps (a -Dtest-hooks=true build)")
+    ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
+    ap.add_argument("--builds", default="",
+                    help="LABEL=BUILD_DIR,LABEL=BUILD_DIR: each source run with each build in turn, before/after "
+                         "in one run")
     args = ap.parse_args()
     if args.report is None:
         args.report = "/var/tmp/kvolumed-" + ("durability" if args.dirty else "mount") + "-bench.md"
     if args.dirty:
         return dirty_main(args)
     levels = [int(x) for x in args.levels.split(",")]
+    sources = tuple(x for x in args.sources.split(",") if x)
+    args.build_dirs = dict(b.split("=", 1) for b in args.builds.split(",") if b)
+    if args.build_dirs:
+        sources = tuple(f"{s}@{label}" for s in sources for label in args.build_dirs)
 
     node = Node(args)
     started = time.monotonic()
     res = {"machine": machine(node.root), "args": vars(args), "levels": {}}
     try:
-        order = list(SOURCES)
+        order = list(sources)
         for level in levels:
             if node.agent is None:
                 node.start(order[0], level)
             node.fill(level)
-            per = {s: {"repeat_medians": [], "all": [], "idle": None} for s in SOURCES}
+            per = {s: {"repeat_medians": [], "all": [], "idle": None} for s in sources}
             for r in range(args.repeat):
                 for s in order:
                     if node.source != s:
@@ -327,6 +585,9 @@ def main():
                     if per[s]["idle"] is None:
                         per[s]["idle"] = node.idle()
                     o = node.single_pods(f"{level}-{s}-{r}", args.pods)
+                    if r == args.repeat - 1:
+                        # Idle again after its last pods: what their code paths brought back.
+                        per[s]["idle_after"] = node.idle()
                     per[s]["repeat_medians"].append(statistics.median(o))
                     per[s]["all"] += o
                     log(f"{level} volumes, {s}, repeat {r + 1}: median {statistics.median(o):.2f} ms")
@@ -335,18 +596,22 @@ def main():
     finally:
         node.close()
     res["restarts"] = node.restarts
+    res["traces"] = node.traces
     res["seconds"] = time.monotonic() - started
 
     lines = ["# kvolumed mount path benchmark (issue 23)", "",
              f"Machine: {json.dumps(res['machine'])}", "",
-             f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}", "",
+             f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
+             f"{' --trace' if args.trace else ''} --sources {args.sources}"
+             f"{' --builds ' + args.builds if args.builds else ''}", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",
-             "| volumes | source | median | min–max | p99 | × empty | idle CPU % | wake-ups/s | RSS MiB |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| volumes | source | median | min–max | p99 | × empty | idle CPU % | wake-ups/s | API requests | RSS MiB |"
+             " PSS MiB | anon MiB |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for level in levels:
-        for s in SOURCES:
+        for s in sources:
             d = res["levels"][level][s]
             med = statistics.median(d["repeat_medians"])
             base = statistics.median(res["levels"][levels[0]][s]["repeat_medians"])
@@ -354,11 +619,36 @@ def main():
                       "p99_ms": percentile(d["all"], 99), "ratio_to_empty": med / base if base else None})
             lines.append(f"| {level} | {s} | {fmt(med)} | {fmt(d['min_ms'])}–{fmt(d['max_ms'])} | "
                          f"{fmt(d['p99_ms'])} | {fmt(d['ratio_to_empty'])} | {fmt(d['idle']['cpu_percent'])} | "
-                         f"{fmt(d['idle']['wakeups_per_second'], 1)} | {fmt(d['idle']['rss_mib'], 1)} |")
-    lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
+                         f"{fmt(d['idle']['wakeups_per_second'], 1)} | {d['idle']['api_requests']} | "
+                         f"{fmt(d['idle']['rss_mib'], 1)} | {fmt(d['idle']['memory']['pss_kib'] / 1024, 1)} | "
+                         f"{fmt(d['idle']['memory']['anon_kib'] / 1024, 1)} |")
+    if not args.build_dirs and len(sources) == 2:
+        lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
+        for level in levels:
+            k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
+            lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
+    if len(args.build_dirs) == 2:
+        a, b = sources[0], sources[1]
+        lines += ["", f"{b} against {a}, this run (median overhead; RSS and PSS idle after the pods):", ""]
+        for level in levels:
+            da, db = res["levels"][level][a], res["levels"][level][b]
+            lines.append(f"- {level} volumes: {fmt(db['median_ms'])} ms against {fmt(da['median_ms'])} ms "
+                         f"(× {fmt(db['median_ms'] / da['median_ms'] if da['median_ms'] else None)}); RSS "
+                         f"{fmt(db['idle_after']['rss_mib'], 1)} against {fmt(da['idle_after']['rss_mib'], 1)} MiB, "
+                         f"PSS {fmt(db['idle_after']['memory']['pss_kib'] / 1024, 1)} against "
+                         f"{fmt(da['idle_after']['memory']['pss_kib'] / 1024, 1)} MiB")
+    lines += ["", "Idle again after each one's last single pods:", ""]
     for level in levels:
-        k, m = res["levels"][level]["kernel"]["median_ms"], res["levels"][level]["mountinfo"]["median_ms"]
-        lines.append(f"- {level} volumes: {fmt(k)} ms against {fmt(m)} ms ({fmt(m / k if k else None)}× faster)")
+        for s in sources:
+            a = res["levels"][level][s].get("idle_after")
+            if a:
+                lines.append(f"- {level} volumes, {s}: RSS {fmt(a['rss_mib'], 1)} MiB, PSS "
+                             f"{fmt(a['memory']['pss_kib'] / 1024, 1)} MiB, anon {fmt(a['memory']['anon_kib'] / 1024, 1)}"
+                             f" MiB, {fmt(a['wakeups_per_second'], 1)} wake-ups/s, {a['api_requests']} API requests")
+    for s in sources:
+        lines += memory_report(res, levels, s)
+    if node.traces:
+        lines += trace_report(node.traces, levels, sources, args.repeat)
     lines += ["", "Restarts (kvolumed started again with the other source; no stage/publish call allowed):", ""]
     for r in res["restarts"]:
         lines.append(f"- {r['level']} volumes, {r['source']}: READY in {r['ready_seconds']:.2f} s, "

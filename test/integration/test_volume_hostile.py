@@ -357,7 +357,9 @@ def test_a_slow_service_manager_does_not_stall_the_agent(volume_env, tmp_path):
                               f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n')
         env.agent = env.start_agent(config, env={"NOTIFY_SOCKET": path})
         pods = [env.pod(f"p{i}", [{"name": "v", "csi": {"driver": DRIVER}}]) for i in range(100)]
+        # Generous: 100 publishes of kvolumed under ASan beside parallel
+        # test workers on 2 cores took over 30 s; a frozen loop never ends them.
         for pod in pods:
-            env.wait_mounted(env.target(pod, "v"), timeout=30)
+            env.wait_mounted(env.target(pod, "v"), timeout=120)
     finally:
         deaf.close()

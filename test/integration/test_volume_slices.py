@@ -11,7 +11,13 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, wait_until, write_config
+
+# Counts or times what kvolumed does on its own: alone, not beside the
+# parallel workers (test/check runs the serial tests after them).
+pytestmark = pytest.mark.serial
 
 PODS = 40
 VOLUMES = 5

@@ -213,6 +213,9 @@ def test_deadline(server, harness):
     assert 2.9 < time.time() - t0 < 4.5
 
 
+# 100 calls at once, each within its deadline: beside parallel workers on
+# 2 cores the servers answered some too late (test/check runs it alone).
+@pytest.mark.serial
 def test_parallel(server, harness):
     ids = [harness.start("NodeGetInfo", driver=DRIVER) for _ in range(100)]
     assert all(harness.result(i, timeout=30)["code"] == "OK" for i in ids)

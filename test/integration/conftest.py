@@ -81,7 +81,8 @@ def pytest_configure(config):
                         for spec in config.option.tx]
     # The mount point of every worker's tmpfs is made once, here, and removed
     # when every worker is gone: an rmdir by one worker would detach the
-    # tmpfs another worker mounted on it in its own namespace.
+    # tmpfs another worker mounted on it in its own namespace (and so does
+    # the rmdir of another run's: test/check makes it for all of its runs).
     if _in_private_mount_namespace() and not os.path.isdir(API_SOCKET_DIR):
         os.makedirs(API_SOCKET_DIR, mode=0o755)
         config._kvolumed_made_api_socket_dir = True

@@ -6,7 +6,7 @@ import os
 import stat
 import subprocess
 
-from integration.agent_fixtures import DRIVER, wait_until
+from integration.agent_fixtures import DRIVER, loops_under, wait_until
 
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
 
@@ -74,9 +74,7 @@ def assert_nothing_left(env):
                and not any(listdir_or_empty(f"{block}/{d}") for d in listdir_or_empty(block)),
                timeout=15, what="no block dirs")
     wait_until(lambda: not listdir_or_empty(f"{env.root}/pods"), timeout=15, what="no pod dirs")
-    assert not [n for n in os.listdir("/sys/block") if n.startswith("loop") and
-                os.path.exists(f"/sys/block/{n}/loop/backing_file") and
-                open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
+    assert not loops_under(env.root), "a loop lock remains"
     assert not env.driver.violations()
 
 

@@ -220,6 +220,21 @@ def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
         time.sleep(interval)
 
 
+def loops_under(root):
+    """The loop devices backed by a file under `root`.  Loop devices are the
+    machine's: another test (another worker) detaches its own while we read,
+    and a device gone between the listing and the read is not ours."""
+    found = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                if f.read().startswith(root.rstrip("/") + "/"):
+                    found.append(name)
+        except OSError:
+            pass
+    return found
+
+
 def answered_requests(api, match, timeout=10.0):
     """The requests in the fake API server's log that match(request), once
     every one of them has been answered.  A request's effect is in the store

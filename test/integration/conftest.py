@@ -55,12 +55,54 @@ def _in_private_mount_namespace():
     return False
 
 
+# pytest-xdist (-n N): each worker is a python started under
+# `unshare -m --propagation private`, a mount namespace of its own below the
+# suite's.  The mount table a test's fixtures compare before and after, the
+# tmpfs on /run/kvolumed, /run/containerd and what systemd-nspawn mounts are
+# then the worker's alone: a test never sees another worker's mounts, and one
+# worker's `umount -l` never takes another's.  Loop devices, cgroups, ports
+# and /tmp stay shared by every worker: the fixtures make those unique.
+WORKER_PYTHON = f"unshare -m --propagation private {sys.executable}"
+
+
+def _xdist_worker():
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: measures kvolumed's own passes or latency, which other tests' CPU would "
+        "change: test/check runs these alone, after the parallel runs (-m serial)")
+    if os.geteuid() != 0 or _xdist_worker() or not getattr(config.option, "numprocesses", None):
+        return
+    # xdist turned -n N into N plain "popen" specs (its pytest_cmdline_main);
+    # its workers are started later, at the session's start.
+    config.option.tx = [f"popen//python={WORKER_PYTHON}" if spec == "popen" else spec
+                        for spec in config.option.tx]
+    # The mount point of every worker's tmpfs is made once, here, and removed
+    # when every worker is gone: an rmdir by one worker would detach the
+    # tmpfs another worker mounted on it in its own namespace (and so does
+    # the rmdir of another run's: test/check makes it for all of its runs).
+    if _in_private_mount_namespace() and not os.path.isdir(API_SOCKET_DIR):
+        os.makedirs(API_SOCKET_DIR, mode=0o755)
+        config._kvolumed_made_api_socket_dir = True
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_kvolumed_made_api_socket_dir", False):
+        try:
+            os.rmdir(API_SOCKET_DIR)
+        except OSError:
+            pass
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_api_socket_dir():
     if os.geteuid() != 0 or not _in_private_mount_namespace():
         yield
         return
-    made = not os.path.isdir(API_SOCKET_DIR)
+    # An xdist worker finds the directory made by the controller.
+    made = not os.path.isdir(API_SOCKET_DIR) and not _xdist_worker()
     if made:
         os.makedirs(API_SOCKET_DIR, mode=0o755)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", "kvolumed-test-run", API_SOCKET_DIR],

@@ -307,10 +307,12 @@ def test_response_over_receive_limit(mock_csi_factory, harness_factory):
 def test_default_receive_limit_is_4mib(mock_csi_factory, harness_factory):
     drv = mock_csi_factory(tmpfs=True)
     h = harness_factory(static(drv))
+    # 4 MiB answers from the Python driver: beside parallel workers on 2
+    # cores one took over 30 s.
     drv.control.oversize(4 * 1024 * 1024 + 1)
-    assert h.call("NodeGetInfo")["code"] == "ResourceExhausted"
+    assert h.call("NodeGetInfo", timeout=120)["code"] == "ResourceExhausted"
     drv.control.oversize(4 * 1024 * 1024 - 64)
-    assert h.call("NodeGetInfo")["code"] == "OK"
+    assert h.call("NodeGetInfo", timeout=120)["code"] == "OK"
 
 
 def test_max_parallel_queues(mock_csi_factory, harness_factory):

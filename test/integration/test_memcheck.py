@@ -6,7 +6,13 @@ import os
 import re
 import signal
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, wait_until
+
+# kvolumed under valgrind is 20-50 times slower: beside parallel workers on
+# 2 cores its flows outran the tests' timeouts (test/check runs it alone).
+pytestmark = pytest.mark.serial
 
 VALGRIND = ["valgrind", "--tool=memcheck", "--leak-check=full", "--errors-for-leak-kinds=definite",
             "--show-leak-kinds=definite", "--error-exitcode=99", "--trace-children=no", "--num-callers=30"]

@@ -12,9 +12,15 @@ and this file proves the runtime, not the sanitizers, so it runs once."""
 import os
 import time
 
+import pytest
+
 from doubles.containerd.proxy import CriProxy
 from integration.agent_fixtures import wait_until
 from integration.containerd_node import GATE_CAP, node, written  # noqa: F401  (fixture)
+
+# One worker runs the real containerd's tests (pytest-xdist --dist
+# loadgroup): one containerd per module, one busybox image per worker.
+pytestmark = pytest.mark.xdist_group("containerd")
 
 
 def assert_held_while_writing(node, pod, target, since):

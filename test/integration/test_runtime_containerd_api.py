@@ -24,6 +24,9 @@ import pytest
 from integration.agent_fixtures import DRIVER, wait_until
 from integration.containerd_node import node, written  # noqa: F401  (fixture)
 
+# One worker runs the real containerd's tests: see test_runtime_containerd.py.
+pytestmark = pytest.mark.xdist_group("containerd")
+
 UNKNOWN_DRIVER = "nosuch.csi.kvolumed.io"
 # kvolumed waits this long for a driver to register before it calls the
 # volume failed (volume/internal.h DRIVER_WAIT_GRACE_USEC).

@@ -23,6 +23,9 @@ import pytest
 from integration.agent_fixtures import DRIVER, REPO_DIR, make_node, wait_until
 from integration.test_systemd_unit import container, driver, pod  # noqa: F401  (fixtures)
 
+# One container at a time: see test_systemd_unit.py.
+pytestmark = pytest.mark.xdist_group("nspawn")
+
 PACKAGE_SCRIPT = os.path.join(REPO_DIR, "test", "package")
 STALL_FILE = "/run/kvolumed-test-stall"
 DEB_IN_CONTAINER = "/kvolumed-under-test.deb"

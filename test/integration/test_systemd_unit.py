@@ -20,6 +20,11 @@ import pytest
 
 from integration.agent_fixtures import DRIVER, REPO_DIR, build_dir, make_node, wait_until
 
+# One container at a time (pytest-xdist --dist loadgroup): systemd-nspawn
+# without a systemd on the host makes fixed cgroups (payload, supervisor)
+# and /run/systemd/nspawn, which close() removes.
+pytestmark = pytest.mark.xdist_group("nspawn")
+
 ROOTFS_SCRIPT = os.path.join(REPO_DIR, "test", "tools", "nspawn-rootfs.sh")
 STALL_FILE = "/run/kvolumed-test-stall"
 MSG_PUBLISHED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a51"

@@ -6,7 +6,7 @@ import os
 import stat
 import subprocess
 
-from integration.agent_fixtures import DRIVER, wait_until
+from integration.agent_fixtures import DRIVER, loops_under, wait_until
 
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
 
@@ -49,6 +49,16 @@ def wait_mapped(env, pod, spec_name):
     return path
 
 
+def done_record(path):
+    """kvolumed's intent record at `path` once it says the operation is done."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if record.get("done") else None
+
+
 def listdir_or_empty(path):
     """kvolumed removes these dirs while we look: gone means empty."""
     try:
@@ -64,9 +74,7 @@ def assert_nothing_left(env):
                and not any(listdir_or_empty(f"{block}/{d}") for d in listdir_or_empty(block)),
                timeout=15, what="no block dirs")
     wait_until(lambda: not listdir_or_empty(f"{env.root}/pods"), timeout=15, what="no pod dirs")
-    assert not [n for n in os.listdir("/sys/block") if n.startswith("loop") and
-                os.path.exists(f"/sys/block/{n}/loop/backing_file") and
-                open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
+    assert not loops_under(env.root), "a loop lock remains"
     assert not env.driver.violations()
 
 
@@ -96,20 +104,22 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
                                 "nodeName": "test-node", "specVolID": "pv-blk", "volumeHandle": "vol-blk"}
     # kvolumed's record of the publish: in its own tree, never in kubelet's dirs.
     assert os.listdir(f"{env.root}/{BLOCK}/pv-blk/data") == ["vol_data.json"]
-    with open(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
-        record = json.load(f)
-    assert record["done"] and record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
+    # Written once the mapping is made (record_done after the map step):
+    # the mapping can be seen before it.
+    record = wait_until(lambda: done_record(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json"),
+                        timeout=15, what="the publish recorded as done\n" + env.agent.output()[-3000:])
+    assert record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
                                                              os.minor(os.stat(device).st_rdev))
 
     # Data written through the pod's device path is on the volume.
     data = os.urandom(4096)
-    with open("/tmp/kv-block-data", "wb") as f:
+    scratch = str(env.tmp_path / "block-data")
+    with open(scratch, "wb") as f:
         f.write(data)
-    subprocess.run(["dd", "if=/tmp/kv-block-data", f"of={path}", "bs=4096", "count=1", "oflag=direct",
+    subprocess.run(["dd", f"if={scratch}", f"of={path}", "bs=4096", "count=1", "oflag=direct",
                     "conv=fsync", "status=none"], check=True)
     with open(device, "rb") as f:
         assert f.read(4096) == data
-    os.unlink("/tmp/kv-block-data")
 
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnstageVolume")

@@ -25,6 +25,10 @@ from integration.agent_fixtures import DRIVER, wait_until, write_config
 from integration.test_volume_lookups import claim_volume, start_as_node
 from integration.test_volume_restart import UNIQUE, attach
 
+# Counts or times what kvolumed does on its own: alone, not beside the
+# parallel workers (test/check runs the serial tests after them).
+pytestmark = pytest.mark.serial
+
 PODS = 40
 VOLUMES = 5
 SHARING = 4      # pods of the shared claim

@@ -357,7 +357,11 @@ def test_a_slow_service_manager_does_not_stall_the_agent(volume_env, tmp_path):
                               f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n')
         env.agent = env.start_agent(config, env={"NOTIFY_SOCKET": path})
         pods = [env.pod(f"p{i}", [{"name": "v", "csi": {"driver": DRIVER}}]) for i in range(100)]
-        for pod in pods:
-            env.wait_mounted(env.target(pod, "v"), timeout=30)
+        # Generous: 100 publishes of kvolumed under ASan beside parallel
+        # test workers on 2 cores took over 2 minutes (5.8 s each); a frozen
+        # loop never ends them.
+        targets = [env.target(pod, "v") for pod in pods]
+        wait_until(lambda: all(os.path.ismount(t) for t in targets), timeout=600, interval=0.5,
+                   what="100 volumes mounted\n" + env.agent.output()[-3000:])
     finally:
         deaf.close()

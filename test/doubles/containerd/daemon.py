@@ -160,12 +160,15 @@ class Containerd:
         if self._run_mounted:
             subprocess.run(["umount", "-l", RUN_DIR], check=False)
             self._run_mounted = False
-        if self._made_run_dir:
+        # Not while another harness lives (another xdist worker, another
+        # suite): its tmpfs is mounted there in its own namespace, and the
+        # rmdir would detach it.
+        if self._made_run_dir and not _other_harness_alive(self.dir):
             try:
                 os.rmdir(RUN_DIR)
             except OSError:
                 pass
-            self._made_run_dir = False
+        self._made_run_dir = False
 
     # ---- the daemon ------------------------------------------------------------
     def start(self, timeout=60.0):
@@ -322,6 +325,22 @@ def leave_nothing(directory, cgroup_parent):
             except OSError:
                 time.sleep(0.1)  # its last process is still exiting
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _harness_owner(directory):
+    try:
+        with open(os.path.join(directory, "owner")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _other_harness_alive(own):
+    for d in glob.glob("/tmp/ctrd-*"):
+        owner = _harness_owner(d)
+        if d != own and owner is not None and os.path.exists(f"/proc/{owner}"):
+            return True
+    return False
 
 
 def sweep_stale():

@@ -155,7 +155,7 @@ class MockCSI:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, sig=signal.SIGTERM, timeout=30):
+    def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signal the driver and wait; returns its exit code."""
         if not self.alive():
             return self.proc.returncode if self.proc else None

@@ -143,9 +143,19 @@ def bind(source, target, readonly=False, flags=()):
             raise
 
 
+_umount2 = _libc.umount2
+_umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+
+
 def umount(path):
-    """Unmount every mount stacked at path; no-op if nothing is mounted."""
+    """Unmount every mount stacked at path; no-op if nothing is mounted.
+    umount(2) first, as umount(8) does without its user-mount bookkeeping
+    (the mount table ends the same): a driver's clean stop unmounts every
+    volume of a test, and 200 volumes of umount(8) processes took over 30 s
+    on 2 cores under a load of 25 (parallel test workers)."""
     while is_mount_point(path):
+        if _umount2(os.fsencode(path), 0) == 0:
+            continue
         p = run(["umount", path], check=False)
         if p.returncode != 0:
             # Busy (e.g. an open file in a test): detach lazily so the mount

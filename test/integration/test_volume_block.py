@@ -3,8 +3,11 @@ volumeDevices reaches the pod as a device, with kubelet's paths, bind mount,
 symlink and loop-device lock, and goes again leaving nothing behind."""
 import json
 import os
+import shutil
 import stat
 import subprocess
+
+import pytest
 
 from integration.agent_fixtures import DRIVER, wait_until
 
@@ -49,6 +52,17 @@ def wait_mapped(env, pod, spec_name):
     return path
 
 
+def done_record(path):
+    """kvolumed's record of an operation once it says "done" (it replaces the
+    file whole, by a rename), else None."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    return record if record.get("done") else None
+
+
 def listdir_or_empty(path):
     """kvolumed removes these dirs while we look: gone means empty."""
     try:
@@ -71,10 +85,25 @@ def assert_nothing_left(env):
 
 
 def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
-    env = staged_volume_env
+    map_and_go_again(staged_volume_env)
+
+
+def test_block_publish_record_is_read_once_done_whatever_the_delay(volume_env):
+    """The test above read kvolumed's publish record as soon as the pod's
+    device was mapped, and under ASan once found it not done yet: "done" is
+    written after the mapping, which the test waited for.  strace makes
+    every rename (the record's replacement) take half a second, so the
+    record comes late every time; the test must wait for it."""
+    if not shutil.which("strace"):
+        pytest.fail("strace is needed (test/deps lists it)")
+    map_and_go_again(volume_env, wrapper=("strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+                                          "-e", "inject=rename,renameat,renameat2:delay_enter=500000"))
+
+
+def map_and_go_again(env, wrapper=()):
     env.csidriver(attachRequired=False)
     block_pv(env, "pv-blk", "vol-blk", "blk")
-    env.start()
+    env.start(wrapper=wrapper)
     pod = env.pod("web", [claim_volume("disk", "blk")], devices=["disk"])
     uid = pod["metadata"]["uid"]
     path = wait_mapped(env, pod, "pv-blk")
@@ -96,10 +125,11 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
                                 "nodeName": "test-node", "specVolID": "pv-blk", "volumeHandle": "vol-blk"}
     # kvolumed's record of the publish: in its own tree, never in kubelet's dirs.
     assert os.listdir(f"{env.root}/{BLOCK}/pv-blk/data") == ["vol_data.json"]
-    with open(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json") as f:
-        record = json.load(f)
-    assert record["done"] and record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
-                                                             os.minor(os.stat(device).st_rdev))
+    # Written "done" once the whole publish (call, then mapping) succeeded:
+    # the mapping the test waited for comes first, so wait for the record too.
+    record = wait_until(lambda: done_record(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json"),
+                        timeout=15, what="the publish recorded as done\n" + env.agent.output()[-3000:])
+    assert record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev), os.minor(os.stat(device).st_rdev))
 
     # Data written through the pod's device path is on the volume.
     data = os.urandom(4096)

@@ -781,7 +781,7 @@ def test_crash_matrix(volume_env, case):
     def check_in_use():
         if persistent:
             violation = in_use_violation(env, unique)
-            assert not violation, violation
+            assert not violation, violation + "\n" + env.agent.output()[-15000:]
 
     def remove_pods():
         for pod, _ in pods:
@@ -936,6 +936,44 @@ def held_call_records(env, flow, method):
 
 POWER_LOSS = [("inline", "NodePublishVolume"), ("persistent", "NodeStageVolume"),
               ("persistent", "NodePublishVolume")]
+
+
+def test_no_stage_while_our_patch_dropping_it_from_volumes_in_use_is_on_its_way(volume_env):
+    """After a crash during NodeStageVolume kvolumed finds the stage
+    uncertain, and its first pass (the pod's claim not looked up yet)
+    unstages it and patches volumesInUse without it.  The claim's lookup
+    then brings the volume back: it must not be staged again on the word of
+    a Node informer that does not show that patch yet, or the Node stops
+    listing a staged volume once the patch lands.  Here the lookup is slowed
+    to a second and the patch to three, so that the stage comes in that
+    window every time; under load it did now and then
+    (block-shared-NodeStageVolume-before-kept)."""
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-c", "vol-c", claim="c")
+    env.pvc("c", "pv-c")
+    attach(env, "pv-c", "vol-c")
+    unique = UNIQUE + "vol-c"
+    env.driver.control.hang("NodeStageVolume", count=1, when="before")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "c")])
+    env.driver.control.wait_hung("NodeStageVolume", timeout=15)
+    kill_agent(env)
+    env.driver.control.release("NodeStageVolume")
+    env.api.set_delay(1.0, path_prefix="/api/v1/namespaces/default/persistentvolumeclaims", method="GET")
+    env.api.set_delay(3.0, path_prefix="/api/v1/nodes/test-node/status", method="PATCH")
+    env.start()
+
+    deadline = time.monotonic() + 60
+    while not os.path.ismount(env.target(pod, "pv-c")):
+        assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
+        violation = in_use_violation(env, unique)
+        assert not violation, violation + "\n" + env.agent.output()[-6000:]
+        time.sleep(0.05)
+    assert unique in in_use(env)
+    env.api.set_delay(0)
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
 
 
 def test_in_use_check_sees_violations_and_not_an_unstage_between_its_looks(volume_env):

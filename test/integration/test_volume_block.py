@@ -39,6 +39,20 @@ def loops_backed_by(path):
     return found
 
 
+def loops_backed_by_prefix(root):
+    """Loop devices whose backing file is under root; one another test
+    detaches between the listing and the read is none of ours."""
+    found = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                if f.read().startswith(root):
+                    found.append(name)
+        except OSError:
+            pass
+    return found
+
+
 def mounts_under(root):
     with open("/proc/self/mountinfo") as f:
         return [line.split()[4] for line in f if line.split()[4].startswith(root + "/")]
@@ -78,9 +92,7 @@ def assert_nothing_left(env):
                and not any(listdir_or_empty(f"{block}/{d}") for d in listdir_or_empty(block)),
                timeout=15, what="no block dirs")
     wait_until(lambda: not listdir_or_empty(f"{env.root}/pods"), timeout=15, what="no pod dirs")
-    assert not [n for n in os.listdir("/sys/block") if n.startswith("loop") and
-                os.path.exists(f"/sys/block/{n}/loop/backing_file") and
-                open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
+    assert not loops_backed_by_prefix(env.root), "a loop lock remains"
     assert not env.driver.violations()
 
 

@@ -81,6 +81,20 @@ def in_use_violation(env, unique, read_node=in_use):
     return f"an attachable volume on the node is missing from volumesInUse {listed}: {before}"
 
 
+def loops_backed_under(root):
+    """Loop devices whose backing file is under root.  Other tests detach
+    theirs meanwhile: one gone between listing and reading is none of ours."""
+    found = []
+    for name in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                if f.read().startswith(root):
+                    found.append(name)
+        except OSError:
+            pass
+    return found
+
+
 def attach(env, pv, handle):
     """What the attach/detach controller and csi-attacher do for one volume."""
     node = env.node()
@@ -831,8 +845,7 @@ def test_crash_matrix(volume_env, case):
             time.sleep(0.05)
     assert_all_gone(env)
     if persistent:
-        assert not [n for n in os.listdir("/sys/block") if os.path.exists(f"/sys/block/{n}/loop/backing_file")
-                    and open(f"/sys/block/{n}/loop/backing_file").read().startswith(env.root)], "a loop lock remains"
+        assert not loops_backed_under(env.root), "a loop lock remains"
         # NodeUnstage only after every publish is gone: the driver's own
         # bookkeeping (a violation) and the order of the call log agree.
         calls = [c for c in env.calls() if c["code"] == "OK"]

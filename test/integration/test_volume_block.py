@@ -4,6 +4,7 @@ symlink and loop-device lock, and goes again leaving nothing behind."""
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 
@@ -100,7 +101,23 @@ def test_block_volume_is_mapped_into_the_pod_and_goes_again(staged_volume_env):
     map_and_go_again(staged_volume_env)
 
 
-def test_block_publish_record_is_read_once_done_whatever_the_delay(volume_env):
+def stop_traced_agent(env):
+    """Stops the kvolumed under strace: strace detaches on SIGTERM and would
+    leave it running.  SIGTERM to kvolumed itself, and strace ends with it."""
+    proc = env.agent.proc if env.agent else None
+    if not proc or proc.poll() is not None:
+        return
+    try:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:
+        children = []
+    for pid in children:
+        os.kill(pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def test_block_publish_record_is_read_once_done_whatever_the_delay(request, volume_env):
     """The test above read kvolumed's publish record as soon as the pod's
     device was mapped, and under ASan once found it not done yet: "done" is
     written after the mapping, which the test waited for.  strace makes
@@ -108,6 +125,7 @@ def test_block_publish_record_is_read_once_done_whatever_the_delay(volume_env):
     record comes late every time; the test must wait for it."""
     if not shutil.which("strace"):
         pytest.fail("strace is needed (test/deps lists it)")
+    request.addfinalizer(lambda: stop_traced_agent(volume_env))
     map_and_go_again(volume_env, wrapper=("strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
                                           "-e", "inject=rename,renameat,renameat2:delay_enter=500000"))
 

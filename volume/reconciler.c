@@ -63,6 +63,21 @@ static bool node_lists_in_use(VolumeManager *m, const char *unique_name) {
         return node && k8s_strv_contains(node->volumes_in_use, unique_name);
 }
 
+/* Whether the volume may be staged as far as volumesInUse goes: the Node
+ * lists it, and no patch of ours that drops it is in flight or answered but
+ * not yet shown by the informer.  Our own patch of a moment ago (a volume
+ * unstaged, then wanted again before the informer caught up) removes it
+ * from the Node whatever the informer still shows: staging on the
+ * informer's word would have the volume staged while the Node does not
+ * list it, and the attach/detach controller free to detach it. */
+static bool in_use_reported(VolumeManager *m, const char *unique_name) {
+        if (m->in_use_patching && !k8s_strv_contains(m->in_use_sending, unique_name))
+                return false;
+        if (m->in_use_sent && !k8s_strv_contains(m->in_use_sent, unique_name))
+                return false;
+        return node_lists_in_use(m, unique_name);
+}
+
 /* ---- 1. set up --------------------------------------------------------------------- */
 
 /* The volume (and the pod, when given; no volume: volumesInUse) must be
@@ -175,7 +190,7 @@ static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Des
                                 .volume_handle = s->handle };
                 log_fields_errno(LOG_ERR, r, &f, "Cannot look up VolumeAttachment %s: %m", va_name);
         }
-        if (node_lists_in_use(m, s->unique_name) && manager_node_lists_attached(m, s->unique_name) && r >= 0 &&
+        if (in_use_reported(m, s->unique_name) && manager_node_lists_attached(m, s->unique_name) && r >= 0 &&
             va && va->attached) {
                 actual_volume_set_attach_wait(av, 0);
                 av->attach_warned = false;
@@ -615,12 +630,22 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
  * showed our patch, whatever differs later is someone else's change). */
 #define IN_USE_ECHO_USEC (5 * USEC_PER_SEC)
 
+/* The volumes the Node informer lists: in_use_reported() may answer
+ * otherwise for them once a patch of ours ended or came back, and the
+ * stages it held wait for nothing else. */
+static void wake_in_use_listed(VolumeManager *m) {
+        const K8sNode *node = k8s_informer_get(m->node, NULL, m->node_name);
+        for (char **s = node ? node->volumes_in_use : NULL; s && *s; s++)
+                manager_schedule_volume_pass(m, *s);
+}
+
 static void on_in_use_patched(K8sClient *c, int error, const char *message, void *userdata) {
         VolumeManager *m = userdata;
         uint64_t now = 0;
 
         m->in_use_patching = false;
         m->in_use_dirty = true;
+        wake_in_use_listed(m);
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         if (error < 0) {
                 log_warning("Failed to update volumesInUse of node %s: %s", m->node_name, strempty(message));
@@ -656,8 +681,10 @@ void reconciler_node_seen(VolumeManager *m, const K8sNode *node) {
         m->in_use_dirty = true; /* compared with the Node's list */
         /* Our last patch has come back through the watch: from now on the
          * informer's list is the truth, and any difference is corrected at once. */
-        if (m->in_use_sent && node && same_set(node->volumes_in_use, m->in_use_sent))
+        if (m->in_use_sent && node && same_set(node->volumes_in_use, m->in_use_sent)) {
                 m->in_use_sent = k8s_strv_free(m->in_use_sent);
+                wake_in_use_listed(m);
+        }
 }
 
 /* Whether the volume belongs in volumesInUse: an attachable persistent
@@ -703,9 +730,11 @@ static void update_in_use(VolumeManager *m, PassState *ps) {
                         return;
         }
         qsort(wanted, n, sizeof(char *), cmp_str);
-        if (!node || same_set(wanted, listed)) {
+        if (!node || (same_set(wanted, listed) && (!m->in_use_sent || same_set(wanted, m->in_use_sent)))) {
                 /* No Node to patch (its owner re-creates it: the Node's event
-                 * dirties it again), or right already. */
+                 * dirties it again), or right already.  Not right when our
+                 * last patch, not shown by the informer yet, said otherwise:
+                 * the API server has that one. */
                 m->in_use_dirty = false;
                 return;
         }

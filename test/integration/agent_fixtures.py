@@ -152,6 +152,7 @@ class Agent:
         if notify:
             full_env["NOTIFY_SOCKET"] = notify.path
         full_env.update(env or {})
+        self.wrapper = tuple(wrapper)
         self.proc = subprocess.Popen([*wrapper, binary, "--config", config], stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=full_env)
 
@@ -175,8 +176,21 @@ class Agent:
             time.sleep(0.02)
         raise AssertionError(f"{text!r} not logged within {timeout}s:\n{self.output()}")
 
+    def traced_children(self):
+        """The kvolumed that a strace wrapper runs: strace detaches on
+        SIGTERM and would leave it running, so it is stopped itself."""
+        if not self.wrapper or os.path.basename(self.wrapper[0]) != "strace" or self.proc.poll() is not None:
+            return []
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                return [int(pid) for pid in f.read().split()]
+        except OSError:
+            return []
+
     def stop(self):
         if self.proc.poll() is None:
+            for pid in self.traced_children():
+                os.kill(pid, signal.SIGTERM)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
@@ -391,11 +405,35 @@ class VolumeEnv:
 STAGE_MOUNT_DEFAULT = os.environ.get("KVOLUMED_TEST_STAGE_MOUNT", "1") != "0"
 
 
+def _mounts_under(root):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(root + "/")]
+
+
+def _tear_down_after_failure(request, env):
+    """A test that failed half-way leaves pods whose volumes kvolumed keeps
+    set up: mounts and loop devices the mock driver's teardown would report
+    as leaks on top of the failure (and sweep away itself).  While kvolumed
+    runs, its own teardown goes first: every pod removed, then a while for
+    the mounts to go.  What it cannot take away is still reported."""
+    report = getattr(request.node, "rep_call", None)
+    if not report or not report.failed or not env.agent or env.agent.proc.poll() is not None:
+        return
+    items, _ = env.api.list("pods")
+    for pod in items:
+        env.api.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    while _mounts_under(env.root) and time.monotonic() < deadline and env.agent.proc.poll() is None:
+        time.sleep(0.1)
+
+
 @pytest.fixture
-def volume_env(fake_api, mock_csi_factory, start_agent, tmp_path):
+def volume_env(request, fake_api, mock_csi_factory, start_agent, tmp_path):
     """The node; the mock driver runs in tmpfs mode unless a test starts its own."""
     driver = mock_csi_factory(name=DRIVER, tmpfs=True, stage_mount=STAGE_MOUNT_DEFAULT)
-    return VolumeEnv(fake_api, driver, start_agent, tmp_path)
+    env = VolumeEnv(fake_api, driver, start_agent, tmp_path)
+    yield env
+    _tear_down_after_failure(request, env)
 
 
 STAGE_MODES = [True, False]
@@ -409,4 +447,6 @@ def staged_volume_env(request, fake_api, mock_csi_factory, start_agent, tmp_path
     hostpath driver; drivers whose stage prepares a device or a session),
     each publish then mounting the volume itself.  env.stage_mounts says which."""
     driver = mock_csi_factory(name=DRIVER, tmpfs=True, stage_mount=request.param)
-    return VolumeEnv(fake_api, driver, start_agent, tmp_path)
+    env = VolumeEnv(fake_api, driver, start_agent, tmp_path)
+    yield env
+    _tear_down_after_failure(request, env)

@@ -26,6 +26,16 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """item.rep_call: the test's own outcome, for fixtures whose teardown
+    differs after a failure (agent_fixtures._tear_down_after_failure)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.rep_call = report
+
+
 # kvolumed's default local API socket directory.  Every agent a test starts
 # without an [api] section makes its socket there: inside the suite's private
 # mount namespace a tmpfs over it keeps those sockets off the machine's /run.

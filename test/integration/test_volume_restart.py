@@ -42,6 +42,45 @@ def in_use(env):
     return (env.node().get("status") or {}).get("volumesInUse", [])
 
 
+def on_node_evidence(env):
+    """What says a volume is on the node (its dirs under plugins/, mounts
+    under root-dir), each with its identity (inode and ctime, mount ID):
+    equal before and after a read of the Node only if none of it went, or
+    went and came back, in between.  None while a dir goes as we look."""
+    found = []
+    for path in sorted(glob.glob(f"{env.root}/plugins/kubernetes.io/csi/*/*")):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        found.append((path, st.st_ino, st.st_ctime_ns))
+    with open("/proc/self/mountinfo") as f:
+        found += sorted((line.split()[4], line.split()[0]) for line in f
+                        if line.split()[4].startswith(env.root + "/"))
+    return found
+
+
+def in_use_violation(env, unique, read_node=in_use):
+    """The safety rule at one instant: an attachable volume on the node is
+    in Node.status.volumesInUse.  The Node is read between two looks at the
+    node; only when both looks see the same dirs and mounts was the volume
+    on the node for the whole read.  One look before the read is not enough:
+    kvolumed may finish an unstage and drop the volume from the list (the
+    right order) between them, and under load it did.  Returns what is
+    wrong, or None (also when nothing can be concluded)."""
+    if env.agent.proc.poll() is not None:
+        return None
+    before = on_node_evidence(env)
+    if not before:
+        return None
+    listed = read_node(env)
+    if on_node_evidence(env) != before or env.agent.proc.poll() is not None:
+        return None
+    if unique in listed:
+        return None
+    return f"an attachable volume on the node is missing from volumesInUse {listed}: {before}"
+
+
 def attach(env, pv, handle):
     """What the attach/detach controller and csi-attacher do for one volume."""
     node = env.node()
@@ -757,8 +796,9 @@ def test_crash_matrix(volume_env, case):
         return all(set_up(pod, spec_name) for pod, spec_name in pods)
 
     def check_in_use():
-        if persistent and on_node() and env.agent.proc.poll() is None:
-            assert unique in in_use(env), "an attachable volume on the node is missing from volumesInUse"
+        if persistent:
+            violation = in_use_violation(env, unique)
+            assert not violation, violation + "\n" + env.agent.output()[-15000:]
 
     def remove_pods():
         for pod, _ in pods:
@@ -912,6 +952,89 @@ def held_call_records(env, flow, method):
 
 POWER_LOSS = [("inline", "NodePublishVolume"), ("persistent", "NodeStageVolume"),
               ("persistent", "NodePublishVolume")]
+
+
+def test_no_stage_while_our_patch_dropping_it_from_volumes_in_use_is_on_its_way(volume_env):
+    """After a crash during NodeStageVolume kvolumed finds the stage
+    uncertain, and its first pass (the pod's claim not looked up yet)
+    unstages it and patches volumesInUse without it.  The claim's lookup
+    then brings the volume back: it must not be staged again on the word of
+    a Node informer that does not show that patch yet, or the Node stops
+    listing a staged volume once the patch lands.  Here the lookup is slowed
+    to a second and the patch to three, so that the stage comes in that
+    window every time; under load it did now and then
+    (block-shared-NodeStageVolume-before-kept)."""
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-c", "vol-c", claim="c")
+    env.pvc("c", "pv-c")
+    attach(env, "pv-c", "vol-c")
+    unique = UNIQUE + "vol-c"
+    env.driver.control.hang("NodeStageVolume", count=1, when="before")
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "c")])
+    env.driver.control.wait_hung("NodeStageVolume", timeout=15)
+    kill_agent(env)
+    env.driver.control.release("NodeStageVolume")
+    env.api.set_delay(1.0, path_prefix="/api/v1/namespaces/default/persistentvolumeclaims", method="GET")
+    env.api.set_delay(3.0, path_prefix="/api/v1/nodes/test-node/status", method="PATCH")
+    env.start()
+
+    def settled():
+        """Published again, listed, and no patch of the Node's status on its way."""
+        pending = [r for r in env.api.requests()
+                   if r["method"] == "PATCH" and r["path"] == "/api/v1/nodes/test-node/status" and r["status"] is None]
+        return os.path.ismount(env.target(pod, "pv-c")) and not pending and unique in in_use(env)
+
+    deadline = time.monotonic() + 60
+    while not settled():
+        assert time.monotonic() < deadline, "not published again after the restart\n" + env.agent.output()[-3000:]
+        violation = in_use_violation(env, unique)
+        assert not violation, violation + "\n" + env.agent.output()[-6000:]
+        time.sleep(0.05)
+    env.api.set_delay(0)
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
+
+
+def test_in_use_check_sees_violations_and_not_an_unstage_between_its_looks(volume_env):
+    """The crash matrix's check of volumesInUse, made deterministic: under
+    load it failed block-shared-NodeStageVolume-before-kept now and then.
+    There kvolumed unstaged a reconstructed volume after the restart (its
+    pods' claims not looked up yet) and dropped it from volumesInUse after
+    its dirs had gone, as it must; the check had looked at the node during
+    the unstage and read the Node after the drop, and took that for a
+    volume on the node missing from the list.  Here the unstage finishes
+    between the look and the read, every time; the check must see nothing
+    wrong, and still see a list without a volume that is on the node."""
+    env = volume_env
+    env.csidriver(attachRequired=True)
+    env.pv("pv-c", "vol-c", claim="c")
+    env.pvc("c", "pv-c")
+    attach(env, "pv-c", "vol-c")
+    unique = UNIQUE + "vol-c"
+    env.start()
+    pod = env.pod("web", [claim_volume("data", "c")])
+    env.wait_mounted(env.target(pod, "pv-c"))
+    wait_until(lambda: unique in in_use(env), timeout=15, what="volumesInUse lists the volume")
+
+    # A list without the volume while it is on the node: a violation.
+    assert in_use_violation(env, unique, read_node=lambda env: [])
+    assert not in_use_violation(env, unique)
+
+    env.driver.control.hang("NodeUnstageVolume", count=1, when="before")
+    env.api.remove("pods", "default", "web")
+    env.driver.control.wait_hung("NodeUnstageVolume", timeout=15)
+
+    def read_after_the_unstage(env):
+        """The unstage ends and the list drops the volume between the look and the read."""
+        env.driver.control.release("NodeUnstageVolume")
+        wait_until(lambda: unique not in in_use(env), timeout=15, what="volumesInUse drops the volume\n"
+                   + env.agent.output()[-3000:])
+        return in_use(env)
+
+    assert in_use_violation(env, unique, read_node=read_after_the_unstage) is None
+    assert_all_gone(env)
 
 
 @pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])

@@ -288,6 +288,7 @@ struct VolumeManager {
          * them), the lookups' epoch it began at, and whether the next pass
          * ends it (the sweep of lookups no slice used, volumesInUse). */
         ResyncList resync_pods, resync_volumes;
+        size_t resync_slice_items; /* RESYNC_SLICE_ITEMS; tests: KVOLUMED_TEST_RESYNC_SLICE_ITEMS */
         bool resync_in_round;
         size_t resync_slices;
         uint64_t resync_epoch;

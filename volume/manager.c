@@ -6,6 +6,7 @@
 
 #include "k8s/writers.h"
 #include "systemd/log.h"
+#include "systemd/testhook.h"
 #include "systemd/validate.h"
 #include "volume/internal.h"
 #include "volume/paths.h"
@@ -98,13 +99,14 @@ static void resync_slice(VolumeManager *m) {
         if (!m->resync_in_round) {
                 resync_list_rewind(&m->resync_pods);
                 resync_list_rewind(&m->resync_volumes);
-                m->resync_slices = resync_slices_for(MAX(m->resync_pods.n, m->resync_volumes.n));
+                m->resync_slices = resync_slices_for(MAX(m->resync_pods.n, m->resync_volumes.n),
+                                                     m->resync_slice_items);
                 m->resync_epoch = object_watches_round_begin(m->watches);
                 m->resync_in_round = true;
                 log_debug("Resync: a round over %zu pods and %zu volumes, in %zu slices", m->resync_pods.n,
                           m->resync_volumes.n, m->resync_slices);
         }
-        for (; pods < RESYNC_SLICE_ITEMS && (k = resync_list_take(&m->resync_pods)); pods++) {
+        for (; pods < m->resync_slice_items && (k = resync_list_take(&m->resync_pods)); pods++) {
                 PodEntry *e = (PodEntry *) ((char *) k - offsetof(PodEntry, resync));
                 _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
                 if (asker)
@@ -112,7 +114,7 @@ static void resync_slice(VolumeManager *m) {
                 e->dirty = true;
                 manager_schedule_pod_pass(m, e->uid);
         }
-        for (; volumes < RESYNC_SLICE_ITEMS && (k = resync_list_take(&m->resync_volumes)); volumes++) {
+        for (; volumes < m->resync_slice_items && (k = resync_list_take(&m->resync_volumes)); volumes++) {
                 ActualVolume *av = (ActualVolume *) ((char *) k - offsetof(ActualVolume, resync));
                 _cleanup_free_ char *asker = manager_asker_of_volume(av->unique_name);
                 if (asker)
@@ -125,6 +127,20 @@ static void resync_slice(VolumeManager *m) {
                 m->resync_round_ends = true;
                 (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
         }
+}
+
+/* Tests make the slices small, to see a round of a few pods rolled over
+ * several (KVOLUMED_TEST_RESYNC_SLICE_ITEMS). */
+static size_t resync_slice_items(void) {
+        const char *e = test_hook_getenv("RESYNC_SLICE_ITEMS");
+        unsigned long n;
+        char *end;
+
+        if (isempty(e))
+                return RESYNC_SLICE_ITEMS;
+        errno = 0;
+        n = strtoul(e, &end, 10);
+        return errno == 0 && *end == 0 && n > 0 ? n : RESYNC_SLICE_ITEMS;
 }
 
 static int on_resync(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -714,6 +730,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->wanters = hashmap_new();
         m->persistent = hashmap_new();
         m->verify_incremental = o->verify_incremental;
+        m->resync_slice_items = resync_slice_items();
         m->prepare_delay_usec = o->prepare_delay_usec;
         m->max_pending = o->max_pending ?: VOLUME_PENDING_PER_PARALLEL * 64;
         r = slices_new(&m->slices);

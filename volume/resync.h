@@ -44,7 +44,7 @@ static inline bool resync_list_done(const ResyncList *l) {
  * milliseconds. */
 #define RESYNC_SLICE_ITEMS 256
 
-/* How many slices a round of n items takes (at least one). */
-static inline size_t resync_slices_for(size_t n) {
-        return n == 0 ? 1 : (n + RESYNC_SLICE_ITEMS - 1) / RESYNC_SLICE_ITEMS;
+/* How many slices of per_slice items a round of n items takes (at least one). */
+static inline size_t resync_slices_for(size_t n, size_t per_slice) {
+        return n == 0 ? 1 : (n + per_slice - 1) / per_slice;
 }

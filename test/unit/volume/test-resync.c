@@ -72,7 +72,7 @@ static void test_a_quiet_round_takes_each_once_in_its_slices(void **state) {
         size_t slices = 0, n;
 
         reset(&l);
-        assert_int_equal(resync_slices_for(0), 1);
+        assert_int_equal(resync_slices_for(0, RESYNC_SLICE_ITEMS), 1);
         round_begin(&l);
         assert_int_equal(slice(&l), 0);
         assert_true(resync_list_done(&l));
@@ -87,7 +87,7 @@ static void test_a_quiet_round_takes_each_once_in_its_slices(void **state) {
                         assert_true(n > 0 && n <= RESYNC_SLICE_ITEMS);
                         slices++;
                 }
-                assert_int_equal(slices, resync_slices_for(1000));
+                assert_int_equal(slices, resync_slices_for(1000, RESYNC_SLICE_ITEMS));
                 for (size_t i = 0; i < 1000; i++)
                         assert_int_equal(items[i].taken, 1);
         }

@@ -82,8 +82,8 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 /* The safety net, rolling: each round looks at every pod and volume of the
- * node once, a slice of at most RESYNC_SLICE_ITEMS of each at a time, the
- * slices spread over resync-interval.  A slice is what the events of its
+ * node once, a slice of about RESYNC_SLICE_ITEMS volumes' worth of each at
+ * a time, the slices spread over resync-interval.  A slice is what the events of its
  * pods and volumes would be: their lookups fetched again (final or not),
  * the pods rebuilt, all of it planned by a scoped pass, whose decisions are
  * a full pass's (and which the tests' check verifies like any other).  Once
@@ -93,7 +93,7 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
  * again (pass_wake), and its end sweeps the lookups no pass used since it
  * began and compares volumesInUse with the Node (reconciler.c). */
 static void resync_slice(VolumeManager *m) {
-        size_t pods = 0, volumes = 0;
+        size_t pods = 0, volumes = 0, cost = 0;
         ResyncLink *k;
 
         if (!m->resync_in_round) {
@@ -106,9 +106,12 @@ static void resync_slice(VolumeManager *m) {
                 log_debug("Resync: a round over %zu pods and %zu volumes, in %zu slices", m->resync_pods.n,
                           m->resync_volumes.n, m->resync_slices);
         }
-        for (; pods < m->resync_slice_items && (k = resync_list_take(&m->resync_pods)); pods++) {
+        /* A pod costs the pass what its volumes do: a slice of pods of ten
+         * volumes each would otherwise plan ten times the volumes. */
+        for (; cost < m->resync_slice_items && (k = resync_list_take(&m->resync_pods)); pods++) {
                 PodEntry *e = (PodEntry *) ((char *) k - offsetof(PodEntry, resync));
                 _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
+                cost += MAX(e->desired ? e->desired->n_volumes : 0, (size_t) 1);
                 if (asker)
                         object_watches_refresh_asker(m->watches, asker);
                 e->dirty = true;

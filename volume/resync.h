@@ -39,9 +39,9 @@ static inline bool resync_list_done(const ResyncList *l) {
         return !l->cursor;
 }
 
-/* Items per slice, of each kind (pods, volumes): a slice's pass then costs
- * about what a burst of that many pod events does, a couple of
- * milliseconds. */
+/* Volumes per slice: as many volumes, and pods until their volumes add up
+ * to as many (a pod without any counts one).  A slice's pass then costs
+ * about what a burst of that many pods' events does, a few milliseconds. */
 #define RESYNC_SLICE_ITEMS 256
 
 /* How many slices of per_slice items a round of n items takes (at least one). */

@@ -16,6 +16,7 @@
 #include "volume/intent.h"
 #include "volume/manager.h"
 #include "volume/mounttable.h"
+#include "volume/resync.h"
 #include "volume/rootdir.h"
 #include "volume/runtime.h"
 #include "volume/selinux.h"
@@ -90,6 +91,7 @@ typedef struct FsGroupWalk FsGroupWalk;
  * persistent volumes, per pod and volume for inline ones). */
 typedef struct ActualVolume {
         char *unique_name;
+        ResyncLink resync;      /* in the rolling resync's order (manager.c), while in m->volumes */
         VolumeLifecycle lifecycle;
         bool block;             /* a raw block volume (volumeMode Block, used through volumeDevices) */
         char *driver;
@@ -198,6 +200,7 @@ typedef struct PodEntry {
         Hashmap *reported;      /* volume name → the last wait/failure message sent as an event */
         Hashmap *final;         /* volume name → non-NULL: the latest pass reported a FailedMount (podview.c) */
         unsigned counted_desired, counted_waiting; /* what desired adds to VolumeCounts (counts.c) */
+        ResyncLink resync;      /* in the rolling resync's order (manager.c) */
 } PodEntry;
 
 typedef struct PodWatch PodWatch;
@@ -297,6 +300,17 @@ struct VolumeManager {
         unsigned max_pending;   /* operations started and unfinished, per driver */
         sd_event_source *retry_timer;    /* the next backoff expiry */
         sd_event_source *resync_timer;
+        /* The rolling resync (manager.c): the pods and volumes in the order
+         * its slices take them; whether a round is under way, how many
+         * slices it was given (the timer's step is the interval divided by
+         * them), the lookups' epoch it began at, and whether the next pass
+         * ends it (the sweep of lookups no slice used, volumesInUse). */
+        ResyncList resync_pods, resync_volumes;
+        size_t resync_slice_items; /* RESYNC_SLICE_ITEMS; tests: KVOLUMED_TEST_RESYNC_SLICE_ITEMS */
+        bool resync_in_round;
+        size_t resync_slices;
+        uint64_t resync_epoch;
+        bool resync_round_ends;
         unsigned n_running;
         bool stopping;
         volume_manager_stopped_t stopped;

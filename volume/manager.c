@@ -6,6 +6,7 @@
 
 #include "k8s/writers.h"
 #include "systemd/log.h"
+#include "systemd/testhook.h"
 #include "systemd/trace.h"
 #include "systemd/validate.h"
 #include "volume/internal.h"
@@ -83,17 +84,77 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* The safety net, rolling: each round looks at every pod and volume of the
+ * node once, a slice of about RESYNC_SLICE_ITEMS volumes' worth of each at
+ * a time, the slices spread over resync-interval.  A slice is what the events of its
+ * pods and volumes would be: their lookups fetched again (final or not),
+ * the pods rebuilt, all of it planned by a scoped pass, whose decisions are
+ * a full pass's (and which the tests' check verifies like any other).  Once
+ * a full pass per interval did it all at once: ~70 ms beside 10,000
+ * volumes, during which a new pod waited.  What that pass did for the whole
+ * node is done by the round: the retries of what a slice plans are noted
+ * again (pass_wake), and its end sweeps the lookups no pass used since it
+ * began and compares volumesInUse with the Node (reconciler.c). */
+static void resync_slice(VolumeManager *m) {
+        size_t pods = 0, volumes = 0, cost = 0;
+        ResyncLink *k;
+
+        if (!m->resync_in_round) {
+                resync_list_rewind(&m->resync_pods);
+                resync_list_rewind(&m->resync_volumes);
+                m->resync_slices = resync_slices_for(MAX(m->resync_pods.n, m->resync_volumes.n),
+                                                     m->resync_slice_items);
+                m->resync_epoch = object_watches_round_begin(m->watches);
+                m->resync_in_round = true;
+                log_debug("Resync: a round over %zu pods and %zu volumes, in %zu slices", m->resync_pods.n,
+                          m->resync_volumes.n, m->resync_slices);
+        }
+        /* A pod costs the pass what its volumes do: a slice of pods of ten
+         * volumes each would otherwise plan ten times the volumes. */
+        for (; cost < m->resync_slice_items && (k = resync_list_take(&m->resync_pods)); pods++) {
+                PodEntry *e = (PodEntry *) ((char *) k - offsetof(PodEntry, resync));
+                _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
+                cost += MAX(e->desired ? e->desired->n_volumes : 0, (size_t) 1);
+                if (asker)
+                        object_watches_refresh_asker(m->watches, asker);
+                e->dirty = true;
+                manager_schedule_pod_pass(m, e->uid);
+        }
+        for (; volumes < m->resync_slice_items && (k = resync_list_take(&m->resync_volumes)); volumes++) {
+                ActualVolume *av = (ActualVolume *) ((char *) k - offsetof(ActualVolume, resync));
+                _cleanup_free_ char *asker = manager_asker_of_volume(av->unique_name);
+                if (asker)
+                        object_watches_refresh_asker(m->watches, asker);
+                manager_schedule_volume_pass(m, av->unique_name);
+        }
+        log_debug("Resync: a slice of %zu pods and %zu volumes", pods, volumes);
+        if (resync_list_done(&m->resync_pods) && resync_list_done(&m->resync_volumes)) {
+                m->resync_in_round = false;
+                m->resync_round_ends = true;
+                (void) sd_event_source_set_enabled(m->pass_source, SD_EVENT_ONESHOT);
+        }
+}
+
+/* Tests make the slices small, to see a round of a few pods rolled over
+ * several (KVOLUMED_TEST_RESYNC_SLICE_ITEMS). */
+static size_t resync_slice_items(void) {
+        const char *e = test_hook_getenv("RESYNC_SLICE_ITEMS");
+        unsigned long n;
+        char *end;
+
+        if (isempty(e))
+                return RESYNC_SLICE_ITEMS;
+        errno = 0;
+        n = strtoul(e, &end, 10);
+        return errno == 0 && *end == 0 && n > 0 ? n : RESYNC_SLICE_ITEMS;
+}
+
 static int on_resync(sd_event_source *s, uint64_t usec, void *userdata) {
         VolumeManager *m = userdata;
-        void *value;
 
-        log_debug("Resync: reading the claims, volumes and attachments in use again, rebuilding every pod");
-        object_watches_refresh_all(m->watches);
-        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);)
-                ((PodEntry *) value)->dirty = true;
-        (void) sd_event_source_set_time_relative(s, m->resync_interval_usec);
+        resync_slice(m);
+        (void) sd_event_source_set_time_relative(s, m->resync_interval_usec / MAX(m->resync_slices, (size_t) 1));
         (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
-        manager_schedule_pass(m);
         return 0;
 }
 
@@ -268,6 +329,7 @@ int manager_add_volume(VolumeManager *m, ActualVolume *av) {
         pod_index_add_volume(m->pod_index, av);
         actual_volume_count_in(av, &m->counts);
         mount_watch_add_volume(m, av);
+        resync_list_add(&m->resync_volumes, &av->resync);
         return 0;
 }
 
@@ -278,6 +340,7 @@ void manager_remove_volume(VolumeManager *m, ActualVolume *av) {
         av->pod_index = NULL;
         actual_volume_count_out(av);
         mount_watch_remove_volume(m, av);
+        resync_list_remove(&m->resync_volumes, &av->resync);
 }
 
 /* ---- pods --------------------------------------------------------------------------- */
@@ -351,6 +414,7 @@ static void pod_changed(VolumeManager *m, const K8sPod *pod) {
                         pod_entry_free(e);
                         return;
                 }
+                resync_list_add(&m->resync_pods, &e->resync);
         }
         (void) free_and_strdup(&e->namespace, pod->meta.namespace);
         (void) free_and_strdup(&e->name, pod->meta.name);
@@ -395,6 +459,7 @@ static void on_pod_delete(K8sInformer *i, const void *old, void *userdata) {
         if (e) {
                 desired_forgotten(m, e);
                 forget_lookups(m, e);
+                resync_list_remove(&m->resync_pods, &e->resync);
         }
         pod_entry_free(e);
         manager_schedule_pod_pass(m, pod->meta.uid);
@@ -685,6 +750,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->wanters = hashmap_new();
         m->persistent = hashmap_new();
         m->verify_incremental = o->verify_incremental;
+        m->resync_slice_items = resync_slice_items();
         m->prepare_delay_usec = o->prepare_delay_usec;
         m->max_pending = o->max_pending ?: VOLUME_PENDING_PER_PARALLEL * 64;
         r = slices_new(&m->slices);

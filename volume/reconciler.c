@@ -789,8 +789,8 @@ static void plan_pod(VolumeManager *m, PassState *ps, PodEntry *e) {
                 plan_desired_volume(m, ps, e, e->desired, &e->desired->volumes[v]);
 }
 
-/* Every pod and every volume: the first pass, the resync, and whatever may
- * concern any volume (a CSIDriver, the Node, a registration, a lookup's
+/* Every pod and every volume: the first pass, and whatever may concern any
+ * volume (a CSIDriver, the Node, a registration, a lookup's
  * answer, a timer).  The check (ps->verify) plans on the desired state as it
  * is, rebuilding nothing. */
 static void plan_everything(VolumeManager *m, PassState *ps) {
@@ -969,6 +969,11 @@ void reconciler_pass(VolumeManager *m) {
                 m->in_use_dirty = true; /* a CSIDriver, the Node, a retry: anything */
                 plan_everything(m, &ps);
         }
+        /* The rolling resync's round ends with this pass (its last slice is
+         * in the scope): volumesInUse compared with the Node, as the full
+         * pass of the resync did (manager.c). */
+        if (m->resync_round_ends)
+                m->in_use_dirty = true;
         podview_pass_begins(m, full);
         dirty_clear(m->dirty_pods);
         dirty_clear(m->dirty_volumes);
@@ -1008,6 +1013,11 @@ void reconciler_pass(VolumeManager *m) {
         free(ps.ops);
         if (full)
                 object_watches_sweep(m->watches);
+        /* ... and the lookups no pass used since the round began go. */
+        if (m->resync_round_ends) {
+                m->resync_round_ends = false;
+                object_watches_round_sweep(m->watches, m->resync_epoch);
+        }
         if (!wakes_broken(m))
                 manager_arm_retry_timer(m, wakes_next(m));
         else if (full)

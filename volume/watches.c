@@ -30,7 +30,10 @@ typedef struct ObjectEntry {
         bool forbidden_reported;      /* object_watches_get says -EACCES */
         char *error;                  /* why the last GET failed; NULL after a success */
 
-        bool marked;
+        /* The epoch of its last lookup: a full pass's sweep keeps what it
+         * looked up (the current epoch), a resync round's what was looked
+         * up since the round began. */
+        uint64_t marked;
         /* Who looked it up since the last full pass began (keys; values
          * unused): told of its changes.  NULL until someone asks. */
         Hashmap *askers;
@@ -48,6 +51,7 @@ struct ObjectWatches {
         Hashmap *refresh_due; /* key → ObjectEntry: to GET at the refresh source */
         Hashmap *by_asker;    /* asker → Hashmap of the keys of the entries it looked up */
         sd_event_source *refresh_source; /* runs the refreshes asked for in this iteration */
+        uint64_t epoch;       /* begins with a full pass or a resync round */
         object_watches_changed_t changed;
         void *userdata;
 };
@@ -379,9 +383,9 @@ void object_watches_begin(ObjectWatches *w) {
         void *value;
 
         by_asker_clear(w);
+        w->epoch++;
         for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
                 ObjectEntry *e = value;
-                e->marked = false;
                 e->askers = hashmap_free(e->askers);
                 e->askers_unknown = false;
         }
@@ -407,13 +411,13 @@ void object_watches_forget_asker(ObjectWatches *w, const char *asker) {
         }
 }
 
-void object_watches_sweep(ObjectWatches *w) {
+static void sweep(ObjectWatches *w, uint64_t since) {
         const char *key;
         void *value;
 
         for (size_t i = 0; hashmap_iterate(w->entries, &i, &key, &value);) {
                 ObjectEntry *e = value;
-                if (e->marked)
+                if (e->marked >= since)
                         continue;
                 log_debug("No longer looking up %s", key);
                 hashmap_remove(w->entries, key);
@@ -421,47 +425,68 @@ void object_watches_sweep(ObjectWatches *w) {
         }
 }
 
+void object_watches_sweep(ObjectWatches *w) {
+        sweep(w, w->epoch);
+}
+
 size_t object_watches_count(ObjectWatches *w) {
         return hashmap_size(w->entries);
 }
 
-static void refresh(ObjectWatches *w, const K8sKind *kind, bool final_too) {
-        bool any = false;
-        void *value;
-
-        for (size_t i = 0; hashmap_iterate(final_too ? w->entries : w->unsettled, &i, NULL, &value);) {
-                ObjectEntry *e = value;
-                if ((kind && e->kind != kind) || (!final_too && entry_final(e)))
-                        continue;
-                /* A GET the server failed (5xx, 429, no connection) waits for
-                 * its backoff and Retry-After: a pod event does not make the
-                 * server any better.  A 403 may be the graph's lag, which the
-                 * event can end. */
-                if (e->failures > 0 || hashmap_get(w->refresh_due, e->key))
-                        continue;
-                if (hashmap_put(w->refresh_due, e->key, e, NULL) < 0) {
-                        /* The backoff's timer asks again. */
-                        log_warning("Out of memory: %s is not looked up again at once", e->key);
-                        continue;
-                }
-                any = true;
+static void refresh_entry(ObjectWatches *w, ObjectEntry *e) {
+        /* A GET the server failed (5xx, 429, no connection) waits for its
+         * backoff and Retry-After: a pod event does not make the server any
+         * better.  A 403 may be the graph's lag, which the event can end. */
+        if (e->failures > 0 || hashmap_get(w->refresh_due, e->key))
+                return;
+        if (hashmap_put(w->refresh_due, e->key, e, NULL) < 0) {
+                /* The backoff's timer asks again. */
+                log_warning("Out of memory: %s is not looked up again at once", e->key);
+                return;
         }
         /* A deferred source runs once per loop iteration however often it is
          * enabled: a burst of pod events costs one GET per object. */
-        if (any)
-                (void) sd_event_source_set_enabled(w->refresh_source, SD_EVENT_ONESHOT);
+        (void) sd_event_source_set_enabled(w->refresh_source, SD_EVENT_ONESHOT);
 }
 
 void object_watches_refresh(ObjectWatches *w, const K8sKind *kind) {
+        void *value;
+
         /* A final answer stays so for as long as a pod uses the object (a
          * bound claim's volumeName cannot change, a claim in use cannot be
          * deleted): fetching every one again on each pod update would cost
          * pods × claims GETs. */
-        refresh(w, kind, false);
+        for (size_t i = 0; hashmap_iterate(w->unsettled, &i, NULL, &value);) {
+                ObjectEntry *e = value;
+                if ((kind && e->kind != kind) || entry_final(e))
+                        continue;
+                refresh_entry(w, e);
+        }
 }
 
-void object_watches_refresh_all(ObjectWatches *w) {
-        refresh(w, NULL, true);
+void object_watches_refresh_asker(ObjectWatches *w, const char *asker) {
+        Hashmap *keys = asker ? hashmap_get(w->by_asker, asker) : NULL;
+        void *value;
+
+        for (size_t i = 0; keys && hashmap_iterate(keys, &i, NULL, &value);)
+                refresh_entry(w, value);
+}
+
+uint64_t object_watches_round_begin(ObjectWatches *w) {
+        return ++w->epoch;
+}
+
+void object_watches_round_sweep(ObjectWatches *w, uint64_t epoch) {
+        void *value;
+
+        sweep(w, epoch);
+        /* What no asker is known for is not refreshed by its asker's
+         * slice: the end of the round does it. */
+        for (size_t i = 0; hashmap_iterate(w->entries, &i, NULL, &value);) {
+                ObjectEntry *e = value;
+                if (e->askers_unknown)
+                        refresh_entry(w, e);
+        }
 }
 
 static int entry_key(const K8sKind *kind, const char *namespace, const char *name, char **ret) {
@@ -547,7 +572,7 @@ int object_watches_get(ObjectWatches *w, const K8sKind *kind, const char *namesp
                         return r;
                 }
         }
-        e->marked = true;
+        e->marked = w->epoch;
         entry_note_asker(e, asker);
         if (e->forbidden_reported)
                 return -EACCES;

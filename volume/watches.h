@@ -70,12 +70,13 @@ const char *object_watches_error(ObjectWatches *w, const K8sKind *kind, const ch
  * made them final does not change while a pod uses the object, and a burst
  * of pods on one claim must cost one GET. */
 void object_watches_refresh(ObjectWatches *w, const K8sKind *kind);
-/* The safety-net resync: every cached entry, final or not, is fetched again
- * soon.  What made an entry final may still be undone by hand (a PV whose
- * protection finalizer was removed, deleted and re-created under the same
- * name): the reconciler must hear of it, if only to say it keeps what the
- * running pod resolved. */
-void object_watches_refresh_all(ObjectWatches *w);
+/* The safety-net resync's slice (manager.c): every entry the asker looked
+ * up, final or not, is fetched again soon.  What made an entry final may
+ * still be undone by hand (a PV whose protection finalizer was removed,
+ * deleted and re-created under the same name): the reconciler must hear of
+ * it, if only to say it keeps what the running pod resolved.  An asker at a
+ * time, the GETs of a round are spread over it as its slices are. */
+void object_watches_refresh_asker(ObjectWatches *w, const char *asker);
 /* The asker needs nothing any more (a pod deleted or gone from the node):
  * the entries only it looked up and not in their final state (a claim not
  * bound, not found, refused) are dropped at once, their GETs cancelled;
@@ -87,5 +88,14 @@ void object_watches_refresh_all(ObjectWatches *w);
 void object_watches_forget_asker(ObjectWatches *w, const char *asker);
 /* The pass is over: entries no lookup marked are dropped, their GETs cancelled. */
 void object_watches_sweep(ObjectWatches *w);
+/* A rolling resync's round (manager.c) begins: returns its epoch, for the
+ * sweep at its end.  Askers are kept (the round's slices look up again
+ * only the pods and volumes they take). */
+uint64_t object_watches_round_begin(ObjectWatches *w);
+/* The round is over: entries not looked up since its epoch (by a slice, a
+ * scoped or a full pass) are dropped, as a full pass's sweep does; and
+ * those no asker is known for are fetched again (their askers' slices could
+ * not). */
+void object_watches_round_sweep(ObjectWatches *w, uint64_t epoch);
 
 size_t object_watches_count(ObjectWatches *w);

@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""The safety-net resync's benchmark (issue 31), run by test/bench/resync.sh
+as root inside a private mount namespace: beside --level published inline
+volumes (mount_bench's fill), --pods single pods created one after the
+other across several resyncs ([agent] resync-interval = --resync), and the
+spread of their overheads: median, p99, max and max/median.  Before the
+rolling resync, the pod that met the resync's full pass waited for it (~70
+ms beside 10,000 volumes); the goal is max ≤ 2 × median.  A pod's overhead
+is mount_bench's: its creation in the API → the driver's receipt of its
+NodePublishVolume.  The machine's load (os.getloadavg) is reported before
+and after, as other work may share it.  Prints a Markdown report and writes
+it (and JSON) to --report."""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from benchlib import kvolumed_path, machine, percentile  # noqa: E402
+from mount_bench import Node, log  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--level", type=int, default=10000, help="published volumes beside the new pods")
+    ap.add_argument("--volumes", type=int, default=10, help="inline volumes per filling pod")
+    ap.add_argument("--pods", type=int, default=1000, help="single pods, one after the other")
+    ap.add_argument("--resync", default="30s", help="[agent] resync-interval")
+    ap.add_argument("--settle", type=float, default=2.0, help="seconds after READY before measuring")
+    ap.add_argument("--idle", type=float, default=0.0)
+    ap.add_argument("--workdir", default="/var/tmp")
+    ap.add_argument("--label", default="", help="what build this is, for the report")
+    ap.add_argument("--log-level", default="warning", help="kvolumed's; its log is kept beside the report")
+    ap.add_argument("--report", default="/var/tmp/kvolumed-resync-bench.md")
+    args = ap.parse_args()
+
+    node = Node(args)
+    node.config_text = node.config_text.replace("[agent]\n", f"[agent]\nresync-interval = {args.resync}\n", 1)
+    node.config_text = node.config_text.replace("[log]\nlevel = warning\n", f"[log]\nlevel = {args.log_level}\n")
+    res = {"machine": machine(node.root), "args": vars(args), "binary": kvolumed_path(),
+           "load_before": os.getloadavg()}
+    try:
+        node.start("kernel", args.level)
+        node.fill(args.level)
+        t0 = time.monotonic()
+        o = node.single_pods(f"resync-{args.level}", args.pods)
+        res["pods_seconds"] = time.monotonic() - t0
+    finally:
+        node.stop_agent()
+        shutil.copyfile(os.path.join(node.work, "kvolumed.log"), args.report.removesuffix(".md") + ".kvolumed.log")
+        node.close()
+    res["load_after"] = os.getloadavg()
+    med, p99, mx = statistics.median(o), percentile(o, 99), max(o)
+    res.update({"median_ms": med, "p99_ms": p99, "max_ms": mx, "max_over_median": mx / med, "all_ms": o})
+    slowest = sorted(range(len(o)), key=lambda i: o[i])[-5:]
+    lines = [f"# kvolumed resync benchmark (issue 31) {args.label}", "",
+             f"Machine: {json.dumps(res['machine'])}", "",
+             f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}", "",
+             f"Load (1, 5, 15 min) before {res['load_before']}, after {res['load_after']}.", "",
+             f"{args.pods} pods one after the other over {res['pods_seconds']:.0f} s "
+             f"(resync-interval {args.resync}) beside {args.level} volumes: overhead (ms), creation → "
+             "NodePublishVolume.", "",
+             "| median | p99 | max | max/median |", "|---:|---:|---:|---:|",
+             f"| {med:.2f} | {p99:.2f} | {mx:.2f} | {mx / med:.2f} |", "",
+             "Slowest five (pod index: ms): " + ", ".join(f"{i}: {o[i]:.1f}" for i in slowest)]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.report, "w") as f:
+        f.write(text)
+    with open(args.report.removesuffix(".md") + ".json", "w") as f:
+        json.dump(res, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The safety-net resync rolls over the node in slices (issue 31): each
+round looks at every pod and volume once, a few at a time, spread over
+resync-interval, instead of one full pass that grew with the node.  What
+the full pass guaranteed, the round still does: every lookup read again
+(final answers too), the lookups no pod uses any more swept, retries kept
+at their backoff.  Each slice is a scoped pass, which the suite's
+KVOLUMED_TEST_VERIFY_INCREMENTAL checks against a full one like any other.
+Here resync-interval is 1 s and a slice two pods and two volumes."""
+import re
+import time
+
+from integration.agent_fixtures import wait_until
+
+PVC_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/"
+PV_PATH = "/api/v1/persistentvolumes/"
+ROLLING = {"agent": "resync-interval = 1s\n", "env": {"KVOLUMED_TEST_RESYNC_SLICE_ITEMS": "2"}}
+
+
+def claim_volume(name, claim):
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
+def gets(env, path, since=0.0):
+    return [r for r in env.api.requests() if r["method"] == "GET" and r["path"] == path and r["time"] >= since]
+
+
+def claims(env, n):
+    env.csidriver(attachRequired=False)
+    for i in range(n):
+        env.pv(f"pv-{i}", f"vol-{i}", claim=f"c{i}")
+        env.pvc(f"c{i}", f"pv-{i}")
+
+
+def mounted_pods(env, n):
+    pods = [env.pod(f"p{i}", [claim_volume("data", f"c{i}")]) for i in range(n)]
+    for i, p in enumerate(pods):
+        env.wait_mounted(env.target(p, f"pv-{i}"), timeout=60)
+    return pods
+
+
+def test_a_round_takes_every_pod_and_volume_in_slices(volume_env):
+    env = volume_env
+    claims(env, 5)
+    env.start(**ROLLING)
+    mounted_pods(env, 5)
+    # Five pods and five volumes: three slices of at most two of each.
+    env.agent.wait_for_log("Resync: a round over 5 pods and 5 volumes, in 3 slices", timeout=60)
+    slices = [(int(p), int(v)) for p, v in
+              re.findall(r"Resync: a slice of (\d+) pods and (\d+) volumes", env.agent.output())]
+    assert slices and all(p <= 2 and v <= 2 for p, v in slices), slices
+    # A bound claim's PV is a final answer, read again only by its pod's
+    # slice: one re-created by hand under the same name is noticed (and the
+    # running pod keeps what it resolved).
+    env.api.remove("persistentvolumes", None, "pv-3")
+    env.pv("pv-3", "vol-other", claim="c3")
+    env.wait_event("VolumeSourceChanged", "vol-other", timeout=60)
+
+
+def test_the_round_sweeps_the_lookups_of_a_deleted_pod(volume_env):
+    """A deleted pod's claim and PV have final answers: kept for pods that
+    may still want them, until a sweep finds that no pass looked them up
+    since its round began.  The round's end sweeps them (once, the full
+    pass of the resync did); then nothing reads them again."""
+    env = volume_env
+    claims(env, 3)
+    env.start(**ROLLING)
+    mounted_pods(env, 3)
+    env.api.remove("pods", "default", "p1")
+    env.agent.wait_for_log("No longer looking up PersistentVolumeClaim/default/c1", timeout=60)
+    env.agent.wait_for_log("No longer looking up PersistentVolume//pv-1", timeout=60)
+    swept = time.time()
+    # Rounds go on (their slices read the other pods' claims), without these.
+    wait_until(lambda: gets(env, PVC_PATH + "c0", since=swept) and gets(env, PVC_PATH + "c2", since=swept), 60,
+               what="a later round reading the other claims")
+    assert not gets(env, PVC_PATH + "c1", since=swept + 0.5)
+    assert "No longer looking up PersistentVolumeClaim/default/c0" not in env.agent.output()
+
+
+def test_a_failing_publish_keeps_its_backoff_across_slices(volume_env):
+    """A publish that fails is retried at its backoff (500 ms, doubling),
+    whatever slices plan its volume meanwhile: a slice neither retries it
+    early nor loses its retry."""
+    env = volume_env
+    claims(env, 3)
+    env.start(**ROLLING)
+    env.driver.control.fail_next("NodePublishVolume", "INTERNAL", "disk on fire", count=1000)
+    pods = [env.pod(f"p{i}", [claim_volume("data", f"c{i}")]) for i in range(3)]
+    env.wait_calls("NodePublishVolume", 3, timeout=60)
+    seen = len(env.agent.output())
+    # Two rounds of slices over the failing volumes, then the driver heals.
+    wait_until(lambda: env.agent.output()[seen:].count("Resync: a round over") >= 2, 60,
+               what="two resync rounds while the publishes fail")
+    env.driver.control.clear_faults("NodePublishVolume")
+    for i, p in enumerate(pods):
+        env.wait_mounted(env.target(p, f"pv-{i}"), timeout=60)
+    env.wait_calls("NodePublishVolume", 1, code="OK", timeout=60)
+    by_volume = {}
+    for c in env.calls("NodePublishVolume"):
+        by_volume.setdefault(c["request"]["volume_id"], []).append(c["time"])
+    for volume, times in by_volume.items():
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert gaps, (volume, times)
+        # 500 ms, then doubling: never earlier, however many slices came between.
+        assert all(g >= 0.45 * 2 ** i for i, g in enumerate(gaps)), (volume, gaps)

@@ -9,6 +9,7 @@
 #include "k8s/client.h"
 #include "k8s/json.h"
 #include "k8s/ratelimit.h"
+#include "k8s/reachability.h"
 #include "systemd/curl-loop.h"
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
@@ -34,6 +35,7 @@ struct K8sRequest {
         bool retried_credentials;
         bool probe;          /* let through alone while the host is taken for down */
         unsigned host_epoch; /* the host backoff's epoch when it started */
+        unsigned reach_epoch; /* the reachability's epoch when it started */
         char *method;
         char *path;
         char *content_type;
@@ -78,11 +80,7 @@ struct K8sClient {
          * a claim must not ignore the Retry-After its lookup was given. */
         Hashmap *held_paths; /* path → uint64_t *: not before (CLOCK_MONOTONIC) */
         char *host_label;    /* the server's host[:port], for the request hook */
-        /* Reachability: since when no request got an HTTP answer (0: one did),
-         * the last failure, and how many failed since. */
-        uint64_t unreachable_since;
-        char *unreachable_error;
-        unsigned unreachable_failures;
+        K8sReachability reach; /* k8s/reachability.h */
         k8s_request_hook_t request_hook;
         void *request_hook_userdata;
 };
@@ -132,27 +130,22 @@ static char *server_host(const char *server) {
  * their owners with their own backoffs, and one line each per retry told the
  * operator nothing more (three informers made about one line a second). */
 static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp) {
+        uint64_t down_usec = 0;
+        unsigned failures = 0;
+
         /* A watch cut after its answer started says nothing of the server now. */
         if (resp->status > 0 && !(r->watch && resp->error < 0)) {
-                if (c->unreachable_since == 0)
+                if (k8s_reachability_answered(&c->reach, r->reach_epoch, now_usec(), &down_usec, &failures) !=
+                    K8S_REACHABILITY_BACK || c->quiet_reachability)
                         return;
-                if (!c->quiet_reachability)
-                        log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
-                         c->auth->server, (double) (now_usec() - c->unreachable_since) / USEC_PER_SEC,
-                         c->unreachable_failures);
-                c->unreachable_since = 0;
-                c->unreachable_failures = 0;
-                c->unreachable_error = mfree_str(c->unreachable_error);
+                log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
+                         c->auth->server, (double) down_usec / USEC_PER_SEC, failures);
                 return;
         }
         if (!k8s_response_unreachable(resp))
                 return;
-        c->unreachable_failures++;
-        (void) free_and_strdup(&c->unreachable_error, strempty(resp->message));
-        if (c->unreachable_since != 0)
-                return;
-        c->unreachable_since = now_usec();
-        if (c->quiet_reachability)
+        if (k8s_reachability_failed(&c->reach, r->reach_epoch, resp->message, now_usec()) !=
+            K8S_REACHABILITY_DOWN || c->quiet_reachability)
                 return;
         log_warning("API server %s is unreachable: %s. Check that this is the API server's address (the "
                     "kubeconfig's server, or [kubernetes] server), that this node reaches it (DNS, routes, "
@@ -163,8 +156,8 @@ static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sRespon
 
 uint64_t k8s_client_unreachable_since(K8sClient *c, const char **ret_error) {
         if (ret_error)
-                *ret_error = c->unreachable_error;
-        return c->unreachable_since;
+                *ret_error = c->reach.error;
+        return c->reach.unreachable_since;
 }
 
 /* --- credentials ------------------------------------------------------------ */
@@ -712,6 +705,7 @@ static int request_start(K8sRequest *r) {
                 return k;
         r->started_usec = now_usec();
         r->probe = k8s_host_backoff_begin(&c->host, &r->host_epoch);
+        r->reach_epoch = k8s_reachability_begin(&c->reach);
         r->state = REQUEST_RUNNING;
         r->prev = NULL;
         r->next = c->running;
@@ -969,7 +963,7 @@ K8sClient *k8s_client_free(K8sClient *c) {
         k8s_auth_free(c->auth);
         free(c->user_agent);
         free(c->host_label);
-        free(c->unreachable_error);
+        k8s_reachability_done(&c->reach);
         sd_event_unref(c->event);
         free(c);
         return NULL;

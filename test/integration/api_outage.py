@@ -9,12 +9,30 @@ import threading
 
 
 class ApiOutage:
+    """The port is the relay's from start to close, down included: a socket
+    stays bound to it, listening while up and not while down (connections
+    are refused all the same).  Closing it while down let any connect() on
+    the machine (kvolumed's retries, other tests under xdist) take the port
+    as its ephemeral local port, and up() failed with EADDRINUSE."""
+
     def __init__(self, api):
         self.api = api
-        self.port = None
-        self._lock = threading.Lock()
-        self._listener = None
+        self._cond = threading.Condition()
+        self._listening = False
+        self._closed = False
         self._conns = []
+        # An explicit bind keeps the port across shutdown() (a socket bound
+        # to port 0 gives its port back when it stops listening): find a
+        # free port with a first socket, bind it again beside it.
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", self.port))
+        probe.close()
+        threading.Thread(target=self._accept, daemon=True).start()
         self.up()
 
     @property
@@ -32,30 +50,24 @@ class ApiOutage:
         return relayed
 
     def up(self):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", self.port or 0))
-        s.listen(64)
-        self.port = s.getsockname()[1]
-        with self._lock:
-            self._listener = s
-        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+        with self._cond:
+            if not self._listening:
+                self._sock.listen(64)
+                self._listening = True
+                self._cond.notify_all()
 
     def down(self):
         """Refuses new connections and cuts the open ones."""
-        with self._lock:
-            s, self._listener = self._listener, None
+        with self._cond:
+            was, self._listening = self._listening, False
             conns, self._conns = self._conns, []
-        if s:
-            # close() alone does not wake the thread blocked in accept(),
-            # which keeps the port bound until a connection comes: up()
-            # could not bind it again (seen once the client stopped
-            # knocking while the server is down).  shutdown() wakes it.
+        if was:
+            # Stops listening (the backlog is reset) and wakes the thread
+            # blocked in accept(); the socket keeps its port.
             try:
-                s.shutdown(socket.SHUT_RDWR)
+                self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            s.close()
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
@@ -63,22 +75,27 @@ class ApiOutage:
                 pass
             c.close()
 
-    def _accept(self, s):
+    def _accept(self):
         while True:
+            with self._cond:
+                while not self._listening and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
             try:
-                client, _ = s.accept()
+                client, _ = self._sock.accept()
             except OSError:
-                return
+                continue  # down() in between: wait for up()
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.api.port))
             except OSError:
                 client.close()
                 continue
-            with self._lock:
-                if self._listener is not s:
+            with self._cond:
+                if not self._listening:
                     client.close()
                     upstream.close()
-                    return
+                    continue
                 self._conns += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
@@ -100,4 +117,8 @@ class ApiOutage:
                 pass
 
     def close(self):
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
         self.down()
+        self._sock.close()

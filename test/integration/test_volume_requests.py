@@ -184,7 +184,9 @@ def test_expansion_happens_before_the_publish_counts_as_done(volume_env):
 def test_expansion_failing_inside_the_publish_holds_it_and_is_retried(volume_env):
     """A non-final NodeExpandVolume error inside the mount fails the mount
     (kubelet: "MountVolume.Setup failed while expanding volume", the volume
-    uncertain); the retry publishes again and grows it."""
+    uncertain); the retry grows it, resuming after the NodePublishVolume
+    that answered OK rather than calling it again (issue 29 item 9: a retry
+    never repeats a CSI call kvolumed saw succeed)."""
     env = volume_env
     env.csidriver(attachRequired=False)
     grown_pv(env)
@@ -201,7 +203,11 @@ def test_expansion_failing_inside_the_publish_holds_it_and_is_retried(volume_env
     wait_until(lambda: env.api.get("persistentvolumeclaims", "default", "grow")["status"]
                .get("capacity", {}).get("storage") == "128Mi", what="the claim's new capacity")
     publishes = env.calls("NodePublishVolume")
-    assert len(publishes) >= 2 and publishes[0]["time"] <= env.calls("NodeExpandVolume")[0]["time"]
+    expands = env.calls("NodeExpandVolume")
+    assert [c["code"] for c in expands[:2]] == ["UNAVAILABLE", "OK"], expands
+    assert len(publishes) == 1 and publishes[0]["code"] == "OK", publishes
+    assert publishes[0]["time"] <= expands[0]["time"]
+    assert "resuming after the call" in env.agent.output()
 
 
 # ---- staging_target_path ----------------------------------------------------------------

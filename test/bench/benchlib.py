@@ -267,3 +267,14 @@ def machine(root):
     return {"cpu": model, "cpus": os.cpu_count(), "kernel": platform.release(), "debian": debian,
             "memory_gib": round(mem_kib / 2**20, 1), "root_dir_fs": fstype, "root_dir_source": source,
             "loadavg": open("/proc/loadavg").read().split()[:3]}
+
+
+def write_report(path, lines, res):
+    """Prints the Markdown report and writes it to `path`, with its figures
+    as JSON beside it (`.md` → `.json`)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(path, "w") as f:
+        f.write(text)
+    with open(path.removesuffix(".md") + ".json", "w") as f:
+        json.dump(res, f, indent=1, default=str)

@@ -51,7 +51,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      close_bench_node, open_bench_node, percentile, pod, request_kind, status_kib, wait)
+                      close_bench_node, open_bench_node, percentile, pod, request_kind, status_kib, wait,
+                      write_report)
 
 # The steps of a pod's path, in order: (name, the trace line that ends it).
 # "created" is the bench's clock before the API create; "driver" the mock
@@ -464,12 +465,7 @@ def dirty_main(args):
                          f"{fmt(d['p90_ratio'])} | {statistics.median(d['dirty_mib']):.0f} |")
     lines += ["", f"Run time: {res['seconds']:.0f} s."]
     res["results"] = {f"{w}/{r}": v for (w, r), v in per.items()}
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.report, "w") as f:
-        f.write(text)
-    with open(args.report.removesuffix(".md") + ".json", "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    write_report(args.report, lines, res)
 
 
 def memory_report(res, levels, source):
@@ -654,12 +650,7 @@ def main():
         lines.append(f"- {r['level']} volumes, {r['source']}: READY in {r['ready_seconds']:.2f} s, "
                      f"{r['calls']} calls")
     lines += ["", f"Run time: {res['seconds']:.0f} s."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.report, "w") as f:
-        f.write(text)
-    with open(args.report.removesuffix(".md") + ".json", "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    write_report(args.report, lines, res)
 
 
 if __name__ == "__main__":

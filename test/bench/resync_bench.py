@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import kvolumed_path, machine, percentile  # noqa: E402
+from benchlib import kvolumed_path, machine, percentile, write_report  # noqa: E402
 from mount_bench import Node, log  # noqa: E402
 
 
@@ -67,12 +67,7 @@ def main():
              "| median | p99 | max | max/median |", "|---:|---:|---:|---:|",
              f"| {med:.2f} | {p99:.2f} | {mx:.2f} | {mx / med:.2f} |", "",
              "Slowest five (pod index: ms): " + ", ".join(f"{i}: {o[i]:.1f}" for i in slowest)]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.report, "w") as f:
-        f.write(text)
-    with open(args.report.removesuffix(".md") + ".json", "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    write_report(args.report, lines, res)
 
 
 if __name__ == "__main__":

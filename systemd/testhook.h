@@ -10,6 +10,7 @@
  * a drop-in or a container image passes can make a node's agent block its
  * loop or trust a fake selinuxfs. */
 
+#include <errno.h>
 #include <stdlib.h>
 
 #if KVOLUMED_TEST_HOOKS
@@ -17,3 +18,18 @@
 #else
 #  define test_hook_getenv(name) ((const char *) NULL)
 #endif
+
+/* A positive whole number from the switch KVOLUMED_TEST_<name>, or
+ * `fallback` when it is unset (always, in a release build) or not one. */
+#define test_hook_ulong(name, fallback) test_hook_parse_ulong(test_hook_getenv(name), (fallback))
+
+static inline unsigned long test_hook_parse_ulong(const char *value, unsigned long fallback) {
+        unsigned long n;
+        char *end;
+
+        if (!value || !*value)
+                return fallback;
+        errno = 0;
+        n = strtoul(value, &end, 10);
+        return errno == 0 && *end == '\0' && n > 0 ? n : fallback;
+}

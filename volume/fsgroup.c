@@ -368,15 +368,9 @@ struct FsGroupWalk {
 };
 
 uint64_t fsgroup_stall_usec(void) {
-        const char *e = test_hook_getenv("FSGROUP_STALL_MS");
-        unsigned long ms;
-        char *end;
+        unsigned long ms = test_hook_ulong("FSGROUP_STALL_MS", 0);
 
-        if (isempty(e))
-                return FSGROUP_STALL_USEC;
-        errno = 0;
-        ms = strtoul(e, &end, 10);
-        return errno == 0 && *end == '\0' && ms > 0 ? (uint64_t) ms * USEC_PER_MSEC : FSGROUP_STALL_USEC;
+        return ms > 0 ? (uint64_t) ms * USEC_PER_MSEC : FSGROUP_STALL_USEC;
 }
 
 /* A child nobody waits for any more: reaped by sd-event once it exits (the

@@ -138,15 +138,7 @@ static void resync_slice(VolumeManager *m) {
 /* Tests make the slices small, to see a round of a few pods rolled over
  * several (KVOLUMED_TEST_RESYNC_SLICE_ITEMS). */
 static size_t resync_slice_items(void) {
-        const char *e = test_hook_getenv("RESYNC_SLICE_ITEMS");
-        unsigned long n;
-        char *end;
-
-        if (isempty(e))
-                return RESYNC_SLICE_ITEMS;
-        errno = 0;
-        n = strtoul(e, &end, 10);
-        return errno == 0 && *end == 0 && n > 0 ? n : RESYNC_SLICE_ITEMS;
+        return test_hook_ulong("RESYNC_SLICE_ITEMS", RESYNC_SLICE_ITEMS);
 }
 
 static int on_resync(sd_event_source *s, uint64_t usec, void *userdata) {

@@ -3,7 +3,7 @@ import argparse
 import json
 import signal
 import sys
-import threading
+import time
 
 from .server import FakeApiServer
 
@@ -24,16 +24,18 @@ def main(argv=None):
 
     api = FakeApiServer(args.dir, port=args.port, control_port=args.control_port,
                         bookmark_interval=args.bookmark_interval)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # The handler only notes the signal: Event.set() in a handler can wait
+    # for ever on the Event's lock, held by the wait it interrupted.
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     api.start()
     try:
         for path in args.load:
             api.load(path)
         print(json.dumps(api.endpoints()), flush=True)
-        while not stop.wait(3600):
-            pass
+        while not stop:
+            time.sleep(0.2)
     finally:
         api.stop()
     return 0

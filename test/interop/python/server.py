@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import grpc
 
@@ -88,9 +89,12 @@ def main():
     server.add_insecure_port("unix:" + a.socket)
     server.start()
     print("READY", a.socket, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
+    # The handler only notes the signal (Event.set() in a handler can wait
+    # for ever on the lock of the wait it interrupted).
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    while not stop:
+        time.sleep(0.2)
     server.stop(0).wait()
 
 

@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--idle", type=float, default=0.0)
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--label", default="", help="what build this is, for the report")
+    ap.add_argument("--trace", action="store_true", help="mount_bench's: each pod's steps (test-hooks build)")
     ap.add_argument("--log-level", default="warning", help="kvolumed's; its log is kept beside the report")
     ap.add_argument("--report", default="/var/tmp/kvolumed-resync-bench.md")
     args = ap.parse_args()

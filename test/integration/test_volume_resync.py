@@ -6,10 +6,11 @@ the full pass guaranteed, the round still does: every lookup read again
 at their backoff.  Each slice is a scoped pass, which the suite's
 KVOLUMED_TEST_VERIFY_INCREMENTAL checks against a full one like any other.
 Here resync-interval is 1 s and a slice two pods and two volumes."""
+import os
 import re
 import time
 
-from integration.agent_fixtures import wait_until
+from integration.agent_fixtures import DRIVER, wait_until
 
 PVC_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/"
 PV_PATH = "/api/v1/persistentvolumes/"
@@ -102,3 +103,66 @@ def test_a_failing_publish_keeps_its_backoff_across_slices(volume_env):
         assert gaps, (volume, times)
         # 500 ms, then doubling: never earlier, however many slices came between.
         assert all(g >= 0.45 * 2 ** i for i, g in enumerate(gaps)), (volume, gaps)
+
+
+def test_pods_come_and_go_while_rounds_roll(volume_env):
+    """Pods created and deleted in bursts while rounds roll (a round a
+    second, two items a slice): whatever a burst's events land on (the pod
+    or volume under a round's cursor, a slice's pass, the pass that ends a
+    round and sweeps its lookups), every deleted pod's volumes are
+    unpublished and every new pod's published, and a pod that shares a
+    claim with a deleted one keeps its mount.  The suite's
+    KVOLUMED_TEST_VERIFY_INCREMENTAL makes kvolumed abort should any pass
+    have missed what a full one plans.  A wave waits for a round to begin
+    after its burst, so that bursts meet rounds at ever other points.
+    Not timing-sensitive: it waits for what must happen, whenever."""
+    env = volume_env
+    n = 6
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    for i in range(n):
+        env.pv(f"pv-{i}", f"vol-{i}", claim=f"c{i}")
+        env.pvc(f"c{i}", f"pv-{i}")
+    env.start(**ROLLING)
+
+    def volumes(w, i):
+        # Waves rotate which claim a pod has, so a claim a deleted pod
+        # looked up (kept, final, until a round's end sweeps it) is wanted
+        # again by a later wave's pod; every pod shares c0 with the keeper.
+        return [claim_volume("data", f"c{data(w, i)}"), claim_volume("shared", "c0"),
+                {"name": "scratch", "csi": {"driver": DRIVER}}]
+
+    def data(w, i):
+        return 1 + (i + w) % (n - 1)
+
+    def targets(name, p):
+        # A PV's target is named after the PV, an inline volume's after the pod's volume.
+        w, i = (int(x) for x in name[1:].split("-p"))
+        return [env.target(p, f"pv-{data(w, i)}"), env.target(p, "pv-0"), env.target(p, "scratch")]
+
+    keeper = env.pod("keeper", [claim_volume("shared", "c0")])
+    env.wait_mounted(env.target(keeper, "pv-0"), timeout=60)
+    live = {}
+    for w in range(10):
+        seen = len(env.agent.output())
+        burst = {f"w{w}-p{i}": env.pod(f"w{w}-p{i}", volumes(w, i)) for i in range(4)}
+        gone = dict(list(live.items())[: len(live) // 2 + 1]) if live else {}
+        for name in gone:
+            env.api.remove("pods", "default", name)
+        live = {k: v for k, v in live.items() if k not in gone}
+        live.update(burst)
+        for name, p in burst.items():
+            for t in targets(name, p):
+                env.wait_mounted(t, timeout=90)
+        for name, p in gone.items():
+            for t in targets(name, p):
+                env.wait_gone(t, timeout=90)
+        assert os.path.ismount(env.target(keeper, "pv-0"))
+        wait_until(lambda: env.agent.output()[seen:].count("Resync: a round over") >= 1, 60,
+                   what="a resync round after the burst")
+    for name in list(live):
+        env.api.remove("pods", "default", name)
+    for name, p in live.items():
+        for t in targets(name, p):
+            env.wait_gone(t, timeout=90)
+    assert os.path.ismount(env.target(keeper, "pv-0"))
+    assert env.agent.proc.poll() is None

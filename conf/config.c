@@ -68,7 +68,7 @@ static const KeyDef key_table[] = {
         { "agent", "node-name", VALUE_NODE_NAME, FIELD(node_name), NULL, 0, 0, NULL },
         { "agent", "root-dir", VALUE_PATH, FIELD(root_dir), "/var/lib/kubelet", 0, 0, NULL },
         { "agent", "resync-interval", VALUE_DURATION, FIELD(resync_interval_usec), "5m", 30, 24 * 3600,
-          "a full pass re-reads every pod's objects from the API server" },
+          "each round re-reads every pod's objects from the API server" },
         { "agent", "mount-source", VALUE_MOUNT_SOURCE, FIELD(mount_source_mountinfo), "auto", 0, 0, NULL },
         { "kubernetes", "kubeconfig", VALUE_OPTIONAL_PATH, FIELD(kubeconfig), "/etc/kvolumed/kubeconfig", 0, 0, NULL },
         { "kubernetes", "server", VALUE_HTTPS_URL, FIELD(server), NULL, 0, 0, NULL },

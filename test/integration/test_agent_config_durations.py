@@ -47,7 +47,7 @@ def test_malformed_durations(kvolumed_bin, tmp_path, value):
 
 
 BOUNDS = [
-    ("agent", "resync-interval", "10s", "from 30s to 24h (a full pass re-reads every pod's objects from the API "
+    ("agent", "resync-interval", "10s", "from 30s to 24h (each round re-reads every pod's objects from the API "
                                         "server)"),
     ("agent", "resync-interval", "25h", "from 30s to 24h"),
     ("csi", "call-timeout", "500ms", "from 1s to 30m (shorter gives up on a working driver; longer holds a volume "

@@ -287,12 +287,22 @@ def test_two_block_pvs_with_one_handle_stay_apart_when_the_first_goes(volume_env
     pb = wait_mapped(env, b, "pv-b")
     assert os.readlink(pb) == publish_path(env, b, "pv-b")
     assert len(env.calls("NodeStageVolume")) == 1
+    assert [p for d, _, files in os.walk(f"{env.root}/kvolumed") for p in (os.path.join(d, f) for f in files)
+            if a["metadata"]["uid"] in p], "pod a's publish has records to wait for"
     env.api.remove("pods", "default", "a")
     env.wait_calls("NodeUnpublishVolume")
     wait_until(lambda: not os.path.lexists(pa), what="a's device path gone")
     assert [c["request"]["target_path"] for c in env.calls("NodeUnpublishVolume")] == [publish_path(env, a, "pv-a")]
     assert not env.calls("NodeUnstageVolume"), "unstaged while pod b maps the volume"
     assert stat.S_ISBLK(os.stat(pb).st_mode)
+    # The teardown ends with a's records, after the call: a kill before that
+    # is a crash in the middle of it, whose restart unpublishes again (a
+    # second NodeUnpublishVolume seen once under ASan's slowness).
+    uid_a = a["metadata"]["uid"]
+    def records_of_a():
+        return [os.path.join(d, f) for d, _, files in os.walk(f"{env.root}/kvolumed") for f in files
+                if uid_a in os.path.join(d, f)]
+    wait_until(lambda: not records_of_a(), what="pod a's records removed")
     # A restart now finds b's publish where it is, and the staging it uses.
     env.agent.proc.kill()
     env.agent.proc.wait()

@@ -10,8 +10,8 @@
  *    (ROOT_LOCK_DIR/<path escaped>.lock): a file system mounted over
  *    root-dir after start, or a directory made where it was renamed from,
  *    is another inode with no lock on it, but the same path.
- * root-dir is resolved once at start (symlinks in its path followed, as
- * kubelet resolves its own): the mount table names mounts by the kernel's
+ * root-dir is resolved once at start (symlinks in its path followed): the
+ * mount table names mounts by the kernel's
  * path, and every path kvolumed compares with it or gives a driver is
  * spelt that way.  root_lock_check() says whether that still holds. */
 

@@ -11,6 +11,8 @@ import statistics
 import time
 import urllib.request
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, wait_until, write_config
 
 TOKENS_KEY = "csi.storage.k8s.io/serviceAccount.tokens"
@@ -344,6 +346,10 @@ def test_restart_republishes_promptly(volume_env):
     assert not any(t in first_log for t in tokens_seen(env))
 
 
+# It times when kvolumed's republishes reach the driver: other tests' CPU
+# (CI6, beside a loop of builds: 31 in one 100 ms) delays the loop and
+# delivers what was due in a burst, which says nothing of the jitter.
+@pytest.mark.serial
 def test_hundred_pods_spread_their_republishes(volume_env):
     env = volume_env
     make_driver(env, requests=[])

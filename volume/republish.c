@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "k8s/backoff.h"
+#include "systemd/trace.h"
 #include "volume/internal.h"
 
 #define REPUBLISH_DEFAULT_INTERVAL_USEC USEC_PER_MINUTE
@@ -47,6 +48,24 @@ static bool driver_requires_republish(VolumeManager *m, const char *driver) {
         return d && d->requires_republish;
 }
 
+/* TEST ONLY (trace.h): the delay this publish drew, as two wall-clock
+ * lines, "republish-scheduled" (the loop's time it was drawn at) and
+ * "republish-due": a test reads the spread kvolumed chose, which a busy
+ * machine's scheduler cannot bunch up as it does the calls' arrivals. */
+static void trace_schedule(uint64_t now, uint64_t at, const char *pod_uid) {
+        struct timespec ts;
+        uint64_t realtime = test_trace_now(), mono;
+
+        if (realtime == 0)
+                return;
+        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+        mono = (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+        /* The loop's "now" is when this iteration began: as long ago on the wall clock. */
+        realtime -= MIN(realtime, mono > now ? mono - now : 0);
+        test_trace_at(realtime, "republish-scheduled", pod_uid);
+        test_trace_at(realtime + (at - now), "republish-due", pod_uid);
+}
+
 void republish_schedule(VolumeManager *m, const Operation *op, ActualPublish *pub) {
         uint64_t now = 0, next;
 
@@ -62,6 +81,7 @@ void republish_schedule(VolumeManager *m, const Operation *op, ActualPublish *pu
         /* Never sooner than a second from now: a token whose lifetime is
          * mostly gone already must not make a republish loop. */
         pub->republish_at = MAX(next, now + USEC_PER_SEC);
+        trace_schedule(now, pub->republish_at, op->pod.uid);
 }
 
 bool republish_due(VolumeManager *m, const ActualVolume *av, ActualPublish *pub, uint64_t now,

@@ -26,7 +26,7 @@ def inline(name, **csi):
     return {"name": name, "csi": {"driver": DRIVER, **csi}}
 
 
-def start(env, interval="2s", metrics=False, conf="kvolumed.conf"):
+def start(env, interval="2s", metrics=False, conf="kvolumed.conf", agent_env=None):
     """kvolumed as the node, at debug level, with [csi] republish-interval;
     its log is <conf>.log."""
     path = write_config(env.tmp_path / conf, env.root, env.api.node_kubeconfig("test-node"),
@@ -37,7 +37,7 @@ def start(env, interval="2s", metrics=False, conf="kvolumed.conf"):
             text = f.read()
         with open(path, "w") as f:
             f.write(text.replace("\nlisten =\n", "\nlisten = 127.0.0.1:0\n"))
-    env.agent = env.start_agent(path)
+    env.agent = env.start_agent(path, env=agent_env)
     if metrics:
         env.agent.wait_for_log("Serving /metrics")
         return SERVING.search(env.agent.output()).group(1)
@@ -346,34 +346,64 @@ def test_restart_republishes_promptly(volume_env):
     assert not any(t in first_log for t in tokens_seen(env))
 
 
-# It times when kvolumed's republishes reach the driver: other tests' CPU
-# (CI6, beside a loop of builds: 31 in one 100 ms) delays the loop and
-# delivers what was due in a burst, which says nothing of the jitter.
+def schedules(path):
+    """{pod UID: [(scheduled, due), ...]} in the order kvolumed drew them:
+    the wall-clock times of its "republish-scheduled" and "republish-due"
+    trace lines (KVOLUMED_TEST_TRACE_FILE, volume/republish.c)."""
+    drawn, out = {}, {}
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        usec, step, uid = line.split()
+        if step == "republish-scheduled":
+            drawn[uid] = int(usec) / 1e6
+        elif step == "republish-due":
+            out.setdefault(uid, []).append((drawn.pop(uid), int(usec) / 1e6))
+    return out
+
+
+# It reads the delays kvolumed drew for the first republishes (the trace of
+# volume/republish.c), not when the calls reached the driver: other work's
+# CPU (CI6 and CI7, beside a loop of builds) delays the loop and delivers
+# what was due in a burst, which says nothing of the jitter.  Serial all
+# the same: 100 pods' republishes every 4 s is load of its own.
 @pytest.mark.serial
 def test_hundred_pods_spread_their_republishes(volume_env):
     env = volume_env
     make_driver(env, requests=[])
     interval = 4.0
-    start(env, interval="4s")
+    trace = str(env.tmp_path / "trace")
+    start(env, interval="4s", agent_env={"KVOLUMED_TEST_TRACE_FILE": trace})
     pods = [env.pod(f"p{i:03d}", [inline("v")]) for i in range(100)]
-    targets = [env.target(p, "v") for p in pods]
+    uids = {env.target(p, "v"): p["metadata"]["uid"] for p in pods}
 
     def republished():
         by_target = {}
         for c in env.calls("NodePublishVolume"):
             if c["code"] == "OK":
                 by_target.setdefault(c["request"]["target_path"], []).append(c["time"])
-        return by_target if all(len(by_target.get(t, [])) >= 2 for t in targets) else None
-    by_target = wait_until(republished, 60, interval=0.2, what="every pod republished")
-    delays = [by_target[t][1] - by_target[t][0] for t in targets]
-    times = sorted(by_target[t][1] for t in targets)
-    # The first republish falls over the second half of the interval, at random.
-    assert min(delays) >= interval * 0.5 - 0.1, min(delays)
+        return by_target if all(len(by_target.get(t, [])) >= 2 for t in uids) else None
+    by_target = wait_until(republished, 90, interval=0.2, what="every pod republished")
+    drawn = schedules(trace)
+    first = {t: drawn[uid][0] for t, uid in uids.items()}
+    delays = [due - scheduled for scheduled, due in first.values()]
+    # The first republish falls over the second half of the interval, at
+    # random (kvolumed's own draw: exact, whatever the machine's load).
+    assert min(delays) >= interval * 0.5 - 0.001, min(delays)
+    assert max(delays) <= interval + 0.001, max(delays)
     assert max(delays) - min(delays) >= interval * 0.25, delays
     assert statistics.pstdev(delays) >= interval * 0.08, delays
-    # Not in lockstep: no 100 ms holds a quarter of them.
+    # Not in lockstep: no 100 ms of the times they were due holds a quarter.
+    times = sorted(due for _, due in first.values())
     busiest = max(sum(1 for u in times if t <= u < t + 0.1) for t in times)
     assert busiest < 25, busiest
+    # And the schedule is the one followed: no republish reached the driver
+    # before it was due (a busy machine only makes them later).
+    for t, (_, due) in first.items():
+        assert by_target[t][1] >= due - 0.01, (t, by_target[t][1], due)
     for p in pods:
         env.api.remove("pods", "default", p["metadata"]["name"])
     wait_until(lambda: not os.listdir(f"{env.root}/pods"), 60, interval=0.2, what="every pod torn down")

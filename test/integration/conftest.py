@@ -81,8 +81,8 @@ def _xdist_worker():
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "serial: measures kvolumed's own passes or latency, which other tests' CPU would "
-        "change: test/check runs these alone, after the parallel runs (-m serial)")
+        "markers", "serial: counts kvolumed's own passes, or is load of its own, which other tests "
+        "would change or suffer from: test/check runs these alone, after the parallel runs (-m serial)")
     if os.geteuid() != 0 or _xdist_worker() or not getattr(config.option, "numprocesses", None):
         return
     # xdist turned -n N into N plain "popen" specs (its pytest_cmdline_main);

@@ -25,7 +25,7 @@ from integration.agent_fixtures import DRIVER, wait_until, write_config
 from integration.test_volume_lookups import claim_volume, start_as_node
 from integration.test_volume_restart import UNIQUE, attach
 
-# Counts or times what kvolumed does on its own: alone, not beside the
+# Counts what kvolumed does on its own: alone, not beside the
 # parallel workers (test/check runs the serial tests after them).
 pytestmark = pytest.mark.serial
 

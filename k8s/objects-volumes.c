@@ -87,9 +87,8 @@ int k8s_resource_field_ref_decode(JsonPath *p, const cJSON *o, K8sResourceFieldR
         TRY(strdup_default(&r->divisor, "1"));
         /* A CPU divisor ("1m") counts in milli-units; a memory one ("1Ei")
          * may not fit in them (-ERANGE), but it is still a quantity. */
-        int q = k8s_quantity_parse_milli(r->divisor, &v);
-        if (q == -EINVAL || (q == 0 && v == 0) || (q == -ERANGE && r->divisor[0] == '-'))
-                return k8s_json_fail(p, "divisor", "not a positive quantity");
+        if (k8s_quantity_parse_milli(r->divisor, &v) == -EINVAL)
+                return k8s_json_fail(p, "divisor", "not a quantity");
         return 0;
 }
 
@@ -191,9 +190,6 @@ int k8s_downward_api_decode(JsonPath *p, const cJSON *o, bool volume, K8sDownwar
                         TRY(k8s_resource_field_ref_decode(p, ref, &f->resource_field_ref));
                         k8s_json_path_pop(p, s3);
                 }
-                /* API validation: exactly one of them. */
-                if (!f->field_ref == !f->resource_field_ref)
-                        return k8s_json_fail(p, NULL, "needs exactly one of fieldRef and resourceFieldRef");
                 k8s_json_path_pop(p, s2);
         }
         k8s_json_path_pop(p, saved);
@@ -219,8 +215,8 @@ static int token_decode(JsonPath *p, const cJSON *o, K8sServiceAccountTokenProje
         *ret = t;
         TRY(k8s_json_get_string(p, o, "audience", JSON_OPTIONAL, &t->audience));
         TRY(k8s_json_get_string(p, o, "path", JSON_REQUIRED, &t->path));
-        /* Validation: at least 10 minutes, at most 2^32 seconds. */
-        TRY(k8s_json_get_int(p, o, "expirationSeconds", 600, UINT32_MAX, &present, &t->expiration_seconds));
+        /* API validation wants [600, 2^32]: k8s_pod_volume_validate() checks it. */
+        TRY(k8s_json_get_int(p, o, "expirationSeconds", 0, INT64_MAX, &present, &t->expiration_seconds));
         if (!present)
                 t->expiration_seconds = K8S_DEFAULT_TOKEN_EXPIRATION_SECONDS;
         return 0;
@@ -248,7 +244,7 @@ static int append(char **s, const char *prefix, const char *key, const char *inf
 }
 
 /* metav1.LabelSelector → its selector string, as LabelSelectorAsSelector. */
-static int label_selector_decode(JsonPath *p, const cJSON *o, char **ret) {
+static int label_selector_decode(JsonPath *p, const cJSON *o, char **ret, bool *ret_invalid) {
         _cleanup_(k8s_string_map_done) K8sStringMap labels = {};
         const cJSON *a;
         size_t n;
@@ -280,16 +276,14 @@ static int label_selector_decode(JsonPath *p, const cJSON *o, char **ret) {
                         free(values);
                         values = nv;
                 }
-                if (streq(op, "In") || streq(op, "NotIn")) {
-                        if (strv_length(v) == 0)
-                                return k8s_json_fail(p, "values", "must not be empty for In and NotIn");
+                /* What LabelSelectorAsSelector refuses makes the selector
+                 * invalid, not the pod undecodable. */
+                if ((streq(op, "In") || streq(op, "NotIn")) && strv_length(v) > 0)
                         TRY(append(ret, "", key, streq(op, "In") ? " in (" : " notin (", values, ")"));
-                } else if (streq(op, "Exists") || streq(op, "DoesNotExist")) {
-                        if (strv_length(v) > 0)
-                                return k8s_json_fail(p, "values", "must be empty for Exists and DoesNotExist");
+                else if ((streq(op, "Exists") || streq(op, "DoesNotExist")) && strv_length(v) == 0)
                         TRY(append(ret, streq(op, "Exists") ? "" : "!", key, "", "", ""));
-                } else
-                        return k8s_json_fail(p, "operator", "not In, NotIn, Exists or DoesNotExist");
+                else
+                        *ret_invalid = true;
                 k8s_json_path_pop(p, s2);
         }
         k8s_json_path_pop(p, saved);
@@ -311,12 +305,9 @@ static int ctb_decode(JsonPath *p, const cJSON *o, K8sClusterTrustBundleProjecti
         if (sel) {
                 size_t s2 = k8s_json_path_push(p, "labelSelector");
                 b->has_label_selector = true;
-                TRY(label_selector_decode(p, sel, &b->label_selector));
+                TRY(label_selector_decode(p, sel, &b->label_selector, &b->label_selector_invalid));
                 k8s_json_path_pop(p, s2);
         }
-        /* Validation: name, or signerName (with an optional selector). */
-        if (!b->name == !b->signer_name)
-                return k8s_json_fail(p, NULL, "needs exactly one of name and signerName");
         return 0;
 }
 
@@ -338,55 +329,37 @@ void k8s_projected_free(K8sProjectedSource *s) {
         free(s);
 }
 
+/* A valid pod has exactly one member per source; all that are there are
+ * kept, and k8s_pod_volume_validate() says what is wrong. */
 static int projection_decode(JsonPath *p, const cJSON *e, K8sVolumeProjection *s) {
+        static const char *const known[] = { "configMap", "secret", "downwardAPI", "serviceAccountToken",
+                                             "clusterTrustBundle" };
         const cJSON *o;
-        unsigned n = 0;
 
-        TRY(k8s_json_get_object(p, e, "configMap", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t s2 = k8s_json_path_push(p, "configMap");
-                n++;
-                TRY(k8s_key_projection_decode(p, o, "name", false, &s->config_map));
-                k8s_json_path_pop(p, s2);
+#define MEMBER(key, call)                                                                                  \
+        TRY(k8s_json_get_object(p, e, key, JSON_OPTIONAL, &o));                                           \
+        if (o) {                                                                                           \
+                size_t s2 = k8s_json_path_push(p, key);                                                    \
+                TRY(call);                                                                                 \
+                k8s_json_path_pop(p, s2);                                                                  \
         }
-        TRY(k8s_json_get_object(p, e, "secret", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t s2 = k8s_json_path_push(p, "secret");
-                n++;
-                TRY(k8s_key_projection_decode(p, o, "name", false, &s->secret));
-                k8s_json_path_pop(p, s2);
-        }
-        TRY(k8s_json_get_object(p, e, "downwardAPI", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t s2 = k8s_json_path_push(p, "downwardAPI");
-                n++;
-                TRY(k8s_downward_api_decode(p, o, false, &s->downward_api));
-                k8s_json_path_pop(p, s2);
-        }
-        TRY(k8s_json_get_object(p, e, "serviceAccountToken", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t s2 = k8s_json_path_push(p, "serviceAccountToken");
-                n++;
-                TRY(token_decode(p, o, &s->service_account_token));
-                k8s_json_path_pop(p, s2);
-        }
-        TRY(k8s_json_get_object(p, e, "clusterTrustBundle", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t s2 = k8s_json_path_push(p, "clusterTrustBundle");
-                n++;
-                TRY(ctb_decode(p, o, &s->cluster_trust_bundle));
-                k8s_json_path_pop(p, s2);
-        }
-        if (n > 1)
-                return k8s_json_fail(p, NULL, "more than one source in one projection");
-        if (n == 0) {
-                /* A source of a newer API (podCertificate, ...): named, not dropped. */
-                for (const cJSON *c = e->child; c; c = c->next)
-                        if (c->string && !cJSON_IsNull(c)) {
-                                s->other = strdup(c->string);
-                                return s->other ? 0 : -ENOMEM;
-                        }
-                return k8s_json_fail(p, NULL, "no source");
+        MEMBER("configMap", k8s_key_projection_decode(p, o, "name", false, &s->config_map));
+        MEMBER("secret", k8s_key_projection_decode(p, o, "name", false, &s->secret));
+        MEMBER("downwardAPI", k8s_downward_api_decode(p, o, false, &s->downward_api));
+        MEMBER("serviceAccountToken", token_decode(p, o, &s->service_account_token));
+        MEMBER("clusterTrustBundle", ctb_decode(p, o, &s->cluster_trust_bundle));
+#undef MEMBER
+        /* A source of a newer API (podCertificate, ...): named, not dropped. */
+        for (const cJSON *c = e->child; c; c = c->next) {
+                bool k = false;
+                if (!c->string || cJSON_IsNull(c))
+                        continue;
+                for (size_t i = 0; i < ELEMENTSOF(known); i++)
+                        k = k || streq(c->string, known[i]);
+                if (!k) {
+                        s->other = strdup(c->string);
+                        return s->other ? 0 : -ENOMEM;
+                }
         }
         return 0;
 }
@@ -457,8 +430,6 @@ void k8s_host_path_free(K8sHostPathSource *h) {
 }
 
 int k8s_host_path_decode(JsonPath *p, const cJSON *o, K8sHostPathSource **ret) {
-        static const char *const types[] = { "",     "DirectoryOrCreate", "Directory",  "FileOrCreate",
-                                             "File", "Socket",            "CharDevice", "BlockDevice" };
         K8sHostPathSource *h = calloc(1, sizeof *h);
 
         if (!h)
@@ -466,11 +437,7 @@ int k8s_host_path_decode(JsonPath *p, const cJSON *o, K8sHostPathSource **ret) {
         *ret = h;
         TRY(k8s_json_get_string(p, o, "path", JSON_REQUIRED, &h->path));
         TRY(k8s_json_get_string(p, o, "type", JSON_OPTIONAL, &h->type));
-        TRY(strdup_default(&h->type, ""));
-        for (size_t i = 0; i < ELEMENTSOF(types); i++)
-                if (streq(h->type, types[i]))
-                        return 0;
-        return k8s_json_fail(p, "type", "not a hostPath type");
+        return strdup_default(&h->type, "");
 }
 
 /* --- env ------------------------------------------------------------------------- */

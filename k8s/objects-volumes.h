@@ -7,9 +7,15 @@
  * the names of the in-tree sources it does not set up.  Decoded by
  * k8s_pod_from_json() (k8s/objects.h) with the API server's defaults applied
  * (pkg/apis/core/v1/defaults.go): defaultMode 0644, expirationSeconds 3600,
- * fieldRef apiVersion "v1", hostPath type "".  Modes are checked to be in
- * [0, 0777] as API validation does; paths and keys are NOT checked here:
- * whoever writes files checks them (atomic writer rules). */
+ * fieldRef apiVersion "v1", hostPath type "".  The decoders refuse only what
+ * has the wrong JSON type or cannot be read (a mode outside [0, 0777], a
+ * quantity that does not parse, base64 that is not); the rules of API
+ * validation on values and combinations (one source per volume, a known
+ * hostPath type, subPath or subPathExpr, ...) are k8s_pod_volume_validate()'s
+ * and k8s_volume_mount_validate()'s (k8s/objects.h), so that a pod the API
+ * server let through in a newer shape is not dropped whole: the volume
+ * manager reports the one volume it cannot set up.  Paths and keys are NOT
+ * checked here: whoever writes files checks them (atomic writer rules). */
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -49,7 +55,7 @@ typedef struct K8sFieldRef {
 typedef struct K8sResourceFieldRef {
         char *container_name; /* NULL: the container of the env (required in a volume) */
         char *resource;
-        char *divisor; /* a quantity, "1" unless set; checked to parse */
+        char *divisor; /* a quantity, "1" unless set; checked to parse; kubelet treats "0" as "1" */
 } K8sResourceFieldRef;
 
 typedef struct K8sDownwardAPIFile {
@@ -68,7 +74,7 @@ typedef struct K8sDownwardAPIProjection {
 
 typedef struct K8sServiceAccountTokenProjection {
         char *audience; /* NULL: the API server's audience */
-        int64_t expiration_seconds; /* 3600 unless set; API validation: >= 600 */
+        int64_t expiration_seconds; /* 3600 unless set; valid: [600, 2^32] */
         char *path;
 } K8sServiceAccountTokenProjection;
 
@@ -80,11 +86,13 @@ typedef struct K8sClusterTrustBundleProjection {
          * false: unset, matches nothing; true with "": matches everything. */
         bool has_label_selector;
         char *label_selector;
+        bool label_selector_invalid; /* an operator or values it cannot express */
         bool optional;
         char *path;
 } K8sClusterTrustBundleProjection;
 
-/* One of projected.sources[]: exactly one member is set.  other names a
+/* One of projected.sources[]: exactly one member is set in a valid pod
+ * (the decoder keeps all it finds).  other names a
  * source kvolumed does not know (e.g. "podCertificate") so that the volume
  * manager can say so instead of leaving the file out silently. */
 typedef struct K8sVolumeProjection {

@@ -243,20 +243,9 @@ static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
         return 0;
 }
 
-static int one_of(JsonPath *p, const char *key, const char *value, const char *const *allowed, size_t n) {
-        if (!value)
-                return 0;
-        for (size_t i = 0; i < n; i++)
-                if (streq(value, allowed[i]))
-                        return 0;
-        return k8s_json_fail(p, key, "not an allowed value");
-}
-
-/* subPath, subPathExpr (mutually exclusive, as API validation has it),
- * mountPropagation and recursiveReadOnly of a volumeMount. */
+/* subPath, subPathExpr, mountPropagation and recursiveReadOnly of a
+ * volumeMount; k8s_volume_mount_validate() checks their values. */
 static int mount_extras_decode(JsonPath *p, const cJSON *e, K8sVolumeMount *m) {
-        static const char *const propagation[] = { "None", "HostToContainer", "Bidirectional" };
-        static const char *const rro[] = { "Disabled", "IfPossible", "Enabled" };
 
         TRY(k8s_json_get_string(p, e, "subPath", JSON_OPTIONAL, &m->sub_path));
         TRY(k8s_json_get_string(p, e, "subPathExpr", JSON_OPTIONAL, &m->sub_path_expr));
@@ -269,12 +258,8 @@ static int mount_extras_decode(JsonPath *p, const cJSON *e, K8sVolumeMount *m) {
                 free(m->sub_path_expr);
                 m->sub_path_expr = NULL;
         }
-        if (m->sub_path && m->sub_path_expr)
-                return k8s_json_fail(p, "subPathExpr", "set together with subPath");
         TRY(k8s_json_get_string(p, e, "mountPropagation", JSON_OPTIONAL, &m->mount_propagation));
-        TRY(one_of(p, "mountPropagation", m->mount_propagation, propagation, ELEMENTSOF(propagation)));
         TRY(k8s_json_get_string(p, e, "recursiveReadOnly", JSON_OPTIONAL, &m->recursive_read_only));
-        TRY(one_of(p, "recursiveReadOnly", m->recursive_read_only, rro, ELEMENTSOF(rro)));
         return 0;
 }
 

@@ -364,5 +364,15 @@ bool k8s_pv_node_affinity_matches(const K8sPersistentVolume *pv, const K8sNode *
 int k8s_pod_validate_names(const K8sPod *p, const char **ret_field);
 
 
+/* What API validation requires of a pod volume and a volumeMount, which the
+ * decoders keep as written (k8s/objects-volumes.h): 0, or -EINVAL with
+ * *ret_problem (static text, for a log line and an Event) naming the rule
+ * broken, -EOPNOTSUPP for a source kvolumed does not set up (other_source,
+ * or a projected source's "other": name it in the message), -EPERM for
+ * Bidirectional propagation in a container that is not privileged (c may
+ * be NULL: not privileged).  *ret_problem is NULL on success. */
+int k8s_pod_volume_validate(const K8sPodVolume *v, const char **ret_problem);
+int k8s_volume_mount_validate(const K8sVolumeMount *m, const K8sContainer *c, const char **ret_problem);
+
 /* "namespace/name" or "name"; for log lines. */
 const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size);

@@ -29,7 +29,7 @@ static int parse_suffix(const char *c, Parsed *q) {
         };
 
         /* "E" alone is exa; "E" or "e" followed by a signed integer an exponent. */
-        if ((c[0] == 'e' || c[0] == 'E') && c[1] != '\0') {
+        if ((c[0] == 'e' || c[0] == 'E') && c[1] != '\0' && strchr("+-0123456789", c[1])) {
                 const char *d = c + 1;
                 bool neg = false;
                 int e = 0;

@@ -270,6 +270,22 @@ def test_token_for_the_api_server_and_its_expiry(fake_api, node_client,
                               "has expired]"
 
 
+@pytest.mark.parametrize("seconds", [599, 1 << 32 | 1, "3600"])
+def test_token_request_duration_validated(fake_api, node_client, token_pod,
+                                          seconds):
+    r = node_client.request("POST", f"{NS}/serviceaccounts/sa1/token",
+                            _token_request(token_pod, seconds=seconds))
+    assert r.status == 422, r.json
+    assert r.json["message"].startswith(
+        'TokenRequest.authentication.k8s.io "sa1" is invalid: '
+        'spec.expirationSeconds: Invalid value: ')
+    assert r.json["details"]["causes"][0]["field"] == "spec.expirationSeconds"
+    for ok in (600, 1 << 32):
+        r = node_client.request("POST", f"{NS}/serviceaccounts/sa1/token",
+                                _token_request(token_pod, seconds=ok))
+        assert r.status == 201, r.json
+
+
 def test_token_request_binding_checked_for_every_identity(fake_api,
                                                           token_pod):
     """The TokenRequest handler itself (not the Node authorizer) checks that

@@ -23,6 +23,27 @@ _CONTINUE_TOO_OLD = (
     "the first chunk was returned and now may show up in the list.")
 
 
+def _validate_token_request(name, spec):
+    """ValidateTokenRequest: 10 minutes to 2^32 seconds."""
+    seconds = spec["expirationSeconds"]
+    why = None
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        why = "must be an integer"
+    elif seconds < 600:
+        why = "may not specify a duration less than 10 minutes"
+    elif seconds > 1 << 32:
+        why = "may not specify a duration larger than 2^32 seconds"
+    if why:
+        message = f"Invalid value: {seconds}: {why}"
+        raise errors.ApiError(
+            422, "Invalid", f'TokenRequest.authentication.k8s.io "{name}" is '
+            f'invalid: spec.expirationSeconds: {message}',
+            {"name": name, "group": "authentication.k8s.io",
+             "kind": "TokenRequest",
+             "causes": [{"reason": "FieldValueInvalid", "message": message,
+                         "field": "spec.expirationSeconds"}]})
+
+
 def _flag(query, name):
     return query.get(name, "").lower() in _TRUE
 
@@ -344,6 +365,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         if not spec.get("audiences"):
             spec["audiences"] = ["https://kubernetes.default.svc"]
         spec.setdefault("expirationSeconds", 3600)
+        _validate_token_request(name, spec)
         # As --service-account-max-token-expiration: the server may issue a
         # shorter token than asked; the client must read the expiry it got.
         seconds = int(spec["expirationSeconds"])

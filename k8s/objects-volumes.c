@@ -522,6 +522,54 @@ int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t 
         return 0;
 }
 
+void k8s_env_from_free(K8sEnvFromSource *e, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(e[i].prefix);
+                free(e[i].config_map_name);
+                free(e[i].secret_name);
+        }
+        free(e);
+}
+
+static int env_from_ref(JsonPath *p, const cJSON *e, const char *key, char **ret_name, bool *ret_optional) {
+        const cJSON *o;
+
+        TRY(k8s_json_get_object(p, e, key, JSON_OPTIONAL, &o));
+        if (!o)
+                return 0;
+        size_t saved = k8s_json_path_push(p, key);
+        TRY(k8s_json_get_string(p, o, "name", JSON_OPTIONAL, ret_name));
+        TRY(strdup_default(ret_name, ""));
+        TRY(k8s_json_get_bool(p, o, "optional", false, ret_optional));
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
+int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **ret, size_t *ret_n) {
+        const cJSON *a;
+        size_t n;
+
+        TRY(k8s_json_get_array(p, container, "envFrom", JSON_OPTIONAL, &a, &n));
+        if (n == 0)
+                return 0;
+        ALLOC_ARRAY(*ret, n);
+        size_t saved = k8s_json_path_push(p, "envFrom"), i = 0;
+        for (const cJSON *e = a->child; e; e = e->next, i++) {
+                K8sEnvFromSource *f = &(*ret)[i];
+                size_t s2 = k8s_json_path_push_index(p, i);
+                if (!cJSON_IsObject(e))
+                        return k8s_json_fail(p, NULL, "not an object");
+                (*ret_n)++;
+                TRY(k8s_json_get_string(p, e, "prefix", JSON_OPTIONAL, &f->prefix));
+                TRY(strdup_default(&f->prefix, ""));
+                TRY(env_from_ref(p, e, "configMapRef", &f->config_map_name, &f->optional));
+                TRY(env_from_ref(p, e, "secretRef", &f->secret_name, &f->optional));
+                k8s_json_path_pop(p, s2);
+        }
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
 /* --- sources kvolumed does not set up -------------------------------------------- */
 
 const char *k8s_other_volume_source(const cJSON *source, bool pod_volume) {

@@ -140,6 +140,15 @@ typedef struct K8sEnvVar {
         K8sKeySelector *secret_key_ref;
 } K8sEnvVar;
 
+/* An envFrom entry: every key of a ConfigMap or Secret as a variable
+ * (prefixed), as kubelet's makeEnvironmentVariables reads them before env. */
+typedef struct K8sEnvFromSource {
+        char *prefix;          /* "" unless set */
+        char *config_map_name; /* one of these two */
+        char *secret_name;
+        bool optional;
+} K8sEnvFromSource;
+
 /* Decoders used by k8s/objects.c; 0 or -EBADMSG naming the field, -ENOMEM. */
 int k8s_key_projection_decode(JsonPath *p, const cJSON *o, const char *name_key, bool volume,
                               K8sKeyProjection **ret);
@@ -150,6 +159,7 @@ int k8s_host_path_decode(JsonPath *p, const cJSON *o, K8sHostPathSource **ret);
 int k8s_field_ref_decode(JsonPath *p, const cJSON *o, K8sFieldRef **ret);
 int k8s_resource_field_ref_decode(JsonPath *p, const cJSON *o, K8sResourceFieldRef **ret);
 int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t *ret_n);
+int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **ret, size_t *ret_n);
 
 void k8s_key_projection_free(K8sKeyProjection *k);
 void k8s_downward_api_free(K8sDownwardAPIProjection *d);
@@ -159,6 +169,7 @@ void k8s_host_path_free(K8sHostPathSource *h);
 void k8s_field_ref_free(K8sFieldRef *f);
 void k8s_resource_field_ref_free(K8sResourceFieldRef *r);
 void k8s_env_free(K8sEnvVar *env, size_t n);
+void k8s_env_from_free(K8sEnvFromSource *e, size_t n);
 
 /* The first key of a pod volume (or PV spec) that names an in-tree source
  * kvolumed does not set up ("nfs", "iscsi", "gitRepo", "image", ...), or

@@ -115,6 +115,7 @@ static void containers_free(K8sContainer *c, size_t n) {
                 free(c[i].selinux_type);
                 free(c[i].selinux_level);
                 k8s_env_free(c[i].env, c[i].n_env);
+                k8s_env_from_free(c[i].env_from, c[i].n_env_from);
                 k8s_string_map_done(&c[i].limits);
                 k8s_string_map_done(&c[i].requests);
         }
@@ -158,6 +159,7 @@ K8sPod *k8s_pod_free(K8sPod *p) {
         free(p->pod_ip);
         k8s_strv_free(p->pod_ips);
         free(p->host_ip);
+        k8s_strv_free(p->host_ips);
         free(p->volumes);
         containers_free(p->containers, p->n_containers);
         containers_free(p->init_containers, p->n_init_containers);
@@ -350,6 +352,7 @@ static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8
                 TRY(mounts_decode(p, e, "volumeDevices", "devicePath", &c->devices, &c->n_devices));
                 TRY(container_selinux_decode(p, e, c));
                 TRY(k8s_env_decode(p, e, &c->env, &c->n_env));
+                TRY(k8s_env_from_decode(p, e, &c->env_from, &c->n_env_from));
                 TRY(container_resources_decode(p, e, c));
                 k8s_json_path_pop(p, s2);
         }
@@ -419,10 +422,32 @@ static int supplemental_groups_decode(JsonPath *p, const cJSON *sc, K8sPod *pod)
         return 0;
 }
 
-/* metadata.labels/annotations and status.podIP(s)/hostIP. */
-static int pod_extras_decode(JsonPath *p, const cJSON *j, K8sPod *pod) {
-        const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata"), *status, *a;
+/* status.podIPs / hostIPs: [{"ip": ...}] as a NULL-terminated vector. */
+static int ips_decode(JsonPath *p, const cJSON *status, const char *key, char ***ret) {
+        const cJSON *a;
         size_t n;
+
+        TRY(k8s_json_get_array(p, status, key, JSON_OPTIONAL, &a, &n));
+        if (n == 0)
+                return 0;
+        if (!(*ret = calloc(n + 1, sizeof(char *))))
+                return -ENOMEM;
+        size_t saved = k8s_json_path_push(p, key), i = 0;
+        for (const cJSON *e = a->child; e; e = e->next, i++) {
+                size_t s2 = k8s_json_path_push_index(p, i);
+                if (!cJSON_IsObject(e))
+                        return k8s_json_fail(p, NULL, "not an object");
+                TRY(k8s_json_get_string(p, e, "ip", JSON_REQUIRED, &(*ret)[i]));
+                k8s_json_path_pop(p, s2);
+        }
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
+/* metadata.labels/annotations and status.podIP(s)/hostIP(s): what the
+ * downward API and subPathExpr may read. */
+static int pod_extras_decode(JsonPath *p, const cJSON *j, K8sPod *pod) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata"), *status;
 
         size_t saved = k8s_json_path_push(p, "metadata");
         TRY(k8s_json_get_string_map(p, md, "labels", &pod->labels));
@@ -434,21 +459,8 @@ static int pod_extras_decode(JsonPath *p, const cJSON *j, K8sPod *pod) {
         saved = k8s_json_path_push(p, "status");
         TRY(k8s_json_get_string(p, status, "podIP", JSON_OPTIONAL, &pod->pod_ip));
         TRY(k8s_json_get_string(p, status, "hostIP", JSON_OPTIONAL, &pod->host_ip));
-        TRY(k8s_json_get_array(p, status, "podIPs", JSON_OPTIONAL, &a, &n));
-        if (n > 0) {
-                pod->pod_ips = calloc(n + 1, sizeof(char *));
-                if (!pod->pod_ips)
-                        return -ENOMEM;
-                size_t s2 = k8s_json_path_push(p, "podIPs"), i = 0;
-                for (const cJSON *e = a->child; e; e = e->next, i++) {
-                        size_t s3 = k8s_json_path_push_index(p, i);
-                        if (!cJSON_IsObject(e))
-                                return k8s_json_fail(p, NULL, "not an object");
-                        TRY(k8s_json_get_string(p, e, "ip", JSON_REQUIRED, &pod->pod_ips[i]));
-                        k8s_json_path_pop(p, s3);
-                }
-                k8s_json_path_pop(p, s2);
-        }
+        TRY(ips_decode(p, status, "podIPs", &pod->pod_ips));
+        TRY(ips_decode(p, status, "hostIPs", &pod->host_ips));
         k8s_json_path_pop(p, saved);
         return 0;
 }

@@ -86,9 +86,12 @@ typedef struct K8sContainer {
          * DetermineEffectiveSecurityContext has it). */
         bool has_selinux;
         char *selinux_user, *selinux_role, *selinux_type, *selinux_level;
-        /* env (for subPathExpr and the downward API); envFrom is not read. */
+        /* env and envFrom (subPathExpr expands $(VAR) from them, envFrom
+         * first, as kubelet's makeEnvironmentVariables). */
         K8sEnvVar *env;
         size_t n_env;
+        K8sEnvFromSource *env_from;
+        size_t n_env_from;
         /* resources.limits / resources.requests: resource name → quantity
          * text ("memory", "cpu", "ephemeral-storage", ...); parse with
          * k8s/quantity.h. */
@@ -134,6 +137,7 @@ typedef struct K8sPod {
         char *pod_ip;   /* status.podIP; NULL: not yet */
         char **pod_ips; /* status.podIPs[].ip; NULL: none */
         char *host_ip;  /* status.hostIP; NULL: not yet */
+        char **host_ips; /* status.hostIPs[].ip; NULL: none */
         K8sPodVolume *volumes;
         size_t n_volumes;
         K8sContainer *containers;

@@ -159,6 +159,11 @@ static void test_fixture_every_source(void **state) {
         assert_string_equal(p->host_ip, "hostIPValue");
         assert_string_equal(p->pod_ips[0], "ipValue");
         assert_null(p->pod_ips[1]);
+        assert_string_equal(p->host_ips[0], "ipValue");
+        assert_int_equal(c->n_env_from, 1);
+        assert_string_equal(c->env_from[0].prefix, "prefixValue");
+        assert_string_equal(c->env_from[0].config_map_name, "nameValue");
+        assert_string_equal(c->env_from[0].secret_name, "nameValue");
 }
 
 /* The volume the ServiceAccount admission plugin adds, as the API server
@@ -204,7 +209,8 @@ static void test_defaults(void **state) {
                 "{\"name\":\"scratch\",\"emptyDir\":{}},"
                 "{\"name\":\"mem\",\"emptyDir\":{\"medium\":\"Memory\",\"sizeLimit\":\"64Mi\"}},"
                 "{\"name\":\"host\",\"hostPath\":{\"path\":\"/var/log\"}}]",
-                "[{\"name\":\"c\",\"env\":[{\"name\":\"POD\",\"valueFrom\":{\"fieldRef\":{\"fieldPath\":"
+                "[{\"name\":\"c\",\"envFrom\":[{\"configMapRef\":{\"name\":\"app\"}},{\"prefix\":\"S_\","
+                "\"secretRef\":{\"name\":\"tls\",\"optional\":true}}],\"env\":[{\"name\":\"POD\",\"valueFrom\":{\"fieldRef\":{\"fieldPath\":"
                 "\"metadata.name\"}}},{\"name\":\"EMPTY\"}],\"resources\":{\"limits\":{\"memory\":\"128Mi\","
                 "\"cpu\":\"500m\"}},\"volumeMounts\":[{\"name\":\"scratch\",\"mountPath\":\"/s\","
                 "\"subPathExpr\":\"$(POD)\"},{\"name\":\"host\",\"mountPath\":\"/h\",\"subPath\":\"\"}]}]",
@@ -236,6 +242,14 @@ static void test_defaults(void **state) {
         assert_string_equal(c->env[0].field_ref->field_path, "metadata.name");
         assert_null(c->env[0].value);
         assert_string_equal(c->env[1].value, "");
+        assert_int_equal(c->n_env_from, 2);
+        assert_string_equal(c->env_from[0].config_map_name, "app");
+        assert_string_equal(c->env_from[0].prefix, "");
+        assert_null(c->env_from[0].secret_name);
+        assert_false(c->env_from[0].optional);
+        assert_string_equal(c->env_from[1].secret_name, "tls");
+        assert_string_equal(c->env_from[1].prefix, "S_");
+        assert_true(c->env_from[1].optional);
         assert_string_equal(k8s_string_map_get(&c->limits, "cpu"), "500m");
         assert_string_equal(c->mounts[0].sub_path_expr, "$(POD)");
         assert_null(c->mounts[0].sub_path);
@@ -277,6 +291,8 @@ static void test_refused(void **state) {
         assert_refused("[{\"name\":\"a\",\"downwardAPI\":{\"items\":[{\"path\":\"m\",\"fieldRef\":{}}]}}]", NULL,
                        "spec.volumes[0].downwardAPI.items[0].fieldRef.fieldPath");
         assert_refused("[]", "[{\"name\":\"c\",\"env\":{\"A\":\"b\"}}]", "spec.containers[0].env");
+        assert_refused("[]", "[{\"name\":\"c\",\"envFrom\":[{\"configMapRef\":\"app\"}]}]",
+                       "spec.containers[0].envFrom[0].configMapRef");
         assert_refused("[]", "[{\"name\":\"c\",\"env\":[{\"value\":\"b\"}]}]", "spec.containers[0].env[0].name");
         assert_refused("[]", "[{\"name\":\"c\",\"resources\":{\"limits\":{\"memory\":1}}}]",
                        "spec.containers[0].resources.limits.memory");

@@ -867,3 +867,33 @@ int k8s_informer_new_volume_attachment(K8sClient *c, const char *name, const K8s
                 return -EINVAL;
         return new_with_selector(c, &k8s_kind_volume_attachment, "metadata.name", name, NULL, h, userdata, ret);
 }
+
+/* One object by name: a list and watch with fieldSelector metadata.name=<n>,
+ * the only list or watch the Node authorizer allows a node on configMaps
+ * and secrets. */
+int k8s_informer_new_by_name(K8sClient *c, const K8sKind *kind, const char *namespace, const char *name,
+                             const K8sInformerHandlers *h, void *userdata, K8sInformer **ret) {
+        _cleanup_free_ char *sel = NULL;
+
+        if (!kind || kind->namespaced != !!namespace)
+                return -EINVAL;
+        if (namespace && validate_dns1123_label(namespace) < 0)
+                return -EINVAL;
+        if (validate_dns1123_subdomain(name) < 0)
+                return -EINVAL;
+        if (asprintf(&sel, "metadata.name=%s", name) < 0)
+                return -ENOMEM;
+        return k8s_informer_new(c, kind,
+                                &(K8sInformerOptions) { .namespace = namespace, .field_selector = sel }, h,
+                                userdata, ret);
+}
+
+int k8s_informer_new_configmap(K8sClient *c, const char *namespace, const char *name, const K8sInformerHandlers *h,
+                               void *userdata, K8sInformer **ret) {
+        return k8s_informer_new_by_name(c, &k8s_kind_configmap, namespace, name, h, userdata, ret);
+}
+
+int k8s_informer_new_secret(K8sClient *c, const char *namespace, const char *name, const K8sInformerHandlers *h,
+                            void *userdata, K8sInformer **ret) {
+        return k8s_informer_new_by_name(c, &k8s_kind_secret, namespace, name, h, userdata, ret);
+}

@@ -78,3 +78,26 @@ int k8s_informer_new_node(K8sClient *c, const char *node, const K8sInformerHandl
 /* One VolumeAttachment by name, watched while a volume waits for it. */
 int k8s_informer_new_volume_attachment(K8sClient *c, const char *name, const K8sInformerHandlers *h,
                                        void *userdata, K8sInformer **ret);
+
+/* One object by name in a namespace (NULL for a cluster-scoped kind): list
+ * and watch with fieldSelector=metadata.name=<name>, so that the store
+ * holds that one object or nothing.  This is how kubelet's watch-based
+ * configMap/secret manager follows the objects a pod's volumes name
+ * (configMapAndSecretChangeDetectionStrategy: Watch), and the only list or
+ * watch of configMaps and secrets the Node authorizer lets a node make; it
+ * allows it only while a pod bound to the node names the object (403
+ * "no relationship found" otherwise, reported through on_error and retried
+ * with backoff, as for the graph's lag).  Like every informer it resumes
+ * from the last resourceVersion after a dropped watch and relists on 410
+ * Gone; on_add / on_update / on_delete report the object's creation,
+ * changes and deletion; before on_synced, k8s_informer_get() is not an
+ * answer.  A one-off read is k8s_get_object() (k8s/writers.h) with
+ * k8s_kind_configmap or k8s_kind_secret.  -EINVAL for a name that is no
+ * DNS-1123 subdomain or a namespace that is no DNS-1123 label. */
+int k8s_informer_new_by_name(K8sClient *c, const K8sKind *kind, const char *namespace, const char *name,
+                             const K8sInformerHandlers *h, void *userdata, K8sInformer **ret);
+/* The same for a ConfigMap (objects are K8sConfigMap) and a Secret (K8sSecret). */
+int k8s_informer_new_configmap(K8sClient *c, const char *namespace, const char *name, const K8sInformerHandlers *h,
+                               void *userdata, K8sInformer **ret);
+int k8s_informer_new_secret(K8sClient *c, const char *namespace, const char *name, const K8sInformerHandlers *h,
+                            void *userdata, K8sInformer **ret);

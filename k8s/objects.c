@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "k8s/base64.h"
+#include "k8s/objects-internal.h"
 #include "k8s/objects.h"
 #include "systemd/validate.h"
 
@@ -19,7 +20,7 @@
         for (size_t _saved = k8s_json_path_push(p, key), i = 0, _once = 1; _once; _once = 0, k8s_json_path_pop(p, _saved)) \
                 for (const cJSON *e = (arr) ? (arr)->child : NULL; e; e = e->next, i++)
 
-static void meta_done(K8sMeta *m) {
+void k8s_meta_done(K8sMeta *m) {
         free(m->uid);
         free(m->namespace);
         free(m->name);
@@ -29,7 +30,7 @@ static void meta_done(K8sMeta *m) {
         free(m->controller_uid);
 }
 
-static int meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
+int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
         const cJSON *md;
 
         TRY(k8s_json_get_object(p, j, "metadata", JSON_REQUIRED, &md));
@@ -72,89 +73,6 @@ static int secret_ref_decode(JsonPath *p, const cJSON *j, const char *key, K8sSe
         return 0;
 }
 
-/* --- quantities ------------------------------------------------------------- */
-
-int k8s_quantity_parse(const char *s, int64_t *ret) {
-        static const struct {
-                const char *suffix;
-                int base, exponent; /* base^exponent */
-        } suffixes[] = {
-                { "Ki", 2, 10 }, { "Mi", 2, 20 }, { "Gi", 2, 30 }, { "Ti", 2, 40 }, { "Pi", 2, 50 }, { "Ei", 2, 60 },
-                { "n", 10, -9 }, { "u", 10, -6 }, { "m", 10, -3 }, { "", 10, 0 },   { "k", 10, 3 },
-                { "M", 10, 6 },  { "G", 10, 9 },  { "T", 10, 12 }, { "P", 10, 15 }, { "E", 10, 18 },
-        };
-        /* Digits kept exactly: an unsigned __int128 holds 38 of them, and a
-         * quantity the API server accepts has few. */
-        unsigned __int128 mantissa = 0, limit = (unsigned __int128) INT64_MAX;
-        int scale = 0, exponent = 0, base = 10;
-        bool digits = false, dot = false;
-        const char *c = s;
-
-        if (!s)
-                return -EINVAL;
-        if (*c == '+')
-                c++;
-        else if (*c == '-')
-                return -ERANGE; /* no negative sizes */
-        for (; (*c >= '0' && *c <= '9') || (*c == '.' && !dot); c++) {
-                if (*c == '.') {
-                        dot = true;
-                        continue;
-                }
-                digits = true;
-                if (mantissa > ((unsigned __int128) 1 << 100))
-                        return -ERANGE;
-                mantissa = mantissa * 10 + (unsigned) (*c - '0');
-                if (dot)
-                        scale--;
-        }
-        if (!digits)
-                return -EINVAL;
-        if ((*c == 'e' || *c == 'E') && c[1] && strchr("+-0123456789", c[1])) {
-                char *end;
-                long e;
-                errno = 0;
-                e = strtol(c + 1, &end, 10);
-                if (end == c + 1 || *end || errno || e < -30 || e > 30)
-                        return -EINVAL;
-                exponent = (int) e;
-                base = 10;
-        } else {
-                size_t i;
-                for (i = 0; i < ELEMENTSOF(suffixes); i++)
-                        if (streq(c, suffixes[i].suffix))
-                                break;
-                if (i == ELEMENTSOF(suffixes))
-                        return -EINVAL;
-                base = suffixes[i].base;
-                exponent = suffixes[i].exponent;
-        }
-        /* value = mantissa * 10^scale * base^exponent, rounded up. */
-        if (base == 10)
-                scale += exponent;
-        else
-                for (int i = 0; i < exponent; i++) {
-                        mantissa *= 2;
-                        if (mantissa > limit * 1000000000000000000ULL)
-                                return -ERANGE;
-                }
-        for (; scale > 0; scale--) {
-                mantissa *= 10;
-                if (mantissa > limit * 1000000000000000000ULL)
-                        return -ERANGE;
-        }
-        for (bool remainder = false; scale < 0; scale++) {
-                remainder = remainder || mantissa % 10 != 0;
-                mantissa /= 10;
-                if (scale == -1 && remainder)
-                        mantissa++;
-        }
-        if (mantissa > limit)
-                return -ERANGE;
-        *ret = (int64_t) mantissa;
-        return 0;
-}
-
 const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size) {
         if (m->namespace)
                 snprintf(buf, size, "%s/%s", m->namespace, strempty(m->name));
@@ -181,6 +99,10 @@ static void containers_free(K8sContainer *c, size_t n) {
                 for (size_t k = 0; k < c[i].n_mounts; k++) {
                         free(c[i].mounts[k].name);
                         free(c[i].mounts[k].path);
+                        free(c[i].mounts[k].sub_path);
+                        free(c[i].mounts[k].sub_path_expr);
+                        free(c[i].mounts[k].mount_propagation);
+                        free(c[i].mounts[k].recursive_read_only);
                 }
                 free(c[i].mounts);
                 for (size_t k = 0; k < c[i].n_devices; k++) {
@@ -192,6 +114,10 @@ static void containers_free(K8sContainer *c, size_t n) {
                 free(c[i].selinux_role);
                 free(c[i].selinux_type);
                 free(c[i].selinux_level);
+                k8s_env_free(c[i].env, c[i].n_env);
+                k8s_env_from_free(c[i].env_from, c[i].n_env_from);
+                k8s_string_map_done(&c[i].limits);
+                k8s_string_map_done(&c[i].requests);
         }
         free(c);
 }
@@ -205,7 +131,7 @@ static void statuses_free(K8sContainerStatus *s, size_t n) {
 K8sPod *k8s_pod_free(K8sPod *p) {
         if (!p)
                 return NULL;
-        meta_done(&p->meta);
+        k8s_meta_done(&p->meta);
         free(p->node_name);
         free(p->phase);
         free(p->service_account_name);
@@ -219,7 +145,21 @@ K8sPod *k8s_pod_free(K8sPod *p) {
                 free(p->volumes[i].name);
                 pod_csi_free(p->volumes[i].csi);
                 free(p->volumes[i].claim_name);
+                k8s_key_projection_free(p->volumes[i].config_map);
+                k8s_key_projection_free(p->volumes[i].secret);
+                k8s_downward_api_free(p->volumes[i].downward_api);
+                k8s_projected_free(p->volumes[i].projected);
+                k8s_empty_dir_free(p->volumes[i].empty_dir);
+                k8s_host_path_free(p->volumes[i].host_path);
+                free(p->volumes[i].other_source);
         }
+        free(p->supplemental_groups);
+        k8s_string_map_done(&p->labels);
+        k8s_string_map_done(&p->annotations);
+        free(p->pod_ip);
+        k8s_strv_free(p->pod_ips);
+        free(p->host_ip);
+        k8s_strv_free(p->host_ips);
         free(p->volumes);
         containers_free(p->containers, p->n_containers);
         containers_free(p->init_containers, p->n_init_containers);
@@ -229,6 +169,35 @@ K8sPod *k8s_pod_free(K8sPod *p) {
         statuses_free(p->ephemeral_container_statuses, p->n_ephemeral_container_statuses);
         free(p);
         return NULL;
+}
+
+/* The sources kvolumed sets up itself besides CSI and claims. */
+static int pod_volume_sources_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
+        const cJSON *o;
+        size_t saved;
+
+#define SOURCE(key, call)                                                                                  \
+        TRY(k8s_json_get_object(p, j, key, JSON_OPTIONAL, &o));                                           \
+        if (o) {                                                                                           \
+                saved = k8s_json_path_push(p, key);                                                        \
+                TRY(call);                                                                                 \
+                k8s_json_path_pop(p, saved);                                                               \
+        }
+        SOURCE("configMap", k8s_key_projection_decode(p, o, "name", true, &v->config_map));
+        SOURCE("secret", k8s_key_projection_decode(p, o, "secretName", true, &v->secret));
+        SOURCE("downwardAPI", k8s_downward_api_decode(p, o, true, &v->downward_api));
+        SOURCE("projected", k8s_projected_decode(p, o, &v->projected));
+        SOURCE("emptyDir", k8s_empty_dir_decode(p, o, &v->empty_dir));
+        SOURCE("hostPath", k8s_host_path_decode(p, o, &v->host_path));
+#undef SOURCE
+        return 0;
+}
+
+const char *k8s_pod_volume_source(const K8sPodVolume *v) {
+        return v->csi ? "csi" : v->claim_name ? "persistentVolumeClaim" : v->ephemeral ? "ephemeral"
+                : v->config_map ? "configMap" : v->secret ? "secret" : v->downward_api ? "downwardAPI"
+                : v->projected ? "projected" : v->empty_dir ? "emptyDir" : v->host_path ? "hostPath"
+                : v->other_source;
 }
 
 static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
@@ -268,6 +237,31 @@ static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
 
         TRY(k8s_json_get_object(p, j, "ephemeral", JSON_OPTIONAL, &o));
         v->ephemeral = o != NULL;
+
+        TRY(pod_volume_sources_decode(p, j, v));
+        const char *other = k8s_other_volume_source(j, true);
+        if (other && !(v->other_source = strdup(other)))
+                return -ENOMEM;
+        return 0;
+}
+
+/* subPath, subPathExpr, mountPropagation and recursiveReadOnly of a
+ * volumeMount; k8s_volume_mount_validate() checks their values. */
+static int mount_extras_decode(JsonPath *p, const cJSON *e, K8sVolumeMount *m) {
+
+        TRY(k8s_json_get_string(p, e, "subPath", JSON_OPTIONAL, &m->sub_path));
+        TRY(k8s_json_get_string(p, e, "subPathExpr", JSON_OPTIONAL, &m->sub_path_expr));
+        /* "" is the same as unset for both. */
+        if (m->sub_path && !m->sub_path[0]) {
+                free(m->sub_path);
+                m->sub_path = NULL;
+        }
+        if (m->sub_path_expr && !m->sub_path_expr[0]) {
+                free(m->sub_path_expr);
+                m->sub_path_expr = NULL;
+        }
+        TRY(k8s_json_get_string(p, e, "mountPropagation", JSON_OPTIONAL, &m->mount_propagation));
+        TRY(k8s_json_get_string(p, e, "recursiveReadOnly", JSON_OPTIONAL, &m->recursive_read_only));
         return 0;
 }
 
@@ -290,6 +284,8 @@ static int mounts_decode(JsonPath *p, const cJSON *j, const char *key, const cha
                 TRY(k8s_json_get_string(p, e, "name", JSON_REQUIRED, &(*ret)[i].name));
                 TRY(k8s_json_get_string(p, e, path_key, JSON_REQUIRED, &(*ret)[i].path));
                 TRY(k8s_json_get_bool(p, e, "readOnly", false, &(*ret)[i].read_only));
+                if (streq(path_key, "mountPath"))
+                        TRY(mount_extras_decode(p, e, &(*ret)[i]));
                 k8s_json_path_pop(p, s2);
         }
         return 0;
@@ -304,6 +300,9 @@ static int container_selinux_decode(JsonPath *p, const cJSON *container, K8sCont
         if (!sc)
                 return 0;
         size_t s1 = k8s_json_path_push(p, "securityContext");
+        TRY(k8s_json_get_bool(p, sc, "privileged", false, &c->privileged));
+        TRY(k8s_json_get_int(p, sc, "runAsUser", 0, INT32_MAX, &c->has_run_as_user, &c->run_as_user));
+        TRY(k8s_json_get_int(p, sc, "runAsGroup", 0, INT32_MAX, &c->has_run_as_group, &c->run_as_group));
         TRY(k8s_json_get_object(p, sc, "seLinuxOptions", JSON_OPTIONAL, &se));
         if (se) {
                 size_t s2 = k8s_json_path_push(p, "seLinuxOptions");
@@ -315,6 +314,19 @@ static int container_selinux_decode(JsonPath *p, const cJSON *container, K8sCont
                 k8s_json_path_pop(p, s2);
         }
         k8s_json_path_pop(p, s1);
+        return 0;
+}
+
+static int container_resources_decode(JsonPath *p, const cJSON *container, K8sContainer *c) {
+        const cJSON *res;
+
+        TRY(k8s_json_get_object(p, container, "resources", JSON_OPTIONAL, &res));
+        if (!res)
+                return 0;
+        size_t saved = k8s_json_path_push(p, "resources");
+        TRY(k8s_json_get_string_map(p, res, "limits", &c->limits));
+        TRY(k8s_json_get_string_map(p, res, "requests", &c->requests));
+        k8s_json_path_pop(p, saved);
         return 0;
 }
 
@@ -339,6 +351,9 @@ static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8
                 TRY(mounts_decode(p, e, "volumeMounts", "mountPath", &c->mounts, &c->n_mounts));
                 TRY(mounts_decode(p, e, "volumeDevices", "devicePath", &c->devices, &c->n_devices));
                 TRY(container_selinux_decode(p, e, c));
+                TRY(k8s_env_decode(p, e, &c->env, &c->n_env));
+                TRY(k8s_env_from_decode(p, e, &c->env_from, &c->n_env_from));
+                TRY(container_resources_decode(p, e, c));
                 k8s_json_path_pop(p, s2);
         }
         return 0;
@@ -382,6 +397,74 @@ static int statuses_decode(JsonPath *p, const cJSON *status, const char *key, K8
         return 0;
 }
 
+static int supplemental_groups_decode(JsonPath *p, const cJSON *sc, K8sPod *pod) {
+        const cJSON *a;
+        size_t n;
+
+        TRY(k8s_json_get_array(p, sc, "supplementalGroups", JSON_OPTIONAL, &a, &n));
+        if (n == 0)
+                return 0;
+        pod->supplemental_groups = calloc(n, sizeof *pod->supplemental_groups);
+        if (!pod->supplemental_groups)
+                return -ENOMEM;
+        size_t saved = k8s_json_path_push(p, "supplementalGroups");
+        size_t i = 0;
+        for (const cJSON *e = a->child; e; e = e->next, i++) {
+                /* k8s_json_get_int reads a key: wrap the element. */
+                if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > (double) UINT32_MAX ||
+                    e->valuedouble != (double) (int64_t) e->valuedouble) {
+                        (void) k8s_json_path_push_index(p, i);
+                        return k8s_json_fail(p, NULL, "not a group ID");
+                }
+                pod->supplemental_groups[pod->n_supplemental_groups++] = (int64_t) e->valuedouble;
+        }
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
+/* status.podIPs / hostIPs: [{"ip": ...}] as a NULL-terminated vector. */
+static int ips_decode(JsonPath *p, const cJSON *status, const char *key, char ***ret) {
+        const cJSON *a;
+        size_t n;
+
+        TRY(k8s_json_get_array(p, status, key, JSON_OPTIONAL, &a, &n));
+        if (n == 0)
+                return 0;
+        if (!(*ret = calloc(n + 1, sizeof(char *))))
+                return -ENOMEM;
+        size_t saved = k8s_json_path_push(p, key), i = 0;
+        for (const cJSON *e = a->child; e; e = e->next, i++) {
+                size_t s2 = k8s_json_path_push_index(p, i);
+                if (!cJSON_IsObject(e))
+                        return k8s_json_fail(p, NULL, "not an object");
+                TRY(k8s_json_get_string(p, e, "ip", JSON_REQUIRED, &(*ret)[i]));
+                k8s_json_path_pop(p, s2);
+        }
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
+/* metadata.labels/annotations and status.podIP(s)/hostIP(s): what the
+ * downward API and subPathExpr may read. */
+static int pod_extras_decode(JsonPath *p, const cJSON *j, K8sPod *pod) {
+        const cJSON *md = cJSON_GetObjectItemCaseSensitive(j, "metadata"), *status;
+
+        size_t saved = k8s_json_path_push(p, "metadata");
+        TRY(k8s_json_get_string_map(p, md, "labels", &pod->labels));
+        TRY(k8s_json_get_string_map(p, md, "annotations", &pod->annotations));
+        k8s_json_path_pop(p, saved);
+        TRY(k8s_json_get_object(p, j, "status", JSON_OPTIONAL, &status));
+        if (!status)
+                return 0;
+        saved = k8s_json_path_push(p, "status");
+        TRY(k8s_json_get_string(p, status, "podIP", JSON_OPTIONAL, &pod->pod_ip));
+        TRY(k8s_json_get_string(p, status, "hostIP", JSON_OPTIONAL, &pod->host_ip));
+        TRY(ips_decode(p, status, "podIPs", &pod->pod_ips));
+        TRY(ips_decode(p, status, "hostIPs", &pod->host_ips));
+        k8s_json_path_pop(p, saved);
+        return 0;
+}
+
 int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         _cleanup_(k8s_pod_freep) K8sPod *pod = NULL;
         const cJSON *spec, *status, *sc, *a;
@@ -394,7 +477,7 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         pod = calloc(1, sizeof *pod);
         if (!pod)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, true, &pod->meta));
+        TRY(k8s_meta_decode(&p, j, true, &pod->meta));
 
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -404,6 +487,10 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         if (sc) {
                 size_t s2 = k8s_json_path_push(&p, "securityContext");
                 TRY(k8s_json_get_int(&p, sc, "fsGroup", 0, UINT32_MAX, &pod->has_fs_group, &pod->fs_group));
+                TRY(k8s_json_get_int(&p, sc, "runAsUser", 0, INT32_MAX, &pod->has_run_as_user, &pod->run_as_user));
+                TRY(k8s_json_get_int(&p, sc, "runAsGroup", 0, INT32_MAX, &pod->has_run_as_group,
+                                     &pod->run_as_group));
+                TRY(supplemental_groups_decode(&p, sc, pod));
                 TRY(k8s_json_get_string(&p, sc, "fsGroupChangePolicy", JSON_OPTIONAL, &pod->fs_group_change_policy));
                 TRY(k8s_json_get_string(&p, sc, "seLinuxChangePolicy", JSON_OPTIONAL, &pod->selinux_change_policy));
                 const cJSON *se;
@@ -449,6 +536,7 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
                                     &pod->n_ephemeral_container_statuses));
                 k8s_json_path_pop(&p, saved);
         }
+        TRY(pod_extras_decode(&p, j, pod));
         *ret = TAKE_PTR(pod);
         return 0;
 }
@@ -478,7 +566,7 @@ int k8s_pod_validate_names(const K8sPod *p, const char **ret_field) {
 K8sPersistentVolumeClaim *k8s_pvc_free(K8sPersistentVolumeClaim *c) {
         if (!c)
                 return NULL;
-        meta_done(&c->meta);
+        k8s_meta_done(&c->meta);
         free(c->volume_name);
         free(c->phase);
         k8s_strv_free(c->access_modes);
@@ -512,7 +600,7 @@ int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeE
         c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, true, &c->meta));
+        TRY(k8s_meta_decode(&p, j, true, &c->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
         TRY(k8s_json_get_string(&p, spec, "volumeName", JSON_OPTIONAL, &c->volume_name));
@@ -553,7 +641,7 @@ static void pv_csi_free(K8sPvCsiSource *c) {
 K8sPersistentVolume *k8s_pv_free(K8sPersistentVolume *v) {
         if (!v)
                 return NULL;
-        meta_done(&v->meta);
+        k8s_meta_done(&v->meta);
         pv_csi_free(v->csi);
         free(v->volume_mode);
         k8s_strv_free(v->mount_options);
@@ -563,6 +651,11 @@ K8sPersistentVolume *k8s_pv_free(K8sPersistentVolume *v) {
         free(v->claim_uid);
         free(v->phase);
         free(v->capacity);
+        k8s_host_path_free(v->host_path);
+        free(v->local_path);
+        free(v->local_fs_type);
+        k8s_node_selector_terms_free(v->node_affinity, v->n_node_affinity);
+        free(v->other_source);
         free(v);
         return NULL;
 }
@@ -578,7 +671,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         v = calloc(1, sizeof *v);
         if (!v)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, true, &v->meta));
+        TRY(k8s_meta_decode(&p, j, true, &v->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
         TRY(k8s_json_get_object(&p, spec, "csi", JSON_OPTIONAL, &o));
@@ -612,6 +705,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
                 TRY(k8s_json_get_string(&p, o, "uid", JSON_OPTIONAL, &v->claim_uid));
                 k8s_json_path_pop(&p, s2);
         }
+        TRY(k8s_pv_sources_decode(&p, spec, v));
         k8s_json_path_pop(&p, saved);
         if (!v->volume_mode && !(v->volume_mode = strdup("Filesystem")))
                 return -ENOMEM;
@@ -630,7 +724,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
 K8sCSIDriver *k8s_csidriver_free(K8sCSIDriver *d) {
         if (!d)
                 return NULL;
-        meta_done(&d->meta);
+        k8s_meta_done(&d->meta);
         k8s_strv_free(d->volume_lifecycle_modes);
         free(d->fs_group_policy);
         for (size_t i = 0; i < d->n_token_requests; i++)
@@ -652,7 +746,7 @@ int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *
         d = calloc(1, sizeof *d);
         if (!d)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, false, &d->meta));
+        TRY(k8s_meta_decode(&p, j, false, &d->meta));
         /* The API server always sets spec; an absent one gets every default. */
         TRY(k8s_json_get_object(&p, j, "spec", JSON_OPTIONAL, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -703,7 +797,7 @@ int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *
 K8sVolumeAttachment *k8s_volume_attachment_free(K8sVolumeAttachment *va) {
         if (!va)
                 return NULL;
-        meta_done(&va->meta);
+        k8s_meta_done(&va->meta);
         free(va->attacher);
         free(va->node_name);
         free(va->persistent_volume_name);
@@ -724,7 +818,7 @@ int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K
         va = calloc(1, sizeof *va);
         if (!va)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, false, &va->meta));
+        TRY(k8s_meta_decode(&p, j, false, &va->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
         TRY(k8s_json_get_string(&p, spec, "attacher", JSON_REQUIRED, &va->attacher));
@@ -762,7 +856,7 @@ int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K
 K8sNode *k8s_node_free(K8sNode *n) {
         if (!n)
                 return NULL;
-        meta_done(&n->meta);
+        k8s_meta_done(&n->meta);
         k8s_string_map_done(&n->annotations);
         k8s_string_map_done(&n->labels);
         for (size_t i = 0; i < n->n_volumes_attached; i++) {
@@ -771,6 +865,8 @@ K8sNode *k8s_node_free(K8sNode *n) {
         }
         free(n->volumes_attached);
         k8s_strv_free(n->volumes_in_use);
+        k8s_string_map_done(&n->allocatable);
+        k8s_string_map_done(&n->capacity);
         free(n);
         return NULL;
 }
@@ -787,7 +883,7 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
         node = calloc(1, sizeof *node);
         if (!node)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, true, &node->meta));
+        TRY(k8s_meta_decode(&p, j, true, &node->meta));
         md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
         size_t saved = k8s_json_path_push(&p, "metadata");
         TRY(k8s_json_get_string_map(&p, md, "annotations", &node->annotations));
@@ -815,6 +911,8 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
                         }
                 }
                 TRY(k8s_json_get_strv(&p, status, "volumesInUse", &node->volumes_in_use));
+                TRY(k8s_json_get_string_map(&p, status, "allocatable", &node->allocatable));
+                TRY(k8s_json_get_string_map(&p, status, "capacity", &node->capacity));
                 k8s_json_path_pop(&p, saved);
         }
         *ret = TAKE_PTR(node);
@@ -826,7 +924,7 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
 K8sSecret *k8s_secret_free(K8sSecret *s) {
         if (!s)
                 return NULL;
-        meta_done(&s->meta);
+        k8s_meta_done(&s->meta);
         free(s->type);
         for (size_t i = 0; i < s->n_data; i++) {
                 if (s->data[i].key) {
@@ -862,8 +960,9 @@ int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error)
         s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
-        TRY(meta_decode(&p, j, false, &s->meta));
+        TRY(k8s_meta_decode(&p, j, false, &s->meta));
         TRY(k8s_json_get_string(&p, j, "type", JSON_OPTIONAL, &s->type));
+        TRY(k8s_json_get_bool(&p, j, "immutable", false, &s->immutable));
         TRY(k8s_json_get_object(&p, j, "data", JSON_OPTIONAL, &data));
         if (data) {
                 cJSON_ArrayForEach(e, data)
@@ -922,6 +1021,8 @@ DEFINE_KIND(k8s_kind_volume_attachment, "VolumeAttachment", "/apis/storage.k8s.i
             k8s_volume_attachment_from_json, k8s_volume_attachment_free)
 DEFINE_KIND(k8s_kind_node, "Node", "/api/v1", "nodes", false, k8s_node_from_json, k8s_node_free)
 DEFINE_KIND(k8s_kind_secret, "Secret", "/api/v1", "secrets", true, k8s_secret_from_json, k8s_secret_free)
+DEFINE_KIND(k8s_kind_configmap, "ConfigMap", "/api/v1", "configmaps", true, k8s_configmap_from_json,
+            k8s_configmap_free)
 
 int k8s_object_decode(const K8sKind *kind, const char *text, size_t size, void **ret, K8sDecodeError *error) {
         _cleanup_(cJSON_Deletep) cJSON *j = cJSON_ParseWithLength(text, size);

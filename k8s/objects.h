@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "k8s/json.h"
+#include "k8s/objects-volumes.h"
+#include "k8s/quantity.h"
 #include "systemd/macro.h"
 
 /* First member of every typed object, so generic code (store, informer) can
@@ -49,12 +51,28 @@ typedef struct K8sPodVolume {
         char *claim_name;      /* persistentVolumeClaim.claimName */
         bool claim_read_only;  /* persistentVolumeClaim.readOnly */
         bool ephemeral;        /* generic ephemeral: PVC "<pod>-<volume>" */
+        /* The sources kvolumed sets up itself (k8s/objects-volumes.h). */
+        K8sKeyProjection *config_map;     /* configMap (name from "name") */
+        K8sKeyProjection *secret;         /* secret (name from "secretName") */
+        K8sDownwardAPIProjection *downward_api;
+        K8sProjectedSource *projected;
+        K8sEmptyDirSource *empty_dir;
+        K8sHostPathSource *host_path;
+        /* A source kvolumed does not set up ("nfs", "gitRepo", "image", an
+         * unknown key of a newer API, ...): the volume manager reports
+         * "unsupported volume type <other_source>" instead of ignoring it. */
+        char *other_source;
 } K8sPodVolume;
 
 typedef struct K8sVolumeMount {
         char *name;
         char *path; /* mountPath or devicePath */
         bool read_only;
+        /* volumeMounts only (NULL for devices and when unset): */
+        char *sub_path;
+        char *sub_path_expr;     /* $(VAR) expanded from the container's env */
+        char *mount_propagation; /* "None", "HostToContainer", "Bidirectional"; NULL: None */
+        char *recursive_read_only; /* "Disabled", "IfPossible", "Enabled"; NULL: Disabled */
 } K8sVolumeMount;
 
 typedef struct K8sContainer {
@@ -68,6 +86,23 @@ typedef struct K8sContainer {
          * DetermineEffectiveSecurityContext has it). */
         bool has_selinux;
         char *selinux_user, *selinux_role, *selinux_type, *selinux_level;
+        /* env and envFrom (subPathExpr expands $(VAR) from them, envFrom
+         * first, as kubelet's makeEnvironmentVariables). */
+        K8sEnvVar *env;
+        size_t n_env;
+        K8sEnvFromSource *env_from;
+        size_t n_env_from;
+        /* resources.limits / resources.requests: resource name → quantity
+         * text ("memory", "cpu", "ephemeral-storage", ...); parse with
+         * k8s/quantity.h. */
+        K8sStringMap limits;
+        K8sStringMap requests;
+        /* securityContext: mountPropagation Bidirectional needs privileged. */
+        bool privileged;
+        bool has_run_as_user;
+        int64_t run_as_user;
+        bool has_run_as_group;
+        int64_t run_as_group;
 } K8sContainer;
 
 typedef struct K8sContainerStatus {
@@ -89,6 +124,20 @@ typedef struct K8sPod {
          * seLinuxChangePolicy (NULL: not set). */
         char *selinux_user, *selinux_role, *selinux_type, *selinux_level;
         char *selinux_change_policy;
+        /* securityContext.runAsUser / runAsGroup / supplementalGroups (the
+         * mode and owner of a projected token file depend on them). */
+        bool has_run_as_user;
+        int64_t run_as_user;
+        bool has_run_as_group;
+        int64_t run_as_group;
+        int64_t *supplemental_groups;
+        size_t n_supplemental_groups;
+        K8sStringMap labels;      /* metadata.labels */
+        K8sStringMap annotations; /* metadata.annotations */
+        char *pod_ip;   /* status.podIP; NULL: not yet */
+        char **pod_ips; /* status.podIPs[].ip; NULL: none */
+        char *host_ip;  /* status.hostIP; NULL: not yet */
+        char **host_ips; /* status.hostIPs[].ip; NULL: none */
         K8sPodVolume *volumes;
         size_t n_volumes;
         K8sContainer *containers;
@@ -130,6 +179,22 @@ typedef struct K8sPvCsiSource {
         K8sSecretRef controller_expand_secret;
 } K8sPvCsiSource;
 
+/* A node selector requirement: operator "In", "NotIn", "Exists",
+ * "DoesNotExist", "Gt", "Lt". */
+typedef struct K8sNodeSelectorRequirement {
+        char *key;
+        char *operator;
+        char **values; /* NULL: none */
+} K8sNodeSelectorRequirement;
+
+/* A term matches when all its requirements do. */
+typedef struct K8sNodeSelectorTerm {
+        K8sNodeSelectorRequirement *match_expressions; /* on labels */
+        size_t n_match_expressions;
+        K8sNodeSelectorRequirement *match_fields; /* on fields: only "metadata.name" */
+        size_t n_match_fields;
+} K8sNodeSelectorTerm;
+
 typedef struct K8sPersistentVolume {
         K8sMeta meta;
         K8sPvCsiSource *csi; /* NULL: not a CSI volume */
@@ -142,6 +207,15 @@ typedef struct K8sPersistentVolume {
         char *claim_uid;
         char *phase;
         char *capacity;        /* spec.capacity.storage, a quantity; NULL: unset */
+        K8sHostPathSource *host_path; /* spec.hostPath {path, type ("" unless set)} */
+        char *local_path;             /* spec.local.path; NULL: not a local PV */
+        char *local_fs_type;          /* spec.local.fsType; NULL: unset */
+        /* spec.nodeAffinity.required.nodeSelectorTerms (ORed); n 0: none. */
+        K8sNodeSelectorTerm *node_affinity;
+        size_t n_node_affinity;
+        /* An in-tree source kvolumed does not set up ("nfs", "iscsi", ...),
+         * for "unsupported volume type" messages; NULL: none. */
+        char *other_source;
 } K8sPersistentVolume;
 
 typedef struct K8sTokenRequest {
@@ -191,6 +265,10 @@ typedef struct K8sNode {
         K8sAttachedVolume *volumes_attached;
         size_t n_volumes_attached;
         char **volumes_in_use;
+        /* status.allocatable and status.capacity: resource name → quantity
+         * text ("memory", "cpu", "ephemeral-storage", "hugepages-2Mi"). */
+        K8sStringMap allocatable;
+        K8sStringMap capacity;
 } K8sNode;
 
 typedef struct K8sSecretEntry {
@@ -205,7 +283,19 @@ typedef struct K8sSecret {
         char *type;
         K8sSecretEntry *data;
         size_t n_data;
+        bool immutable;
 } K8sSecret;
+
+/* A ConfigMap: data is text, binaryData bytes (base64 decoded; the entry's
+ * size counts them, NUL bytes included).  API validation keeps the keys of
+ * the two apart. */
+typedef struct K8sConfigMap {
+        K8sMeta meta;
+        K8sStringMap data;
+        K8sSecretEntry *binary_data;
+        size_t n_binary_data;
+        bool immutable;
+} K8sConfigMap;
 
 /* What the store and informer need to know of a kind. */
 typedef struct K8sKind {
@@ -224,6 +314,7 @@ extern const K8sKind k8s_kind_csidriver;
 extern const K8sKind k8s_kind_volume_attachment;
 extern const K8sKind k8s_kind_node;
 extern const K8sKind k8s_kind_secret;
+extern const K8sKind k8s_kind_configmap;
 
 /* Decoders: 0, -EBADMSG with *error naming the field, or -ENOMEM. */
 int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error);
@@ -233,6 +324,7 @@ int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *
 int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K8sDecodeError *error);
 int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error);
 int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error);
+int k8s_configmap_from_json(const cJSON *j, K8sConfigMap **ret, K8sDecodeError *error);
 
 /* Parses JSON text and decodes it as "kind"; the error names "(json)" for
  * text that does not parse. */
@@ -245,6 +337,7 @@ K8sCSIDriver *k8s_csidriver_free(K8sCSIDriver *d);
 K8sVolumeAttachment *k8s_volume_attachment_free(K8sVolumeAttachment *va);
 K8sNode *k8s_node_free(K8sNode *n);
 K8sSecret *k8s_secret_free(K8sSecret *s);
+K8sConfigMap *k8s_configmap_free(K8sConfigMap *c);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPod *, k8s_pod_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPersistentVolumeClaim *, k8s_pvc_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sPersistentVolume *, k8s_pv_free);
@@ -252,8 +345,21 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(K8sCSIDriver *, k8s_csidriver_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sVolumeAttachment *, k8s_volume_attachment_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sNode *, k8s_node_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(K8sSecret *, k8s_secret_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(K8sConfigMap *, k8s_configmap_free);
 
 const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key);
+/* binaryData entry of a ConfigMap (data entries: k8s_string_map_get). */
+const K8sSecretEntry *k8s_configmap_get_binary(const K8sConfigMap *c, const char *key);
+
+/* The source of a pod volume as its JSON key ("csi", "persistentVolumeClaim",
+ * "ephemeral", "configMap", "secret", "downwardAPI", "projected", "emptyDir",
+ * "hostPath", or other_source), NULL when it has none kvolumed knows. */
+const char *k8s_pod_volume_source(const K8sPodVolume *v);
+
+/* Whether a PV's required node affinity lets it be used on "node" (its
+ * labels, and metadata.name for matchFields), as
+ * component-helpers' MatchNodeSelectorTerms: no terms match everything. */
+bool k8s_pv_node_affinity_matches(const K8sPersistentVolume *pv, const K8sNode *node);
 
 /* Checks the names of a pod that become path components or API paths:
  * UID UUID-shaped, namespace a DNS-1123 label, name a DNS-1123 subdomain,
@@ -261,10 +367,16 @@ const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key);
  * first bad one. */
 int k8s_pod_validate_names(const K8sPod *p, const char **ret_field);
 
-/* A resource.Quantity ("64Mi", "1G", "1.5Gi", "2e3", "500m") in bytes,
- * rounded up to a whole byte as Quantity.Value() does.  -EINVAL for text
- * that is no quantity, -ERANGE beyond INT64_MAX or below 0. */
-int k8s_quantity_parse(const char *s, int64_t *ret);
+
+/* What API validation requires of a pod volume and a volumeMount, which the
+ * decoders keep as written (k8s/objects-volumes.h): 0, or -EINVAL with
+ * *ret_problem (static text, for a log line and an Event) naming the rule
+ * broken, -EOPNOTSUPP for a source kvolumed does not set up (other_source,
+ * or a projected source's "other": name it in the message), -EPERM for
+ * Bidirectional propagation in a container that is not privileged (c may
+ * be NULL: not privileged).  *ret_problem is NULL on success. */
+int k8s_pod_volume_validate(const K8sPodVolume *v, const char **ret_problem);
+int k8s_volume_mount_validate(const K8sVolumeMount *m, const K8sContainer *c, const char **ret_problem);
 
 /* "namespace/name" or "name"; for log lines. */
 const char *k8s_meta_describe(const K8sMeta *m, char *buf, size_t size);

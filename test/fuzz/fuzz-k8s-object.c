@@ -43,6 +43,22 @@ static void decode_kind(const K8sKind *kind, const char *text, size_t size) {
                 const char *field = NULL;
                 if (k8s_pod_validate_names(o, &field) < 0)
                         FUZZ_ASSERT(field);
+                /* The pod volume rules answer for any decoded pod, with a
+                 * problem to report whenever they refuse. */
+                const K8sPod *p = o;
+                for (size_t i = 0; i < p->n_volumes; i++) {
+                        const char *problem = NULL;
+                        if (k8s_pod_volume_validate(&p->volumes[i], &problem) < 0)
+                                FUZZ_ASSERT(problem);
+                        (void) k8s_pod_volume_source(&p->volumes[i]);
+                }
+                for (size_t i = 0; i < p->n_containers; i++)
+                        for (size_t k = 0; k < p->containers[i].n_mounts; k++) {
+                                const char *problem = NULL;
+                                if (k8s_volume_mount_validate(&p->containers[i].mounts[k], &p->containers[i],
+                                                              &problem) < 0)
+                                        FUZZ_ASSERT(problem);
+                        }
         } else if (kind == &k8s_kind_secret) {
                 const K8sSecret *s = o;
                 for (size_t i = 0; i < s->n_data; i++) {

@@ -8,8 +8,9 @@
  *   node-id DRIVER [NODE_ID]                       (no NODE_ID: remove)
  *   csinode DRIVER [NODE_ID [KEY,KEY [COUNT]]]     (no NODE_ID: remove)
  *   event NAMESPACE NAME UID TYPE REASON MESSAGE...
- *   get pod|pvc|pv|secret|va|node|csidriver NAMESPACE|- NAME
+ *   get pod|pvc|pv|secret|configmap|va|node|csidriver NAMESPACE|- NAME
  *   va-watch NAME | va-stop NAME
+ *   watch configmap|secret|KIND NAMESPACE|- NAME   (one object by name)
  *   stats
  *   quit
  */
@@ -80,6 +81,19 @@ static void add_details(cJSON *j, const K8sKind *kind, const void *obj) {
         } else if (kind == &k8s_kind_secret) {
                 const K8sSecret *s = obj;
                 cJSON_AddNumberToObject(j, "keys", (double) s->n_data);
+                /* Sizes only: a test tool need not print credentials. */
+                cJSON *sizes = cJSON_AddObjectToObject(j, "sizes");
+                for (size_t k = 0; k < s->n_data; k++)
+                        cJSON_AddNumberToObject(sizes, s->data[k].key, (double) s->data[k].size);
+        } else if (kind == &k8s_kind_configmap) {
+                const K8sConfigMap *c = obj;
+                cJSON *data = cJSON_AddObjectToObject(j, "data");
+                for (size_t k = 0; k < c->data.n; k++)
+                        cJSON_AddStringToObject(data, c->data.keys[k], c->data.values[k]);
+                cJSON *sizes = cJSON_AddObjectToObject(j, "binarySizes");
+                for (size_t k = 0; k < c->n_binary_data; k++)
+                        cJSON_AddNumberToObject(sizes, c->binary_data[k].key, (double) c->binary_data[k].size);
+                cJSON_AddBoolToObject(j, "immutable", c->immutable);
         } else if (kind == &k8s_kind_pvc) {
                 const K8sPersistentVolumeClaim *c = obj;
                 cJSON_AddStringToObject(j, "volumeName", strempty(c->volume_name));
@@ -177,6 +191,7 @@ static const K8sKind *kind_by_name(const char *s) {
         } table[] = {
                 { "pod", &k8s_kind_pod }, { "pvc", &k8s_kind_pvc }, { "pv", &k8s_kind_pv },
                 { "secret", &k8s_kind_secret }, { "va", &k8s_kind_volume_attachment },
+                { "configmap", &k8s_kind_configmap },
                 { "node", &k8s_kind_node }, { "csidriver", &k8s_kind_csidriver },
         };
         for (size_t i = 0; i < ELEMENTSOF(table); i++)
@@ -254,6 +269,25 @@ static void run_command(Harness *h, char *line) {
                                         r = k8s_informer_start(h->va[i]);
                                 break;
                         }
+        } else if (streq(cmd, "watch") && argc >= 4) {
+                const K8sKind *kind = kind_by_name(argv[1]);
+                const char *ns = streq(argv[2], "-") ? NULL : argv[2];
+                r = -ENOSPC;
+                for (size_t i = 0; kind && i < ELEMENTSOF(h->va); i++)
+                        if (!h->va[i]) {
+                                if (kind == &k8s_kind_configmap)
+                                        r = k8s_informer_new_configmap(h->client, ns, argv[3], &handlers, h, &h->va[i]);
+                                else if (kind == &k8s_kind_secret)
+                                        r = k8s_informer_new_secret(h->client, ns, argv[3], &handlers, h, &h->va[i]);
+                                else
+                                        r = k8s_informer_new_by_name(h->client, kind, ns, argv[3], &handlers, h,
+                                                                     &h->va[i]);
+                                if (r >= 0)
+                                        r = k8s_informer_start(h->va[i]);
+                                break;
+                        }
+                if (!kind)
+                        r = -EINVAL;
         } else if (streq(cmd, "va-stop") && argc >= 2) {
                 for (size_t i = 0; i < ELEMENTSOF(h->va); i++) {
                         const void *o;

@@ -8,7 +8,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery, errors, objects, openapi, patch, resources, selfsubject
+from . import (discovery, errors, objects, openapi, patch, resources,
+               selfsubject, tokenreview)
 from .nodeauth import Attributes
 from .selectors import FieldSelector, LabelSelector
 
@@ -20,6 +21,27 @@ _CONTINUE_TOO_OLD = (
     "results. Continuing with the provided token results in an inconsistent "
     "list - objects that were created, modified, or deleted between the time "
     "the first chunk was returned and now may show up in the list.")
+
+
+def _validate_token_request(name, spec):
+    """ValidateTokenRequest: 10 minutes to 2^32 seconds."""
+    seconds = spec["expirationSeconds"]
+    why = None
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        why = "must be an integer"
+    elif seconds < 600:
+        why = "may not specify a duration less than 10 minutes"
+    elif seconds > 1 << 32:
+        why = "may not specify a duration larger than 2^32 seconds"
+    if why:
+        message = f"Invalid value: {seconds}: {why}"
+        raise errors.ApiError(
+            422, "Invalid", f'TokenRequest.authentication.k8s.io "{name}" is '
+            f'invalid: spec.expirationSeconds: {message}',
+            {"name": name, "group": "authentication.k8s.io",
+             "kind": "TokenRequest",
+             "causes": [{"reason": "FieldValueInvalid", "message": message,
+                         "field": "spec.expirationSeconds"}]})
 
 
 def _flag(query, name):
@@ -113,8 +135,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         if parts == ["version"]:
             return self._send(200, discovery.VERSION)
         if parts[:2] == ["openapi", "v3"]:
-            doc = openapi.root() if len(parts) == 2 else \
-                openapi.group_version("/".join(parts[2:]))
+            doc = openapi.root(self.app.serves) if len(parts) == 2 else \
+                openapi.group_version("/".join(parts[2:]), self.app.serves)
             if doc is None:
                 raise errors.no_such_route()
             return self._send(200, doc)
@@ -129,15 +151,16 @@ class ApiHandler(BaseHTTPRequestHandler):
             group, version, rest = "", parts[1], parts[2:]
         else:
             if len(parts) == 1:
-                return self._send(200, discovery.api_group_list())
+                return self._send(200, discovery.api_group_list(
+                    self.app.serves))
             if len(parts) == 2:
-                doc = discovery.api_group(parts[1])
+                doc = discovery.api_group(parts[1], self.app.serves)
                 if doc is None:
                     raise errors.no_such_route()
                 return self._send(200, doc)
             group, version, rest = parts[1], parts[2], parts[3:]
         if not rest:
-            doc = discovery.api_resource_list(group, version)
+            doc = discovery.api_resource_list(group, version, self.app.serves)
             if doc is None or self.command != "GET":
                 raise errors.no_such_route()
             return self._send(200, doc)
@@ -149,12 +172,18 @@ class ApiHandler(BaseHTTPRequestHandler):
                                                   self.headers.get("Content-Type", ""),
                                                   self.headers.get("Accept", "")))
 
+        if group == tokenreview.GROUP and version == "v1" \
+                and rest == ["tokenreviews"]:
+            return self._token_review(body)
+
         namespace = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             inner = resources.by_path(group, version, rest[2])
             if inner is not None and inner.namespaced:
                 namespace, rest = rest[1], rest[2:]
         res = resources.by_path(group, version, rest[0])
+        if res is not None and not self.app.serves(res):
+            res = None      # an API the server has off: 404
         if res is None or len(rest) > 3 \
                 or (res.namespaced and namespace is None and len(rest) > 1):
             raise errors.no_such_route()
@@ -294,6 +323,31 @@ class ApiHandler(BaseHTTPRequestHandler):
             res, namespace, name, media, self._json(body), scope,
             admit=self._admit()))
 
+    def _token_binding(self, namespace, ref):
+        """The pod ({name, uid}) and its node ({name, uid}) a TokenRequest
+        binds the token to, as the TokenRequest REST handler checks it: the
+        pod must exist (404) with the UID given (409)."""
+        if not isinstance(ref, dict) or ref.get("kind") != "Pod":
+            return None, None
+        pods = resources.lookup("pods")
+        pod = self.app.store.peek_one(pods, namespace, ref.get("name") or "")
+        if pod is None:
+            raise errors.not_found(pods, ref.get("name") or "")
+        uid = pod["metadata"].get("uid")
+        if ref.get("uid") and ref["uid"] != uid:
+            raise errors.conflict(
+                pods, ref.get("name"), f'the UID in the bound object reference '
+                f'({ref["uid"]}) does not match the UID in record. The object '
+                f'might have been deleted and then recreated')
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        node = None
+        if node_name:
+            n = self.app.store.peek_one(resources.lookup("nodes"), None,
+                                        node_name)
+            node = {"name": node_name,
+                    "uid": (n or {}).get("metadata", {}).get("uid")}
+        return {"name": pod["metadata"]["name"], "uid": uid}, node
+
     def _token(self, res, namespace, name, body):
         """POST serviceaccounts/<name>/token: a TokenRequest answered with a
         recognisable token "fake-token:<sa>:<audiences>:<n>:<nonce>" (nothing
@@ -311,13 +365,17 @@ class ApiHandler(BaseHTTPRequestHandler):
         if not spec.get("audiences"):
             spec["audiences"] = ["https://kubernetes.default.svc"]
         spec.setdefault("expirationSeconds", 3600)
+        _validate_token_request(name, spec)
         # As --service-account-max-token-expiration: the server may issue a
         # shorter token than asked; the client must read the expiry it got.
         seconds = int(spec["expirationSeconds"])
         if self.app.token_max_expiration is not None:
             seconds = min(seconds, int(self.app.token_max_expiration))
         spec["expirationSeconds"] = seconds
-        token = self.app.issue_token(namespace, name, asked, spec["audiences"])
+        pod, node = self._token_binding(namespace, spec.get("boundObjectRef"))
+        sa_uid = self.app.store.get(res, namespace, name)["metadata"].get("uid")
+        token = self.app.issue_token(namespace, name, asked, spec["audiences"],
+                                     seconds, pod, node, sa_uid)
         expiration = objects.timestamp(seconds)
         self.app.record_token_request(namespace, name, asked, token,
                                       spec["audiences"], expiration)
@@ -328,6 +386,20 @@ class ApiHandler(BaseHTTPRequestHandler):
             "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
             "metadata": meta, "spec": spec,
             "status": {"token": token, "expirationTimestamp": expiration}})
+
+    def _token_review(self, body):
+        """POST tokenreviews: never stored; a node may create one."""
+        if self.command != "POST":
+            raise errors.method_not_allowed()
+        self._attrs = Attributes(self._user, "create", tokenreview.GROUP,
+                                 "tokenreviews", "", "", "")
+        self.app.node_authorizer.authorize(self._attrs)
+        request = self._json(body)
+        if not isinstance(request, dict) or \
+                not ((request.get("spec") or {}).get("token")):
+            raise errors.bad_request(
+                "token is required for TokenReview in authentication")
+        return self._send(201, self.app.review_token(request))
 
     def _delete_options(self, query, body):
         opts = self._json(body) if body.strip() else {}

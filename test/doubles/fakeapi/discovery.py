@@ -21,25 +21,37 @@ def api_versions(server_address):
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
 
 
-def _group(name):
-    versions = sorted({r.version for r in resources.RESOURCES if r.group == name})
+def _all(_resource):
+    return True
+
+
+def _group(name, served=_all):
+    versions = sorted({r.version for r in resources.RESOURCES
+                       if r.group == name and served(r)})
     entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
     return {"name": name, "versions": entries, "preferredVersion": entries[0]}
 
 
-def api_group_list():
+def _served_groups(served):
+    return [g for g in resources.groups()
+            if any(r.group == g and served(r) for r in resources.RESOURCES)]
+
+
+def api_group_list(served=_all):
+    """served(resource): whether the server's modes have its API on."""
     return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [_group(g) for g in resources.groups()]}
+            "groups": [_group(g, served) for g in _served_groups(served)]}
 
 
-def api_group(name):
-    if name not in resources.groups():
+def api_group(name, served=_all):
+    if name not in _served_groups(served):
         return None
-    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, served)}
 
 
-def api_resource_list(group, version):
-    members = resources.in_group_version(group, version)
+def api_resource_list(group, version, served=_all):
+    members = [r for r in resources.in_group_version(group, version)
+               if served(r)]
     if not members:
         return None
     entries = []

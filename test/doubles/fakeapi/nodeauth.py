@@ -67,6 +67,11 @@ _STATIC_RULES = {
     ("", "pods/status"): {"update", "patch"},
     ("", "pods/eviction"): {"create"},
     ("storage.k8s.io", "csidrivers"): {"get", "list", "watch"},
+    # kubelet's delegated authentication (NodeRules).
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    # With the ClusterTrustBundleProjection feature (on wherever the API is
+    # served): kubelet reads every bundle to project them.
+    ("certificates.k8s.io", "clustertrustbundles"): {"get", "list", "watch"},
 }
 
 

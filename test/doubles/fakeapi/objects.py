@@ -60,11 +60,34 @@ def _check_namespace(resource, body, namespace):
     m["namespace"] = namespace
 
 
-def _check_name(resource, name):
+def _check_name(resource, name, obj=None):
+    if resource.plural == "clustertrustbundles":
+        name = _trust_bundle_name(resource, name, obj)
     if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
         raise errors.invalid(resource, name, [(
             "metadata.name", "FieldValueInvalid",
             f'Invalid value: "{name}": {_DNS1123_MSG}')])
+
+
+def _trust_bundle_name(resource, name, obj):
+    """ValidateClusterTrustBundleName: a bundle of a signer is named
+    "<signerName, / as :>:<rest>", one without a signer has no ":"; the
+    rest is a DNS subdomain.  Returns the part to check as one."""
+    signer = ((obj or {}).get("spec") or {}).get("signerName") or ""
+    if not signer:
+        if ":" in name:
+            raise errors.invalid(resource, name, [(
+                "metadata.name", "FieldValueInvalid",
+                f'Invalid value: "{name}": ClusterTrustBundle without signer '
+                f'name must not have ":" in its name')])
+        return name
+    prefix = signer.replace("/", ":") + ":"
+    if not name.startswith(prefix):
+        raise errors.invalid(resource, name, [(
+            "metadata.name", "FieldValueInvalid",
+            f'Invalid value: "{name}": ClusterTrustBundle for signerName '
+            f'{signer} must be named with prefix {prefix}')])
+    return name[len(prefix):]
 
 
 def prepare_create(resource, namespace, body, uid=None):
@@ -81,7 +104,7 @@ def prepare_create(resource, namespace, body, uid=None):
                 "Required value: name or generateName is required")])
         m["name"] = m["generateName"] + "".join(
             random.choice(_GENERATE_ALPHABET) for _ in range(5))
-    _check_name(resource, m["name"])
+    _check_name(resource, m["name"], obj)
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                 "managedFields", "resourceVersion"):
         m.pop(key, None)

@@ -14,14 +14,20 @@ def _gv_path(group, version):
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-def root():
-    gvs = sorted({(r.group, r.version) for r in resources.RESOURCES})
+def _all(_resource):
+    return True
+
+
+def root(served=_all):
+    """served(resource): whether the server's modes have its API on."""
+    gvs = sorted({(r.group, r.version) for r in resources.RESOURCES
+                  if served(r)})
     return {"paths": {_gv_path(g, v): {
         "serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash=fakeapi"}
         for g, v in gvs}}
 
 
-def group_version(path):
+def group_version(path, served=_all):
     """The document of "api/v1" or "apis/<group>/<version>", or None."""
     parts = path.split("/")
     if parts[0] == "api" and len(parts) == 2:
@@ -30,7 +36,8 @@ def group_version(path):
         group, version = parts[1], parts[2]
     else:
         return None
-    members = resources.in_group_version(group, version)
+    members = [r for r in resources.in_group_version(group, version)
+               if served(r)]
     if not members:
         return None
     paths = {}

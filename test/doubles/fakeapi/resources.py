@@ -73,6 +73,14 @@ RESOURCES = (
     Resource("storage.k8s.io", "v1", "csinodes", "csinode", "CSINode", False),
     Resource("storage.k8s.io", "v1", "volumeattachments", "volumeattachment",
              "VolumeAttachment", False, has_status=True),
+    # Served only in the version the server's clusterTrustBundles mode names
+    # (FakeApiServer.serves); spec.signerName is their field selector.
+    Resource("certificates.k8s.io", "v1beta1", "clustertrustbundles",
+             "clustertrustbundle", "ClusterTrustBundle", False,
+             field_labels=("spec.signerName",)),
+    Resource("certificates.k8s.io", "v1alpha1", "clustertrustbundles",
+             "clustertrustbundle", "ClusterTrustBundle", False,
+             field_labels=("spec.signerName",)),
 )
 
 

@@ -5,10 +5,11 @@ import secrets
 import ssl
 import threading
 import time
+import uuid
 
 import yaml
 
-from . import binding, certs, resources, selfsubject
+from . import binding, certs, resources, selfsubject, tokenreview
 from .apihandler import ApiHandler
 from .auth import NODE_USER_PREFIX, NODES_GROUP, Authenticator
 from .control import ControlHandler
@@ -27,6 +28,10 @@ def _write_atomic(path, text, mode=0o600):
               "w") as f:
         f.write(text)
     os.rename(tmp, path)
+
+
+# The versions of clusterTrustBundles a server may serve (configure()).
+CLUSTER_TRUST_BUNDLE_MODES = ("none", "v1alpha1", "v1beta1")
 
 
 class FakeApiServer:
@@ -53,6 +58,11 @@ class FakeApiServer:
         self._node_certs = 0         # node certificates issued so far
         self.bookmark_interval = float(bookmark_interval)
         self.self_subject_review = "v1"  # selfsubject.MODES: the versions served
+        # The version of certificates.k8s.io clustertrustbundles served, or
+        # "none": beta (v1beta1) since 1.33 and off by default, so a
+        # cluster answers 404 unless its admin turned the API on.
+        self.cluster_trust_bundles = "none"
+        self._issued = {}            # token -> what TokenReview tells of it
         self.default_watch_timeout = float(default_watch_timeout)
         self._port, self._control_port = port, control_port
         self._api = self._control = None
@@ -395,12 +405,36 @@ current-context: fakeapi-node
 
     # -- service account tokens (TokenRequest) ---------------------------------
 
-    def issue_token(self, namespace, service_account, asked, audiences):
-        """A recognisable, unique token: fake-token:<ns>/<sa>:<audiences>:<n>:<nonce>."""
+    def issue_token(self, namespace, service_account, asked, audiences,
+                    seconds=3600, pod=None, node=None, sa_uid=None):
+        """A recognisable, unique token: fake-token:<ns>/<sa>:<audiences>:<n>:<nonce>.
+        pod ({name, uid}) and node ({name, uid}) are its binding, which a
+        TokenReview (review_token) tells."""
         with self._token_lock:
             n = len(self._token_requests) + 1
-        return (f"fake-token:{namespace}/{service_account}:"
-                f"{','.join(audiences)}:{n}:{secrets.token_hex(4)}")
+            token = (f"fake-token:{namespace}/{service_account}:"
+                     f"{','.join(audiences)}:{n}:{secrets.token_hex(4)}")
+            self._issued[token] = {
+                "namespace": namespace, "serviceAccount": service_account,
+                "serviceAccountUID": sa_uid, "audiences": list(audiences),
+                "expires": time.time() + seconds, "pod": pod, "node": node,
+                "jti": str(uuid.uuid4())}
+        return token
+
+    def review_token(self, body):
+        """The TokenReview answer for a review body (tokenreview.review)."""
+        spec = (body or {}).get("spec") or {}
+        with self._token_lock:
+            issued = self._issued.get(spec.get("token"))
+        pods = resources.lookup("pods")
+        return tokenreview.review(
+            issued, lambda ns, name: self.store.peek_one(pods, ns, name), body)
+
+    def serves(self, resource):
+        """Whether the API of this resource is on (a mode of the server)."""
+        if resource.plural == "clustertrustbundles":
+            return resource.version == self.cluster_trust_bundles
+        return True
 
     def record_token_request(self, namespace, service_account, asked, token,
                              audiences, expiration):
@@ -420,7 +454,7 @@ current-context: fakeapi-node
 
     def configure(self, bookmarkInterval=None, defaultWatchTimeout=None,
                   podGracefulDelete=None, tokenMaxExpiration=None,
-                  selfSubjectReview=None):
+                  selfSubjectReview=None, clusterTrustBundles=None):
         if bookmarkInterval is not None:
             self.bookmark_interval = float(bookmarkInterval)
         if defaultWatchTimeout is not None:
@@ -431,6 +465,11 @@ current-context: fakeapi-node
             if selfSubjectReview not in selfsubject.MODES:
                 raise ValueError(f"selfSubjectReview must be one of {sorted(selfsubject.MODES)}")
             self.self_subject_review = selfSubjectReview
+        if clusterTrustBundles is not None:
+            if clusterTrustBundles not in CLUSTER_TRUST_BUNDLE_MODES:
+                raise ValueError("clusterTrustBundles must be one of "
+                                 f"{sorted(CLUSTER_TRUST_BUNDLE_MODES)}")
+            self.cluster_trust_bundles = clusterTrustBundles
         if tokenMaxExpiration is not None:
             self.token_max_expiration = (None if tokenMaxExpiration <= 0
                                          else int(tokenMaxExpiration))
@@ -445,4 +484,5 @@ current-context: fakeapi-node
                 "podGracefulDelete": self.store.pod_graceful_delete,
                 "tokenMaxExpiration": self.token_max_expiration,
                 "selfSubjectReview": self.self_subject_review,
+                "clusterTrustBundles": self.cluster_trust_bundles,
                 "endpoints": self.endpoints()}

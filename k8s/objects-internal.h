@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* Shared by the decoders of k8s/objects*.c; not for other modules. */
+
+#include "k8s/objects.h"
+
+int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m);
+void k8s_meta_done(K8sMeta *m);
+
+/* spec.hostPath, spec.local, spec.nodeAffinity and the in-tree source name
+ * of a PV ("spec" is on the path). */
+int k8s_pv_sources_decode(JsonPath *p, const cJSON *spec, K8sPersistentVolume *v);
+void k8s_node_selector_terms_free(K8sNodeSelectorTerm *t, size_t n);
+
+/* An object of base64 values (Secret data, ConfigMap binaryData), decoded;
+ * a message names the key, never the value. */
+int k8s_bytes_map_decode(JsonPath *p, const cJSON *obj, const char *key, K8sSecretEntry **ret, size_t *ret_n);
+/* Wipes keys and values before freeing them. */
+void k8s_bytes_map_free(K8sSecretEntry *e, size_t n);

@@ -11,10 +11,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,6 +167,14 @@ static void assert_visible(const KV *kv) {
         }
         assert_int_equal(count_versions(), 1);
         assert_false(exists_nofollow("..data_tmp"));
+}
+
+/* The paths of kv read their data (the child of a test cannot assert). */
+static bool is_visible_exactly(const KV *kv) {
+        for (; kv->path; kv++)
+                if (!streq_ptr(read_visible(kv->path), kv->data))
+                        return false;
+        return true;
 }
 
 /* ---- kubelet's validatePath ---------------------------------------------- */
@@ -540,6 +550,58 @@ static void test_file_owner(void **state) {
         atomic_payload_done(&p);
 }
 
+/* A mount inside the old version (a bind of the same file system: the same
+ * st_dev) is never entered: the old version is left, the host's files under
+ * the mount are whole, the new version is in place. */
+static void test_mount_in_old_version_not_entered(void **state) {
+        static const KV first[] = { { "sub/x", "x" }, {} };
+        static const KV next[] = { { "y", "y" }, {} };
+        char precious[400];
+        int status, fd;
+        pid_t pid;
+
+        if (geteuid() != 0)
+                skip();
+        snprintf(precious, sizeof precious, "%s/precious", outside);
+        fd = open(precious, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(write_kv(first, NULL, NULL), 0);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char sub[700];
+                int r;
+
+                /* A private mount namespace: nothing leaks to the host. */
+                if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                        _exit(3);
+                snprintf(sub, sizeof sub, "%s/%s/sub", dir, data_target());
+                if (mount(outside, sub, NULL, MS_BIND, NULL) < 0)
+                        _exit(4);
+                /* A descriptor opened before unshare() resolves in the old namespace. */
+                close(dir_fd);
+                dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+                r = write_kv(next, NULL, NULL);
+                if (r != -EBUSY)
+                        _exit(5);
+                if (!is_visible_exactly(next))
+                        _exit(6);
+                if (access(precious, F_OK) < 0)
+                        _exit(7);
+                _exit(0);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) == 3 || WEXITSTATUS(status) == 4)
+                skip();
+        assert_int_equal(WEXITSTATUS(status), 0);
+        assert_int_equal(access(precious, F_OK), 0);
+        /* Without the mount, the next write removes the old version. */
+        assert_int_equal(write_kv(next, NULL, NULL), 0);
+        assert_visible(next);
+}
+
 /* ---- durability notes --------------------------------------------------- */
 
 typedef struct Notes {
@@ -649,6 +711,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_user_file_not_clobbered, each_setup),
                 cmocka_unit_test_setup(test_fsgroup_before_swap, each_setup),
                 cmocka_unit_test_setup(test_file_owner, each_setup),
+                cmocka_unit_test_setup(test_mount_in_old_version_not_entered, each_setup),
                 cmocka_unit_test_setup(test_notes, each_setup),
                 cmocka_unit_test_setup(test_crash_at_every_step, each_setup),
         };

@@ -602,6 +602,30 @@ static void test_mount_in_old_version_not_entered(void **state) {
         assert_visible(next);
 }
 
+static void test_clear(void **state) {
+        static const KV kv[] = { { "a", "a" }, { "b/c", "c" }, {} };
+        char path[400];
+        int fd;
+
+        assert_int_equal(write_kv(kv, NULL, NULL), 0);
+        snprintf(path, sizeof path, "%s/users-file", dir);
+        fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(atomic_clear(dir_fd, NULL, NULL), 0);
+        assert_false(exists_nofollow("a"));
+        assert_false(exists_nofollow("b"));
+        assert_false(exists_nofollow("..data"));
+        assert_int_equal(count_versions(), 0);
+        /* Not the writer's: left, and the caller's rmdir says so. */
+        assert_true(exists_nofollow("users-file"));
+        assert_int_equal(rmdir(dir), -1);
+        assert_int_equal(errno, ENOTEMPTY);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(rmdir(dir), 0);
+        assert_int_equal(mkdir(dir, 0750), 0);
+}
+
 /* ---- durability notes --------------------------------------------------- */
 
 typedef struct Notes {
@@ -712,6 +736,7 @@ int main(void) {
                 cmocka_unit_test_setup(test_fsgroup_before_swap, each_setup),
                 cmocka_unit_test_setup(test_file_owner, each_setup),
                 cmocka_unit_test_setup(test_mount_in_old_version_not_entered, each_setup),
+                cmocka_unit_test_setup(test_clear, each_setup),
                 cmocka_unit_test_setup(test_notes, each_setup),
                 cmocka_unit_test_setup(test_crash_at_every_step, each_setup),
         };

@@ -1021,3 +1021,36 @@ finish:
         free(w.reason);
         return r;
 }
+
+int atomic_clear(int dir_fd, const AtomicWriteOptions *opts, char **ret_reason) {
+        static const AtomicWriteOptions defaults = { .fs_group = ATOMIC_GID_NONE };
+        _cleanup_close_ int dfd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        Writer w = { .dfd = dfd, .o = opts ? opts : &defaults };
+        struct stat st;
+        int r;
+
+        if (ret_reason)
+                *ret_reason = NULL;
+        if (dfd < 0)
+                r = fail(&w, -errno, "cannot open the volume directory");
+        else if ((r = mount_id(dfd, "", &w.mnt_id)) < 0)
+                r = fail(&w, r, "cannot identify the volume directory's mount");
+        /* The names first, then what they point to: a reader meets a whole
+         * version or nothing. */
+        if (r >= 0)
+                r = remove_stale_visible(&w, NULL, 0);
+        if (r >= 0 && fstatat(dfd, ATOMIC_DATA_DIR, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISLNK(st.st_mode)) {
+                if (unlinkat(dfd, ATOMIC_DATA_DIR, 0) < 0 && errno != ENOENT)
+                        r = fail(&w, -errno, "cannot remove " ATOMIC_DATA_DIR);
+                else
+                        note(&w, "", ATOMIC_CHANGED_DIR);
+        }
+        if (r >= 0)
+                r = remove_leftovers(&w, NULL);
+        if (r >= 0)
+                log_fields(LOG_DEBUG, w.o->log, "Atomic write into %s: cleared", where(&w));
+        if (ret_reason && r < 0)
+                *ret_reason = TAKE_PTR(w.reason);
+        free(w.reason);
+        return r;
+}

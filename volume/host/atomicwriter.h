@@ -102,10 +102,23 @@ typedef struct AtomicWriteOptions {
  * is refused (-EEXIST) before anything is written; a symlink there not
  * made by kvolumed is replaced (never followed).
  * The payload may hold a path twice: the last wins (kubelet's map).
+ * Plain blocking file I/O: the caller runs it where it runs file work, and
+ * serializes the writes of one directory (kubelet's writer has the same rule).
+ * Durability: with "sync", the new version is durable before the swap; with
+ * batched notes instead, a power loss can leave "..data" naming a version
+ * whose bytes did not reach the disk: the next write compares, finds the
+ * difference and rewrites it.
  * -errno on failure, with *ret_reason (optional, allocated) saying what an
  * operator can act on; after a failure, the old version is still visible. */
 int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOptions *opts, bool *ret_changed,
                  char **ret_reason);
+
+/* Teardown: removes what the writer made in dir_fd — the "<name> ->
+ * ..data/<name>" symlinks first, then "..data", the temporary symlinks and
+ * every version (never entering a mount: -EBUSY, left) — and nothing else,
+ * so that the caller's rmdir of dir_fd fails (ENOTEMPTY) on anything that is
+ * not the writer's. */
+int atomic_clear(int dir_fd, const AtomicWriteOptions *opts, char **ret_reason);
 
 /* What "..data" holds now (for reconstruction after a restart), files sorted
  * by path; an empty payload when there is no "..data".  -EUCLEAN when the

@@ -363,7 +363,74 @@ static void test_read_current(void **state) {
         atomic_payload_done(&p);
 }
 
-/* ---- what is there before ------------------------------------------------- */
+/* A volume kubelet wrote (a node taken over): the same payload is not
+ * rewritten, a new one replaces kubelet's version like one of ours. */
+static void test_adopts_kubelets_layout(void **state) {
+        static const KV kv[] = { { "foo", "foo" }, { "k8s/annotations", "a=b" }, {} };
+        static const KV kv2[] = { { "foo", "foo2" }, {} };
+        const char *version = "..2016_02_01_15_04_05.12345678";
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), f;
+        char path[300];
+        bool changed;
+
+        assert_true(fd >= 0);
+        assert_int_equal(mkdirat(fd, version, 0755), 0);
+        snprintf(path, sizeof path, "%s/k8s", version);
+        assert_int_equal(mkdirat(fd, path, 0755), 0);
+        for (const KV *k = kv; k->path; k++) {
+                snprintf(path, sizeof path, "%s/%s", version, k->path);
+                f = openat(fd, path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+                assert_true(f >= 0);
+                assert_int_equal(write(f, k->data, strlen(k->data)), (ssize_t) strlen(k->data));
+                assert_int_equal(fchmod(f, 0644), 0);
+                close(f);
+        }
+        assert_int_equal(symlinkat(version, fd, "..data"), 0);
+        assert_int_equal(symlinkat("..data/foo", fd, "foo"), 0);
+        assert_int_equal(symlinkat("..data/k8s", fd, "k8s"), 0);
+        close(fd);
+
+        assert_int_equal(write_kv(kv, NULL, &changed), 0);
+        assert_false(changed);
+        assert_string_equal(data_target(), version);
+        assert_visible(kv);
+        assert_int_equal(write_kv(kv2, NULL, &changed), 0);
+        assert_true(changed);
+        assert_visible(kv2);
+        assert_false(exists_nofollow("k8s"));
+        assert_false(exists_nofollow(version));
+}
+
+/* A version holding what the writer never makes (a symlink planted in it) is
+ * not read through, and is replaced by the next write. */
+static void test_planted_inside_version(void **state) {
+        static const KV kv[] = { { "foo", "foo" }, {} };
+        char secret[400], path[400];
+        AtomicPayload p;
+        bool changed;
+        int fd;
+
+        snprintf(secret, sizeof secret, "%s/secret", outside);
+        fd = open(secret, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_int_equal(write(fd, "foo", 3), 3);
+        close(fd);
+        assert_int_equal(write_kv(kv, NULL, NULL), 0);
+        snprintf(path, sizeof path, "%s/..data/foo", dir);
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(symlink(secret, path), 0);
+        assert_int_equal(atomic_read_current(dir_fd, &p), -EUCLEAN);
+        /* The bytes behind the symlink equal the payload's: still rewritten. */
+        assert_int_equal(write_kv(kv, NULL, &changed), 0);
+        assert_true(changed);
+        assert_visible(kv);
+        assert_int_equal(lstat(path, &(struct stat){}), 0);
+        assert_int_equal(atomic_read_current(dir_fd, &p), 0);
+        assert_int_equal(p.n, 1);
+        atomic_payload_done(&p);
+        assert_int_equal(access(secret, F_OK), 0);
+}
+
+/* ---- what is there before ---------------------------------------------- */
 
 static void test_leftover_data_tmp(void **state) {
         static const KV kv[] = { { "foo", "foo" }, {} };
@@ -731,6 +798,8 @@ int main(void) {
                 cmocka_unit_test_setup(test_payload_rules, each_setup),
                 cmocka_unit_test_setup(test_read_current, each_setup),
                 cmocka_unit_test_setup(test_leftover_data_tmp, each_setup),
+                cmocka_unit_test_setup(test_adopts_kubelets_layout, each_setup),
+                cmocka_unit_test_setup(test_planted_inside_version, each_setup),
                 cmocka_unit_test_setup(test_planted_symlinks_not_followed, each_setup),
                 cmocka_unit_test_setup(test_user_file_not_clobbered, each_setup),
                 cmocka_unit_test_setup(test_fsgroup_before_swap, each_setup),

@@ -77,8 +77,8 @@ static int each_setup(void **state) {
 static void make_payload(AtomicPayload *p, const KV *kv) {
         *p = (AtomicPayload){};
         for (; kv && kv->path; kv++)
-                assert_int_equal(atomic_payload_add(p, kv->path, kv->data, strlen(kv->data), kv->mode ? kv->mode : 0644,
-                                                    ATOMIC_UID_NONE),
+                assert_int_equal(atomic_payload_add(p, kv->path, kv->data, strlen(kv->data),
+                                                    kv->mode ? kv->mode : 0644, ATOMIC_UID_NONE),
                                  0);
 }
 
@@ -229,10 +229,16 @@ static void test_validate_path(void **state) {
 
 static void test_write_once_table(void **state) {
         static const KV basic[] = { { "foo", "foo" }, { "bar", "bar" }, {} };
-        static const KV modes[] = { { "foo", "foo", 0407 }, { "bar", "bar", 0440 }, { ".dotfile", "dotfile", 0777 },
-                                    { ".dotfile.file", "dotfile.file", 0666 }, {} };
-        static const KV nested[] = { { "foo/bar.txt", "foo/bar" }, { "bar/zab.txt", "bar/zab.txt" },
-                                     { "foo/blaz/bar", "foo/blaz/bar", 0400 }, { "empty", "" }, {} };
+        static const KV modes[] = { { "foo", "foo", 0407 },
+                                    { "bar", "bar", 0440 },
+                                    { ".dotfile", "dotfile", 0777 },
+                                    { ".dotfile.file", "dotfile.file", 0666 },
+                                    {} };
+        static const KV nested[] = { { "foo/bar.txt", "foo/bar" },
+                                     { "bar/zab.txt", "bar/zab.txt" },
+                                     { "foo/blaz/bar", "foo/blaz/bar", 0400 },
+                                     { "empty", "" },
+                                     {} };
         static const KV *table[] = { basic, modes, nested };
 
         for (size_t i = 0; i < ELEMENTSOF(table); i++) {
@@ -252,12 +258,17 @@ static void test_update_table(void **state) {
                 KV first[4], next[4];
                 const char *gone[3];
         } cases[] = {
-                { "update", { { "foo", "foo" }, { "bar", "bar" } }, { { "foo", "foo2" }, { "bar", "bar" } }, {} },
+                { "update",
+                  { { "foo", "foo" }, { "bar", "bar" } },
+                  { { "foo", "foo2" }, { "bar", "bar" } },
+                  {} },
                 { "add", { { "foo", "foo" } }, { { "foo", "foo" }, { "bar/baz", "baz" } }, {} },
                 { "delete", { { "foo", "foo" }, { "bar", "bar" } }, { { "foo", "foo" } }, { "bar" } },
                 { "delete nested", { { "foo/a", "a" }, { "bar/b", "b" } }, { { "foo/a", "a" } }, { "bar" } },
                 { "delete all", { { "foo", "foo" }, { "bar", "bar" } }, {}, { "foo", "bar" } },
-                { "dir becomes file", { { "foo/bar", "x" }, { "keep", "k" } }, { { "foo", "now a file" }, { "keep", "k" } },
+                { "dir becomes file",
+                  { { "foo/bar", "x" }, { "keep", "k" } },
+                  { { "foo", "now a file" }, { "keep", "k" } },
                   {} },
                 { "file becomes dir", { { "foo", "a file" } }, { { "foo/bar", "now in a dir" } }, {} },
                 { "mode only", { { "foo", "foo", 0644 } }, { { "foo", "foo", 0600 } }, {} },
@@ -319,9 +330,9 @@ static void test_payload_rules(void **state) {
         static const KV dup_result[] = { { "foo/bar", "last" }, {} };
         static const KV clash[] = { { "foo", "f" }, { "foo/bar", "b" }, {} };
         const KV *invalid[] = {
-                (const KV[]){ { "/etc/passwd", "x" }, {} },   (const KV[]){ { "..", "x" }, {} },
-                (const KV[]){ { "../x", "x" }, {} },          (const KV[]){ { "x/../../y", "x" }, {} },
-                (const KV[]){ { "..data", "x" }, {} },        (const KV[]){ { "ok", "x" }, { "", "y" }, {} },
+                (const KV[]){ { "/etc/passwd", "x" }, {} }, (const KV[]){ { "..", "x" }, {} },
+                (const KV[]){ { "../x", "x" }, {} },        (const KV[]){ { "x/../../y", "x" }, {} },
+                (const KV[]){ { "..data", "x" }, {} },      (const KV[]){ { "ok", "x" }, { "", "y" }, {} },
         };
         AtomicPayload p;
         char *reason = NULL;
@@ -712,7 +723,9 @@ static void collect(const char *relpath, AtomicChange kind, void *userdata) {
 static void test_notes(void **state) {
         static const KV kv[] = { { "a", "a" }, { "d/b", "b" }, {} };
         Notes n = {};
-        AtomicWriteOptions o = { .fs_group = ATOMIC_GID_NONE, .note_changed = collect, .userdata = &n, .sync = true };
+        AtomicWriteOptions o = {
+                .fs_group = ATOMIC_GID_NONE, .note_changed = collect, .userdata = &n, .sync = true
+        };
         char want[300];
 
         assert_int_equal(write_kv(kv, &o, NULL), 0);

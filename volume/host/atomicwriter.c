@@ -55,7 +55,8 @@ typedef struct Writer {
 
 /* ---- payloads ------------------------------------------------------------- */
 
-int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, size_t size, mode_t mode, uid_t uid) {
+int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, size_t size, mode_t mode,
+                       uid_t uid) {
         _cleanup_free_ char *copy = strdup(path);
         _cleanup_free_ uint8_t *bytes = malloc(size > 0 ? size : 1);
         AtomicPayloadFile *files;
@@ -191,7 +192,8 @@ static void note_parent(Writer *w, const char *relpath) {
         if (dir)
                 note(w, dir, ATOMIC_CHANGED_DIR);
         else
-                note(w, "", ATOMIC_CHANGED_DIR); /* out of memory: at least the root, the caller syncs broadly */
+                note(w, "",
+                     ATOMIC_CHANGED_DIR); /* out of memory: at least the root, the caller syncs broadly */
 }
 
 static const char *where(Writer *w) {
@@ -263,7 +265,8 @@ static int build_entries(Writer *w, const AtomicPayload *payload, Entry **ret, s
                 r = atomic_payload_validate_path(payload->files[n].path, &reason);
                 if (r < 0) {
                         entries_free(e, n);
-                        return fail(w, r, "invalid path \"%s\": %s", strempty(payload->files[n].path), reason);
+                        return fail(w, r, "invalid path \"%s\": %s", strempty(payload->files[n].path),
+                                    reason);
                 }
                 r = clean_path(payload->files[n].path, &e[n].path);
                 if (r < 0) {
@@ -292,7 +295,8 @@ static int build_entries(Writer *w, const AtomicPayload *payload, Entry **ret, s
                                 return -ENOMEM;
                         }
                         if (entry_find(e, n, dir)) {
-                                r = fail(w, -EINVAL, "invalid payload: \"%.*s\" is a file and the directory of \"%s\"",
+                                r = fail(w, -EINVAL,
+                                         "invalid payload: \"%.*s\" is a file and the directory of \"%s\"",
                                          (int) (s - e[i].path), e[i].path, e[i].path);
                                 entries_free(e, n);
                                 return r;
@@ -392,7 +396,8 @@ static void names_free(char **names, size_t n) {
         free(names);
 }
 
-static int read_file_at(int fd, const char *name, const struct stat *st, AtomicPayload *p, const char *path) {
+static int read_file_at(int fd, const char *name, const struct stat *st, AtomicPayload *p,
+                        const char *path) {
         _cleanup_close_ int f = openat(fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         _cleanup_free_ uint8_t *data = NULL;
         size_t size = (size_t) st->st_size, got = 0;
@@ -420,8 +425,11 @@ static int read_file_at(int fd, const char *name, const struct stat *st, AtomicP
         if (!files)
                 return -ENOMEM;
         p->files = files;
-        p->files[p->n] = (AtomicPayloadFile){ .path = strdup(path), .data = TAKE_PTR(data), .size = got,
-                                              .mode = st->st_mode & 07777, .uid = st->st_uid };
+        p->files[p->n] = (AtomicPayloadFile){ .path = strdup(path),
+                                              .data = TAKE_PTR(data),
+                                              .size = got,
+                                              .mode = st->st_mode & 07777,
+                                              .uid = st->st_uid };
         if (!p->files[p->n].path) {
                 free(p->files[p->n].data);
                 return -ENOMEM;
@@ -431,7 +439,8 @@ static int read_file_at(int fd, const char *name, const struct stat *st, AtomicP
 }
 
 /* Walks a version; gids: each file's group, in the order of p->files. */
-static int read_tree(int fd, const char *prefix, unsigned depth, uint64_t mnt_id, AtomicPayload *p, gid_t **gids) {
+static int read_tree(int fd, const char *prefix, unsigned depth, uint64_t mnt_id, AtomicPayload *p,
+                     gid_t **gids) {
         char **names = NULL;
         size_t n = 0;
         int r;
@@ -550,8 +559,9 @@ static bool version_equal(Writer *w, const char *version, const Entry *e, size_t
 
         r = read_version(w->dfd, w->mnt_id, version, &cur, &gids);
         if (r < 0) {
-                log_fields_errno(LOG_DEBUG, r, w->o->log, "Atomic write into %s: version %s unreadable, rewriting: %m",
-                                 where(w), version);
+                log_fields_errno(LOG_DEBUG, r, w->o->log,
+                                 "Atomic write into %s: version %s unreadable, rewriting: %m", where(w),
+                                 version);
                 return false;
         }
         equal = cur.n == n;
@@ -559,8 +569,10 @@ static bool version_equal(Writer *w, const char *version, const Entry *e, size_t
                 const AtomicPayloadFile *c = &cur.files[i];
                 const Entry *x = entry_find(e, n, c->path);
 
-                equal = x && c->size == x->f->size && (c->size == 0 || memcmp(c->data, x->f->data, c->size) == 0) &&
-                        c->mode == file_mode(w, x->f) && (x->f->uid == ATOMIC_UID_NONE || c->uid == x->f->uid) &&
+                equal = x && c->size == x->f->size &&
+                        (c->size == 0 || memcmp(c->data, x->f->data, c->size) == 0) &&
+                        c->mode == file_mode(w, x->f) &&
+                        (x->f->uid == ATOMIC_UID_NONE || c->uid == x->f->uid) &&
                         (w->o->fs_group == ATOMIC_GID_NONE || gids[i] == w->o->fs_group);
                 matched++;
         }
@@ -591,7 +603,8 @@ static int remove_tree(Writer *w, int fd, const char *name, const char *relpath,
                 return -ELOOP;
         r = open_dir_beneath(fd, name, w->mnt_id, &sub);
         if (r == -EXDEV)
-                return fail(w, -EBUSY, "%s/%s is a mount point inside an old version: left in place, unmount it",
+                return fail(w, -EBUSY,
+                            "%s/%s is a mount point inside an old version: left in place, unmount it",
                             where(w), relpath);
         if (r < 0)
                 return r;
@@ -636,8 +649,8 @@ static int remove_leftovers(Writer *w, const char *keep) {
                                 continue;
                         }
                         note(w, "", ATOMIC_CHANGED_DIR);
-                        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: removed the leftover %s", where(w),
-                                   names[i]);
+                        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: removed the leftover %s",
+                                   where(w), names[i]);
                 } else if (is_version_name(names[i]) && !streq_ptr(names[i], keep)) {
                         r = remove_tree(w, w->dfd, names[i], names[i], 1);
                         if (r < 0) {
@@ -645,8 +658,8 @@ static int remove_leftovers(Writer *w, const char *keep) {
                                 ret = ret < 0 ? ret : r;
                                 continue;
                         }
-                        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: removed the version %s", where(w),
-                                   names[i]);
+                        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: removed the version %s",
+                                   where(w), names[i]);
                 }
         }
         names_free(names, n);
@@ -788,7 +801,8 @@ static int write_version(Writer *w, const Entry *e, size_t n, char **ret) {
                 r = fail(w, r, "cannot set the owner and mode of %s", version);
                 goto fail;
         }
-        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: wrote %zu files into %s", where(w), n, version);
+        log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: wrote %zu files into %s", where(w), n,
+                   version);
         *ret = TAKE_PTR(version);
         return 0;
 fail:
@@ -828,7 +842,8 @@ static int check_visible(Writer *w, const Entry *e, size_t n) {
                 }
                 if (!S_ISLNK(st.st_mode))
                         return fail(w, -EEXIST,
-                                    "%s/%s exists and is not a symlink the writer made: not replaced; remove it or "
+                                    "%s/%s exists and is not a symlink the writer made: not replaced; "
+                                    "remove it or "
                                     "change the key's path",
                                     where(w), top);
         }
@@ -845,7 +860,8 @@ static int make_visible(Writer *w, const Entry *e, size_t n) {
                         return -ENOMEM;
                 if (fstatat(w->dfd, top, &st, AT_SYMLINK_NOFOLLOW) >= 0) {
                         if (!S_ISLNK(st.st_mode))
-                                return fail(w, -EEXIST, "%s/%s appeared meanwhile and is not a symlink the writer made",
+                                return fail(w, -EEXIST,
+                                            "%s/%s appeared meanwhile and is not a symlink the writer made",
                                             where(w), top);
                         if (is_our_link(w->dfd, top))
                                 continue;
@@ -895,8 +911,8 @@ static int remove_stale_visible(Writer *w, const Entry *e, size_t n) {
                 }
                 note(w, "", ATOMIC_CHANGED_DIR);
                 w->changed = true;
-                log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: removed %s, no longer in the payload",
-                           where(w), names[i]);
+                log_fields(LOG_DEBUG, w->o->log,
+                           "Atomic write into %s: removed %s, no longer in the payload", where(w), names[i]);
         }
         names_free(names, k);
         return r;
@@ -916,7 +932,8 @@ static int own_volume_dir(Writer *w) {
                 return 0;
         if (fchown(w->dfd, ATOMIC_UID_NONE, w->o->fs_group) < 0 ||
             fchmod(w->dfd, (st.st_mode & 07777) | FSGROUP_DIR_BITS) < 0)
-                return fail(w, -errno, "cannot give the volume directory the group %u", (unsigned) w->o->fs_group);
+                return fail(w, -errno, "cannot give the volume directory the group %u",
+                            (unsigned) w->o->fs_group);
         note(w, "", ATOMIC_CHANGED_DIR);
         return 0;
 }
@@ -967,7 +984,8 @@ int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOpti
                 goto finish;
         r = current_version(dfd, &old);
         if (r == -EINVAL) {
-                r = fail(&w, -EEXIST, "%s/" ATOMIC_DATA_DIR " is not a symlink: not the writer's, left alone; remove it",
+                r = fail(&w, -EEXIST,
+                         "%s/" ATOMIC_DATA_DIR " is not a symlink: not the writer's, left alone; remove it",
                          where(&w));
                 goto finish;
         }
@@ -1002,15 +1020,17 @@ int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOpti
         }
         if (version) {
                 w.changed = true;
-                log_fields(LOG_DEBUG, w.o->log, "Atomic write into %s: " ATOMIC_DATA_DIR " -> %s (was %s)", where(&w),
-                           version, strempty(old));
+                log_fields(LOG_DEBUG, w.o->log, "Atomic write into %s: " ATOMIC_DATA_DIR " -> %s (was %s)",
+                           where(&w), version, strempty(old));
         } else
-                log_fields(LOG_DEBUG, w.o->log, "Atomic write into %s: %s unchanged, nothing written", where(&w), old);
+                log_fields(LOG_DEBUG, w.o->log, "Atomic write into %s: %s unchanged, nothing written",
+                           where(&w), old);
         r = remove_stale_visible(&w, e, n);
         if (r >= 0 && version && old) {
                 r = remove_tree(&w, dfd, old, old, 1);
                 if (r < 0)
-                        r = fail(&w, r, "cannot remove the previous version %s (the new one is in place)", old);
+                        r = fail(&w, r, "cannot remove the previous version %s (the new one is in place)",
+                                 old);
         }
 finish:
         entries_free(e, n);

@@ -25,8 +25,8 @@
 
 #define ATOMIC_DATA_DIR "..data"
 #define ATOMIC_DATA_TMP "..data_tmp"
-#define ATOMIC_MAX_PATH 4096   /* kubelet's maxPathLength */
-#define ATOMIC_MAX_NAME 255    /* kubelet's maxFileNameLength */
+#define ATOMIC_MAX_PATH 4096 /* kubelet's maxPathLength */
+#define ATOMIC_MAX_NAME 255  /* kubelet's maxFileNameLength */
 /* Not kubelet's: the depth of a key's path, so that writing, reading and
  * removing a version holds a bounded number of descriptors. */
 #define ATOMIC_MAX_DEPTH 64
@@ -38,11 +38,11 @@
 #define ATOMIC_GID_NONE ((gid_t) -1)
 
 typedef struct AtomicPayloadFile {
-        char *path;    /* relative; atomic_payload_validate_path's rules; cleaned by the writer */
+        char *path; /* relative; atomic_payload_validate_path's rules; cleaned by the writer */
         uint8_t *data;
         size_t size;
-        mode_t mode;   /* the final permission bits (defaultMode / items[].mode applied by the caller) */
-        uid_t uid;     /* owner (kubelet's FsUser of a token file), or ATOMIC_UID_NONE: the writer's */
+        mode_t mode; /* the final permission bits (defaultMode / items[].mode applied by the caller) */
+        uid_t uid;   /* owner (kubelet's FsUser of a token file), or ATOMIC_UID_NONE: the writer's */
 } AtomicPayloadFile;
 
 typedef struct AtomicPayload {
@@ -51,7 +51,8 @@ typedef struct AtomicPayload {
 } AtomicPayload;
 
 /* Appends a copy of path and data.  uid: ATOMIC_UID_NONE unless a token's fsUser. */
-int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, size_t size, mode_t mode, uid_t uid);
+int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, size_t size, mode_t mode,
+                       uid_t uid);
 /* Frees what the payload holds (paths, data, the array) and empties it. */
 void atomic_payload_done(AtomicPayload *p);
 
@@ -83,10 +84,10 @@ typedef struct AtomicWriteOptions {
          * version durable before the swap; for a caller that is off the
          * loop and not batching.  Without it, note_changed is the caller's. */
         bool sync;
-        atomic_note_t note_changed;   /* optional */
+        atomic_note_t note_changed; /* optional */
         void *userdata;
-        const LogFields *log;         /* journal fields of the debug lines (POD=, VOLUME=, ...) */
-        const char *path;             /* dir_fd's path, for messages only */
+        const LogFields *log; /* journal fields of the debug lines (POD=, VOLUME=, ...) */
+        const char *path;     /* dir_fd's path, for messages only */
 } AtomicWriteOptions;
 
 /* Writes payload into dir_fd (the volume's directory; O_PATH is enough).

@@ -634,6 +634,7 @@ static void test_file_owner(void **state) {
 static void test_mount_in_old_version_not_entered(void **state) {
         static const KV first[] = { { "sub/x", "x" }, {} };
         static const KV next[] = { { "y", "y" }, {} };
+        static const KV third[] = { { "z", "z" }, {} };
         char precious[400];
         int status, fd;
         pid_t pid;
@@ -667,6 +668,11 @@ static void test_mount_in_old_version_not_entered(void **state) {
                         _exit(6);
                 if (access(precious, F_OK) < 0)
                         _exit(7);
+                /* The stuck leftover does not hold the next update back. */
+                if (write_kv(third, NULL, NULL) != -EBUSY || !is_visible_exactly(third))
+                        _exit(8);
+                if (access(precious, F_OK) < 0)
+                        _exit(9);
                 _exit(0);
         }
         assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -964,7 +964,7 @@ int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOpti
         Entry *e = NULL;
         size_t n = 0;
         bool same = false;
-        int r;
+        int r, leftovers = 0;
 
         if (ret_changed)
                 *ret_changed = false;
@@ -998,9 +998,9 @@ int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOpti
                 goto finish;
         if (old)
                 same = version_equal(&w, old, e, n);
-        r = remove_leftovers(&w, old);
-        if (r < 0)
-                goto finish;
+        /* A leftover that cannot go (a mount inside it) does not hold the
+         * update back: its error is returned once the new version is in. */
+        leftovers = remove_leftovers(&w, old);
         r = own_volume_dir(&w);
         if (r < 0)
                 goto finish;
@@ -1032,6 +1032,8 @@ int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOpti
                         r = fail(&w, r, "cannot remove the previous version %s (the new one is in place)",
                                  old);
         }
+        if (r >= 0 && leftovers < 0)
+                r = leftovers;
 finish:
         entries_free(e, n);
         if (ret_changed)

@@ -784,13 +784,15 @@ static int write_version(Writer *w, const Entry *e, size_t n, char **ret) {
         }
         note(w, "", ATOMIC_CHANGED_DIR);
         r = open_dir_beneath(w->dfd, version, w->mnt_id, &vfd);
-        if (r < 0)
-                goto fail;
+        if (r < 0) {
+                r = fail(w, r, "cannot open the new directory %s", version);
+                goto undo;
+        }
         for (size_t i = 0; i < n; i++) {
                 r = write_entry(w, vfd, version, &e[i]);
                 if (r < 0) {
                         r = fail(w, r, "cannot write %s/%s", version, e[i].path);
-                        goto fail;
+                        goto undo;
                 }
         }
         /* 0755 whatever the umask, as kubelet: group and others traverse it. */
@@ -799,13 +801,13 @@ static int write_version(Writer *w, const Entry *e, size_t n, char **ret) {
                 r = -errno;
         if (r < 0) {
                 r = fail(w, r, "cannot set the owner and mode of %s", version);
-                goto fail;
+                goto undo;
         }
         log_fields(LOG_DEBUG, w->o->log, "Atomic write into %s: wrote %zu files into %s", where(w), n,
                    version);
         *ret = TAKE_PTR(version);
         return 0;
-fail:
+undo:
         (void) remove_tree(w, w->dfd, version, version, 1);
         return r;
 }

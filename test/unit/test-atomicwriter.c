@@ -575,7 +575,9 @@ static void test_fsgroup_before_swap(void **state) {
         static const KV kv[] = { { "foo", "2", 0600 }, { "d/bar", "b", 0400 }, {} };
         _cleanup_free_ char *old = NULL;
         SwapCheck c = {};
-        AtomicWriteOptions o = { .fs_group = GID, .note_changed = check_swap, .userdata = &c };
+        AtomicWriteOptions o = {
+                .has_fs_group = true, .fs_group = GID, .note_changed = check_swap, .userdata = &c
+        };
         struct stat st;
         bool changed;
 
@@ -729,9 +731,7 @@ static void collect(const char *relpath, AtomicChange kind, void *userdata) {
 static void test_notes(void **state) {
         static const KV kv[] = { { "a", "a" }, { "d/b", "b" }, {} };
         Notes n = {};
-        AtomicWriteOptions o = {
-                .fs_group = ATOMIC_GID_NONE, .note_changed = collect, .userdata = &n, .sync = true
-        };
+        AtomicWriteOptions o = { .note_changed = collect, .userdata = &n, .sync = true };
         char want[300];
 
         assert_int_equal(write_kv(kv, &o, NULL), 0);
@@ -785,7 +785,7 @@ static void test_crash_at_every_step(void **state) {
                 pid = fork();
                 assert_true(pid >= 0);
                 if (pid == 0) {
-                        AtomicWriteOptions o = { .fs_group = ATOMIC_GID_NONE, .note_changed = kill_at_step };
+                        AtomicWriteOptions o = { .note_changed = kill_at_step };
                         kill_at = step;
                         _exit(write_kv(v2, &o, NULL) == 0 ? 0 : 1);
                 }

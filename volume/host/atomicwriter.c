@@ -308,11 +308,11 @@ static int build_entries(Writer *w, const AtomicPayload *payload, Entry **ret, s
 }
 
 static mode_t file_mode(Writer *w, const AtomicPayloadFile *f) {
-        return (f->mode & 07777) | (w->o->fs_group != ATOMIC_GID_NONE ? FSGROUP_FILE_BITS : 0);
+        return (f->mode & 07777) | (w->o->has_fs_group ? FSGROUP_FILE_BITS : 0);
 }
 
 static mode_t dir_mode(Writer *w) {
-        return 0755 | (w->o->fs_group != ATOMIC_GID_NONE ? FSGROUP_DIR_BITS : 0);
+        return 0755 | (w->o->has_fs_group ? FSGROUP_DIR_BITS : 0);
 }
 
 /* ---- reading a version back ------------------------------------------------- */
@@ -573,7 +573,7 @@ static bool version_equal(Writer *w, const char *version, const Entry *e, size_t
                         (c->size == 0 || memcmp(c->data, x->f->data, c->size) == 0) &&
                         c->mode == file_mode(w, x->f) &&
                         (x->f->uid == ATOMIC_UID_NONE || c->uid == x->f->uid) &&
-                        (w->o->fs_group == ATOMIC_GID_NONE || gids[i] == w->o->fs_group);
+                        (!w->o->has_fs_group || gids[i] == w->o->fs_group);
                 matched++;
         }
         atomic_payload_done(&cur);
@@ -669,10 +669,10 @@ static int remove_leftovers(Writer *w, const char *keep) {
 /* ---- writing a version ------------------------------------------------------ */
 
 static int set_owner_mode(Writer *w, int fd, uid_t uid, mode_t mode) {
-        gid_t gid = w->o->fs_group;
+        gid_t gid = w->o->has_fs_group ? w->o->fs_group : (gid_t) -1;
 
         /* chown before chmod: a chown may clear the set-id bits. */
-        if ((uid != ATOMIC_UID_NONE || gid != ATOMIC_GID_NONE) && fchown(fd, uid, gid) < 0)
+        if ((uid != ATOMIC_UID_NONE || gid != (gid_t) -1) && fchown(fd, uid, gid) < 0)
                 return -errno;
         if (fchmod(fd, mode) < 0)
                 return -errno;
@@ -874,9 +874,8 @@ static int make_visible(Writer *w, const Entry *e, size_t n) {
                         return -ENOMEM;
                 if (symlinkat(target, w->dfd, replace ? LINK_TMP : top) < 0)
                         return fail(w, -errno, "cannot create the symlink %s", top);
-                if (w->o->fs_group != ATOMIC_GID_NONE &&
-                    fchownat(w->dfd, replace ? LINK_TMP : top, ATOMIC_UID_NONE, w->o->fs_group,
-                             AT_SYMLINK_NOFOLLOW) < 0)
+                if (w->o->has_fs_group && fchownat(w->dfd, replace ? LINK_TMP : top, ATOMIC_UID_NONE,
+                                                   w->o->fs_group, AT_SYMLINK_NOFOLLOW) < 0)
                         return fail(w, -errno, "cannot set the group of the symlink %s", top);
                 if (replace && renameat(w->dfd, LINK_TMP, w->dfd, top) < 0)
                         return fail(w, -errno, "cannot replace the symlink %s", top);
@@ -926,7 +925,7 @@ static int remove_stale_visible(Writer *w, const Entry *e, size_t n) {
 static int own_volume_dir(Writer *w) {
         struct stat st;
 
-        if (w->o->fs_group == ATOMIC_GID_NONE)
+        if (!w->o->has_fs_group)
                 return 0;
         if (fstat(w->dfd, &st) < 0)
                 return -errno;
@@ -946,7 +945,7 @@ static int swap(Writer *w, const char *version) {
         if (symlinkat(version, w->dfd, ATOMIC_DATA_TMP) < 0)
                 return fail(w, -errno, "cannot create the symlink " ATOMIC_DATA_TMP);
         note(w, "", ATOMIC_CHANGED_DIR);
-        if (w->o->fs_group != ATOMIC_GID_NONE &&
+        if (w->o->has_fs_group &&
             fchownat(w->dfd, ATOMIC_DATA_TMP, ATOMIC_UID_NONE, w->o->fs_group, AT_SYMLINK_NOFOLLOW) < 0)
                 return fail(w, -errno, "cannot set the group of " ATOMIC_DATA_TMP);
         if (renameat(w->dfd, ATOMIC_DATA_TMP, w->dfd, ATOMIC_DATA_DIR) < 0)
@@ -959,7 +958,7 @@ static int swap(Writer *w, const char *version) {
 
 int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOptions *opts, bool *ret_changed,
                  char **ret_reason) {
-        static const AtomicWriteOptions defaults = { .fs_group = ATOMIC_GID_NONE };
+        static const AtomicWriteOptions defaults = {};
         _cleanup_free_ char *old = NULL, *version = NULL;
         _cleanup_close_ int dfd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         Writer w = { .dfd = dfd, .o = opts ? opts : &defaults };
@@ -1047,7 +1046,7 @@ finish:
 }
 
 int atomic_clear(int dir_fd, const AtomicWriteOptions *opts, char **ret_reason) {
-        static const AtomicWriteOptions defaults = { .fs_group = ATOMIC_GID_NONE };
+        static const AtomicWriteOptions defaults = {};
         _cleanup_close_ int dfd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         Writer w = { .dfd = dfd, .o = opts ? opts : &defaults };
         struct stat st;

@@ -35,7 +35,6 @@
 #define ATOMIC_MAX_FILE_SIZE (64u * 1024u * 1024u)
 
 #define ATOMIC_UID_NONE ((uid_t) -1)
-#define ATOMIC_GID_NONE ((gid_t) -1)
 
 typedef struct AtomicPayloadFile {
         char *path; /* relative; atomic_payload_validate_path's rules; cleaned by the writer */
@@ -74,11 +73,12 @@ typedef enum AtomicChange {
 typedef void (*atomic_note_t)(const char *relpath, AtomicChange kind, void *userdata);
 
 typedef struct AtomicWriteOptions {
-        /* The pod's fsGroup, or ATOMIC_GID_NONE.  Applied to the new version
+        /* The pod's fsGroup, when has_fs_group.  Applied to the new version
          * before the swap, as kubelet's SetVolumeOwnership does for these
          * read-only kinds: group fsGroup on every file, directory and symlink
          * the writer makes, mode | 0440 on files, mode | 0550 | setgid on
          * directories (dir_fd's own directory too). */
+        bool has_fs_group;
         gid_t fs_group;
         /* fsync each file and directory here, in an order that makes the new
          * version durable before the swap; for a caller that is off the
@@ -109,8 +109,12 @@ typedef struct AtomicWriteOptions {
  * batched notes instead, a power loss can leave "..data" naming a version
  * whose bytes did not reach the disk: the next write compares, finds the
  * difference and rewrites it.
+ * opts may be NULL: no fsGroup, no sync, no notes.
  * -errno on failure, with *ret_reason (optional, allocated) saying what an
- * operator can act on; after a failure, the old version is still visible. */
+ * operator can act on.  A failure before the swap leaves the old version
+ * visible and no trace of the new one; a version or leftover that cannot be
+ * removed (-EBUSY: a mount inside it) is reported after the new version is
+ * in place (*ret_changed then says so), and retried by the next write. */
 int atomic_write(int dir_fd, const AtomicPayload *payload, const AtomicWriteOptions *opts, bool *ret_changed,
                  char **ret_reason);
 

@@ -67,6 +67,11 @@ static dev_t statx_dev(const struct statx *sx) {
         return makedev(sx->stx_dev_major, sx->stx_dev_minor);
 }
 
+#if KVOLUMED_TEST_HOOKS
+void (*subpath_test_after_resolve)(int fd, void *userdata) = NULL;
+void *subpath_test_after_resolve_userdata = NULL;
+#endif
+
 /* ---- subPathExpr ---- */
 
 static const char *env_lookup(const char *const *env, size_t n_env, const char *name, size_t len) {
@@ -419,6 +424,10 @@ int subpath_prepare(const SubpathRequest *req, char **ret_bind_path, char **ret_
         r = resolve_subpath(req, &src, ret_error);
         if (r < 0)
                 return r;
+#if KVOLUMED_TEST_HOOKS
+        if (subpath_test_after_resolve)
+                subpath_test_after_resolve(src, subpath_test_after_resolve_userdata);
+#endif
         r = fd_statx(src, &ssx);
         if (r < 0)
                 return log_fields_errno(LOG_ERR, r, req->log, "Cannot stat subPath %s/%s: %m",

@@ -110,3 +110,11 @@ typedef struct SubpathBind {
 int subpath_list(int pod_dir_fd, const char *pod_dir_path, const char *volume_name, SubpathBind **ret,
                  size_t *ret_n);
 void subpath_binds_free(SubpathBind *b, size_t n);
+
+#if KVOLUMED_TEST_HOOKS
+/* Tests only (a -Dtest-hooks=true build): called with the resolved
+ * descriptor between the resolution and the bind, to swap the path under
+ * it and show that the bind is of the descriptor. */
+extern void (*subpath_test_after_resolve)(int fd, void *userdata);
+extern void *subpath_test_after_resolve_userdata;
+#endif

@@ -368,10 +368,15 @@ static int open_container_dir(const SubpathRequest *req, int *ret_fd) {
         return 0;
 }
 
-static int unmount_fd(int fd) {
-        char proc[64];
-        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-        return umount2(proc, 0) < 0 ? -errno : 0;
+/* Unmounts the mount at dirfd/name, the entry itself (UMOUNT_NOFOLLOW:
+ * never what a symlink there names), through the descriptor of its
+ * directory.  Not through a descriptor of the mount itself: that would pin
+ * it, and a plain (not lazy) unmount would fail with EBUSY. */
+static int unmount_at(int dirfd, const char *name) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "/proc/self/fd/%d/%s", dirfd, name) < 0)
+                return -ENOMEM;
+        return umount2(path, UMOUNT_NOFOLLOW) < 0 ? -errno : 0;
 }
 
 /* Removes a non-mount index entry kvolumed may have made: an empty
@@ -457,7 +462,8 @@ int subpath_prepare(const SubpathRequest *req, char **ret_bind_path, char **ret_
                                            strempty(req->volume_path), req->subpath, bind_path);
                                 goto bound;
                         }
-                        r = unmount_fd(dst);
+                        closep(&dst);
+                        r = unmount_at(cdir, index);
                         if (r < 0)
                                 return log_fields_errno(LOG_ERR, r, req->log,
                                                         "Cannot unmount %s, a bind of something other than "
@@ -554,12 +560,13 @@ static int clean_index(int cdir, const char *name, void *userdata) {
         int r;
 
         for (int i = 0;; i++) {
-                _cleanup_close_ int fd = openat2_fd(cdir, name, O_PATH | O_NOFOLLOW, RESOLVE_OURS);
+                int fd = openat2_fd(cdir, name, O_PATH | O_NOFOLLOW, RESOLVE_OURS);
                 if (fd == -ENOENT)
                         return 0;
                 if (fd < 0)
                         return log_fields_errno(LOG_ERR, fd, c->log, "Cannot open %s/%s: %m", c->dir_path, name);
                 r = fd_statx(fd, &sx);
+                close(fd); /* before the unmount: it would pin the mount */
                 if (r < 0)
                         return log_fields_errno(LOG_ERR, r, c->log, "Cannot stat %s/%s: %m", c->dir_path, name);
                 if (!statx_mount_root(&sx))
@@ -568,9 +575,11 @@ static int clean_index(int cdir, const char *name, void *userdata) {
                         return log_fields_errno(LOG_ERR, -EBUSY, c->log,
                                                 "%s/%s is still a mount after %d unmounts: unmount it by hand",
                                                 c->dir_path, name, UNMOUNT_MAX);
-                r = unmount_fd(fd);
+                r = unmount_at(cdir, name);
                 if (r < 0)
-                        return log_fields_errno(LOG_ERR, r, c->log, "Cannot unmount subPath bind %s/%s: %m",
+                        return log_fields_errno(LOG_ERR, r, c->log,
+                                                "Cannot unmount subPath bind %s/%s: %m; a process may still use "
+                                                "it (fuser -m), the volume stays until it is unmounted",
                                                 c->dir_path, name);
                 log_fields(LOG_INFO, c->log, "Unmounted subPath bind %s/%s", c->dir_path, name);
         }

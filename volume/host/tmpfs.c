@@ -57,7 +57,7 @@ static int is_tmpfs_root(int fd) {
         return sfs.f_type == TMPFS_MAGIC;
 }
 
-int tmpfs_mount(int target_fd, const char *target_path, uint64_t size_bytes, mode_t mode,
+int tmpfs_mount(int dir_fd, const char *name, const char *target_path, uint64_t size_bytes, mode_t mode,
                 const char *selinux_context, const LogFields *log) {
         _cleanup_free_ char *options = NULL;
         _cleanup_close_ int fd = -1;
@@ -66,13 +66,13 @@ int tmpfs_mount(int target_fd, const char *target_path, uint64_t size_bytes, mod
         FILE *f;
         int r;
 
-        if (target_fd < 0)
+        if (dir_fd < 0 || isempty(name) || strchr(name, '/') || streq(name, ".") || streq(name, ".."))
                 return -EINVAL;
         if (selinux_context && strpbrk(selinux_context, "\",\n"))
                 return log_fields_errno(LOG_ERR, -EINVAL, log, "Refusing SELinux context '%s' for %s",
                                         selinux_context, strempty(target_path));
-        /* Our own descriptor of the directory itself, whatever target_fd's mode. */
-        fd = openat(target_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        /* The top of what is mounted there now. */
+        fd = openat(dir_fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return log_fields_errno(LOG_ERR, errno, log, "Cannot open %s: %m", strempty(target_path));
         r = is_tmpfs_root(fd);

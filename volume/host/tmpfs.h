@@ -27,12 +27,15 @@ uint64_t emptydir_pod_memory_limit(const uint64_t *container_limits, size_t n_co
  * default, half of RAM), which is what kubelet mounts when everything is 0. */
 uint64_t emptydir_memory_size(uint64_t node_allocatable, uint64_t pod_memory_limit, uint64_t size_limit);
 
-/* Mounts a tmpfs on the directory target_fd (any open mode, O_PATH is fine;
- * target_path is for the log): "size=<bytes>" when size_bytes > 0,
+/* Mounts a tmpfs on the directory `name` in dir_fd (name is one component,
+ * opened beneath dir_fd without following a symlink; target_path is its
+ * full path, for the log; a descriptor of the target itself would not do:
+ * opened before the mount it never sees the tmpfs, so the second call could
+ * not tell it is there): "size=<bytes>" when size_bytes > 0,
  * "mode=<octal>" when mode != 0 (kubelet passes none: a tmpfs root is then
  * 1777), "context=\"<ctx>\"" when selinux_context is set.  nodev,nosuid are
  * NOT added: kubelet mounts with none of them.  Idempotent as kubelet's
  * setupTmpfs: when target is already the root of a tmpfs, nothing is done
  * (0); 1 when mounted.  May block (mount): call it off the event loop. */
-int tmpfs_mount(int target_fd, const char *target_path, uint64_t size_bytes, mode_t mode,
+int tmpfs_mount(int dir_fd, const char *name, const char *target_path, uint64_t size_bytes, mode_t mode,
                 const char *selinux_context, const LogFields *log);

@@ -106,3 +106,10 @@ int host_path_check(const char *path, HostPathType type, char **ret_error) {
                             "hostPath type check failed: %s is not %s", path, types[type].what);
         return created ? 1 : 0;
 }
+
+int host_path_check_spec(const char *path, const char *type, char **ret_error) {
+        HostPathType t = host_path_type_from_string(type);
+        if (t < 0)
+                return fail(ret_error, -EINVAL, "%s is an invalid volume type", type);
+        return host_path_check(path, t, ret_error);
+}

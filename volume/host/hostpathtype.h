@@ -47,3 +47,7 @@ const char *host_path_type_to_string(HostPathType t);
  * a file", "... is not a socket file", "... is not a character device",
  * "... is not a block device", "Foo is an invalid volume type". */
 int host_path_check(const char *path, HostPathType type, char **ret_error);
+
+/* The same from the spec's string: an unknown type fails with -EINVAL and
+ * kubelet's "<type> is an invalid volume type". */
+int host_path_check_spec(const char *path, const char *type, char **ret_error);

@@ -151,6 +151,11 @@ static void test_host_path_type_table(void **state) {
         assert_int_equal(host_path_check("relative", HOST_PATH_DIRECTORY, &err), -EINVAL);
         free(err);
         err = NULL;
+        assert_int_equal(host_path_check_spec("/x", "Pipe", &err), -EINVAL);
+        assert_string_equal(err, "Pipe is an invalid volume type");
+        free(err);
+        err = NULL;
+        assert_int_equal(host_path_check_spec("/nonexistent/kv-host-pure", "", NULL), 0);
         /* A missing path fails with kubelet's message, nothing created. */
         assert_int_equal(host_path_check("/nonexistent/kv-host-pure", HOST_PATH_DIRECTORY, &err), -ENOENT);
         assert_string_equal(err, "hostPath type check failed: /nonexistent/kv-host-pure is not a directory");

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
@@ -15,6 +16,9 @@
 #include "volume/host/subpath.h"
 
 #define SUBPATHS_DIR "volume-subpaths"
+
+/* The per-mount flags a read-only remount keeps (ST_* and MS_* agree). */
+#define KEPT_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME)
 
 /* How many binds stacked on one index we unmount before giving up: a crash
  * loop of an old version could stack a few, never this many. */
@@ -308,6 +312,11 @@ static int open_or_create(const SubpathRequest *req, mode_t mode, int *ret_fd, c
                 *slash = '/';
                 p = slash + 1;
         }
+        /* The last component was empty or "." ("a/", "a/."): what came before it. */
+        if (parent >= 0) {
+                *ret_fd = TAKE_FD(parent);
+                return 0;
+        }
         /* Only "." and empty components: the volume root itself. */
         r = openat2_fd(req->volume_fd, ".", O_PATH, RESOLVE_VOLUME);
         if (r < 0)
@@ -513,8 +522,13 @@ bound:
                                         "mounting there",
                                         bind_path, strempty(req->volume_path), req->subpath);
         if (req->read_only) {
+                struct statvfs sv;
+                /* A remount sets every per-mount flag: those the bind took from
+                 * the volume's mount (nosuid, nodev, noexec...) are kept. */
+                if (fstatvfs(dst, &sv) < 0)
+                        return log_fields_errno(LOG_ERR, errno, req->log, "Cannot statvfs %s: %m", bind_path);
                 snprintf(dst_proc, sizeof dst_proc, "/proc/self/fd/%d", dst);
-                if (mount(NULL, dst_proc, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0)
+                if (mount(NULL, dst_proc, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | (sv.f_flag & KEPT_FLAGS), NULL) < 0)
                         return log_fields_errno(LOG_ERR, errno, req->log, "Cannot remount %s read-only: %m",
                                                 bind_path);
         }

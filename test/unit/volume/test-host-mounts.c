@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -200,6 +201,31 @@ static void test_subpath_binds_a_directory(void **state) {
         assert_int_equal(subpath_prepare(&r, &bind, NULL), 0);
         snprintf(path, sizeof path, "%s/nope", bind);
         assert_true(open(path, O_CREAT | O_WRONLY, 0644) < 0 && errno == EROFS);
+        free(bind);
+}
+
+/* A read-only subPath of a volume mounted nosuid,nodev,noexec keeps them. */
+static void test_subpath_read_only_keeps_the_volume_flags(void **state) {
+        char *bind = NULL;
+        struct statvfs sv;
+        SubpathRequest r;
+        NEED_ROOT();
+
+        assert_int_equal(mount("tmpfs", vol, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m"), 0);
+        close(vol_fd);
+        vol_fd = open(vol, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        assert_true(vol_fd >= 0);
+        r = req("sub/", "app", 0); /* a trailing '/': still "sub" */
+        r.read_only = true;
+        assert_int_equal(subpath_prepare(&r, &bind, NULL), 0);
+        assert_int_equal(statvfs(bind, &sv), 0);
+        assert_true(sv.f_flag & ST_RDONLY);
+        assert_true(sv.f_flag & ST_NOSUID);
+        assert_true(sv.f_flag & ST_NODEV);
+        assert_true(sv.f_flag & ST_NOEXEC);
+        char sub[400];
+        snprintf(sub, sizeof sub, "%s/sub", vol);
+        assert_same_inode(bind, sub);
         free(bind);
 }
 
@@ -584,6 +610,7 @@ static void test_rootdir_made_shared(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 T(test_subpath_binds_a_directory),
+                T(test_subpath_read_only_keeps_the_volume_flags),
                 T(test_subpath_binds_a_file_and_follows_inner_links),
                 T(test_subpath_missing_is_created_with_the_volume_mode),
                 T(test_subpath_refuses_links_out_of_the_volume),

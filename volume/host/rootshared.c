@@ -39,7 +39,8 @@ int rootdir_make_shared(const char *root_dir) {
                 return log_error_errno(errno, "Cannot resolve root-dir %s: %m", root_dir);
         r = mount_of(path, &shared, &is_mount_point);
         if (r < 0)
-                return log_error_errno(r, "Cannot find the mount of root-dir %s in /proc/self/mountinfo: %m", path);
+                return log_error_errno(r, "Cannot find the mount of root-dir %s in /proc/self/mountinfo: %m",
+                                       path);
         if (shared) {
                 log_debug("root-dir %s is on a shared mount already", path);
                 return 0;
@@ -50,10 +51,11 @@ int rootdir_make_shared(const char *root_dir) {
                 log_info("Bind-mounted root-dir %s onto itself, to make it a shared mount", path);
         }
         if (mount(NULL, path, NULL, MS_REC | MS_SHARED, NULL) < 0)
-                return log_error_errno(errno,
-                                       "Cannot make root-dir %s a shared mount: %m; mounts of node plugins with "
-                                       "Bidirectional propagation will not reach the host",
-                                       path);
+                return log_error_errno(
+                        errno,
+                        "Cannot make root-dir %s a shared mount: %m; mounts of node plugins with "
+                        "Bidirectional propagation will not reach the host",
+                        path);
         log_info("Made root-dir %s a shared mount (rshared), as kubelet does", path);
         return 1;
 }

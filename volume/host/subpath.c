@@ -64,7 +64,8 @@ static int fd_statx(int fd, struct statx *sx) {
 }
 
 static bool statx_mount_root(const struct statx *sx) {
-        return (sx->stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (sx->stx_attributes & STATX_ATTR_MOUNT_ROOT);
+        return (sx->stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+               (sx->stx_attributes & STATX_ATTR_MOUNT_ROOT);
 }
 
 static dev_t statx_dev(const struct statx *sx) {
@@ -182,12 +183,13 @@ int subpath_validate(const char *subpath, char **ret_error) {
         if (isempty(subpath))
                 return set_error(ret_error, "empty SubPath"), -EINVAL;
         if (subpath[0] == '/')
-                return set_error(ret_error, "error SubPath `%s` must not be an absolute path", subpath), -EINVAL;
+                return set_error(ret_error, "error SubPath `%s` must not be an absolute path", subpath),
+                       -EINVAL;
         for (const char *p = subpath; *p;) {
                 size_t n = strcspn(p, "/");
                 if (n == 2 && p[0] == '.' && p[1] == '.')
-                        return set_error(ret_error, "unable to provision SubPath `%s`: must not contain '..'",
-                                         subpath),
+                        return set_error(ret_error,
+                                         "unable to provision SubPath `%s`: must not contain '..'", subpath),
                                -EINVAL;
                 p += n;
                 if (*p == '/')
@@ -233,19 +235,22 @@ static int refuse_escape(const SubpathRequest *req, int error, char **ret_error)
         _cleanup_free_ char *msg = NULL;
 
         if (asprintf(&msg, "subPath '%s' of volume '%s' resolves outside the volume%s%s%s", req->subpath,
-                     req->volume_name, link ? " (through symlink '" : "", link ? link : "", link ? "')" : "") < 0)
+                     req->volume_name, link ? " (through symlink '" : "", link ? link : "",
+                     link ? "')" : "") < 0)
                 return -ENOMEM;
         if (error == -ELOOP && !link)
                 return set_error(ret_error, "subPath '%s' of volume '%s' has a symlink loop", req->subpath,
                                  req->volume_name),
-                       log_fields_errno(LOG_ERR, error, req->log,
-                                        "subPath '%s' of volume '%s' (%s) has a symlink loop; fix the volume's "
-                                        "content or the pod's subPath",
-                                        req->subpath, req->volume_name, strempty(req->volume_path));
+                       log_fields_errno(
+                               LOG_ERR, error, req->log,
+                               "subPath '%s' of volume '%s' (%s) has a symlink loop; fix the volume's "
+                               "content or the pod's subPath",
+                               req->subpath, req->volume_name, strempty(req->volume_path));
         set_error(ret_error, "%s", msg);
-        return log_fields_errno(LOG_ERR, error == -ELOOP ? -ELOOP : -EXDEV, req->log,
-                                "%s; refused (the volume is %s): fix the volume's content or the pod's subPath",
-                                msg, strempty(req->volume_path));
+        return log_fields_errno(
+                LOG_ERR, error == -ELOOP ? -ELOOP : -EXDEV, req->log,
+                "%s; refused (the volume is %s): fix the volume's content or the pod's subPath", msg,
+                strempty(req->volume_path));
 }
 
 /* kubelet's SafeMakeDir: each missing component made with the volume
@@ -276,12 +281,13 @@ static int open_or_create(const SubpathRequest *req, mode_t mode, int *ret_fd, c
                 if (fd == -ENOENT) {
                         int pfd = parent >= 0 ? parent : req->volume_fd;
                         if (mkdirat(pfd, p, mode) < 0 && errno != EEXIST)
-                                return set_error(ret_error, "cannot create directory '%s' in volume '%s'", copy,
-                                                 req->volume_name),
+                                return set_error(ret_error, "cannot create directory '%s' in volume '%s'",
+                                                 copy, req->volume_name),
                                        log_fields_errno(LOG_ERR, errno, req->log,
                                                         "Cannot create subPath directory %s/%s: %m",
                                                         strempty(req->volume_path), copy);
-                        _cleanup_close_ int made = openat(pfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        _cleanup_close_ int made =
+                                openat(pfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (made < 0)
                                 return set_error(ret_error, "cannot open '%s' in volume '%s'", copy,
                                                  req->volume_name),
@@ -340,8 +346,8 @@ static int resolve_subpath(const SubpathRequest *req, int *ret_fd, char **ret_er
         if (fd == -EXDEV || fd == -ELOOP)
                 return refuse_escape(req, fd, ret_error);
         if (fd != -ENOENT) {
-                set_error(ret_error, "cannot open subPath '%s' of volume '%s': %s", req->subpath, req->volume_name,
-                          strerror(-fd));
+                set_error(ret_error, "cannot open subPath '%s' of volume '%s': %s", req->subpath,
+                          req->volume_name, strerror(-fd));
                 return log_fields_errno(LOG_ERR, fd, req->log, "Cannot open subPath %s/%s: %m",
                                         strempty(req->volume_path), req->subpath);
         }
@@ -401,7 +407,8 @@ static int remove_entry(int dirfd, const char *name, const struct statx *sx) {
 static int create_target(int cdir, const char *name, bool dir) {
         if (dir)
                 return mkdirat(cdir, name, 0750) < 0 && errno != EEXIST ? -errno : 0;
-        struct open_how how = { .flags = O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, .mode = 0640,
+        struct open_how how = { .flags = O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
+                                .mode = 0640,
                                 .resolve = RESOLVE_OURS };
         long fd = syscall(SYS_openat2, cdir, name, &how, sizeof how);
         if (fd < 0)
@@ -424,15 +431,17 @@ int subpath_prepare(const SubpathRequest *req, char **ret_bind_path, char **ret_
                 return log_fields_errno(LOG_ERR, r, req->log, "Refusing subPath '%s' of volume '%s': %s",
                                         strempty(req->subpath), strempty(req->volume_name),
                                         ret_error && *ret_error ? *ret_error : "invalid");
-        if (validate_path_component(req->volume_name) < 0 || validate_path_component(req->container_name) < 0)
+        if (validate_path_component(req->volume_name) < 0 ||
+            validate_path_component(req->container_name) < 0)
                 return set_error(ret_error, "invalid volume or container name"),
-                       log_fields_errno(LOG_ERR, -EINVAL, req->log,
-                                        "Refusing subPath: volume name '%s' or container name '%s' cannot be a "
-                                        "path component",
-                                        strempty(req->volume_name), strempty(req->container_name));
+                       log_fields_errno(
+                               LOG_ERR, -EINVAL, req->log,
+                               "Refusing subPath: volume name '%s' or container name '%s' cannot be a "
+                               "path component",
+                               strempty(req->volume_name), strempty(req->container_name));
         snprintf(index, sizeof index, "%u", req->index);
-        if (asprintf(&bind_path, "%s/%s/%s/%s/%s", strempty(req->pod_dir_path), SUBPATHS_DIR, req->volume_name,
-                     req->container_name, index) < 0)
+        if (asprintf(&bind_path, "%s/%s/%s/%s/%s", strempty(req->pod_dir_path), SUBPATHS_DIR,
+                     req->volume_name, req->container_name, index) < 0)
                 return -ENOMEM;
 
         r = resolve_subpath(req, &src, ret_error);
@@ -478,11 +487,13 @@ int subpath_prepare(const SubpathRequest *req, char **ret_bind_path, char **ret_
                                                         "Cannot unmount %s, a bind of something other than "
                                                         "subPath '%s': %m",
                                                         bind_path, req->subpath);
-                        log_fields(LOG_INFO, req->log, "Unmounted %s: it bound something other than subPath '%s'",
-                                   bind_path, req->subpath);
+                        log_fields(LOG_INFO, req->log,
+                                   "Unmounted %s: it bound something other than subPath '%s'", bind_path,
+                                   req->subpath);
                         continue;
                 }
-                if (S_ISDIR(dsx.stx_mode) == S_ISDIR(ssx.stx_mode) && (S_ISDIR(dsx.stx_mode) || S_ISREG(dsx.stx_mode)))
+                if (S_ISDIR(dsx.stx_mode) == S_ISDIR(ssx.stx_mode) &&
+                    (S_ISDIR(dsx.stx_mode) || S_ISREG(dsx.stx_mode)))
                         break; /* a target of the right type, left by a crash */
                 r = remove_entry(cdir, index, &dsx);
                 if (r < 0)
@@ -502,7 +513,8 @@ int subpath_prepare(const SubpathRequest *req, char **ret_bind_path, char **ret_
         snprintf(src_proc, sizeof src_proc, "/proc/self/fd/%d", src);
         snprintf(dst_proc, sizeof dst_proc, "/proc/self/fd/%d", dst);
         if (mount(src_proc, dst_proc, "none", MS_BIND, NULL) < 0)
-                return log_fields_errno(LOG_ERR, errno, req->log, "Cannot bind-mount subPath %s/%s onto %s: %m",
+                return log_fields_errno(LOG_ERR, errno, req->log,
+                                        "Cannot bind-mount subPath %s/%s onto %s: %m",
                                         strempty(req->volume_path), req->subpath, bind_path);
         log_fields(LOG_INFO, req->log, "Bind-mounted subPath %s/%s onto %s", strempty(req->volume_path),
                    req->subpath, bind_path);
@@ -526,9 +538,11 @@ bound:
                 /* A remount sets every per-mount flag: those the bind took from
                  * the volume's mount (nosuid, nodev, noexec...) are kept. */
                 if (fstatvfs(dst, &sv) < 0)
-                        return log_fields_errno(LOG_ERR, errno, req->log, "Cannot statvfs %s: %m", bind_path);
+                        return log_fields_errno(LOG_ERR, errno, req->log, "Cannot statvfs %s: %m",
+                                                bind_path);
                 snprintf(dst_proc, sizeof dst_proc, "/proc/self/fd/%d", dst);
-                if (mount(NULL, dst_proc, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | (sv.f_flag & KEPT_FLAGS), NULL) < 0)
+                if (mount(NULL, dst_proc, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | (sv.f_flag & KEPT_FLAGS),
+                          NULL) < 0)
                         return log_fields_errno(LOG_ERR, errno, req->log, "Cannot remount %s read-only: %m",
                                                 bind_path);
         }
@@ -578,23 +592,27 @@ static int clean_index(int cdir, const char *name, void *userdata) {
                 if (fd == -ENOENT)
                         return 0;
                 if (fd < 0)
-                        return log_fields_errno(LOG_ERR, fd, c->log, "Cannot open %s/%s: %m", c->dir_path, name);
+                        return log_fields_errno(LOG_ERR, fd, c->log, "Cannot open %s/%s: %m", c->dir_path,
+                                                name);
                 r = fd_statx(fd, &sx);
                 close(fd); /* before the unmount: it would pin the mount */
                 if (r < 0)
-                        return log_fields_errno(LOG_ERR, r, c->log, "Cannot stat %s/%s: %m", c->dir_path, name);
+                        return log_fields_errno(LOG_ERR, r, c->log, "Cannot stat %s/%s: %m", c->dir_path,
+                                                name);
                 if (!statx_mount_root(&sx))
                         break;
                 if (i >= UNMOUNT_MAX)
-                        return log_fields_errno(LOG_ERR, -EBUSY, c->log,
-                                                "%s/%s is still a mount after %d unmounts: unmount it by hand",
-                                                c->dir_path, name, UNMOUNT_MAX);
+                        return log_fields_errno(
+                                LOG_ERR, -EBUSY, c->log,
+                                "%s/%s is still a mount after %d unmounts: unmount it by hand", c->dir_path,
+                                name, UNMOUNT_MAX);
                 r = unmount_at(cdir, name);
                 if (r < 0)
-                        return log_fields_errno(LOG_ERR, r, c->log,
-                                                "Cannot unmount subPath bind %s/%s: %m; a process may still use "
-                                                "it (fuser -m), the volume stays until it is unmounted",
-                                                c->dir_path, name);
+                        return log_fields_errno(
+                                LOG_ERR, r, c->log,
+                                "Cannot unmount subPath bind %s/%s: %m; a process may still use "
+                                "it (fuser -m), the volume stays until it is unmounted",
+                                c->dir_path, name);
                 log_fields(LOG_INFO, c->log, "Unmounted subPath bind %s/%s", c->dir_path, name);
         }
         r = remove_entry(cdir, name, &sx);
@@ -620,8 +638,8 @@ static int clean_container(int vdir, const char *name, void *userdata) {
         if (cdir == -ENOENT)
                 return 0;
         if (cdir < 0)
-                return log_fields_errno(LOG_WARNING, cdir == -ENOTDIR || cdir == -ELOOP ? -ENOTEMPTY : cdir, c->log,
-                                        "Leaving %s alone: not a directory kvolumed made (%s)", path,
+                return log_fields_errno(LOG_WARNING, cdir == -ENOTDIR || cdir == -ELOOP ? -ENOTEMPTY : cdir,
+                                        c->log, "Leaving %s alone: not a directory kvolumed made (%s)", path,
                                         strerror(-cdir));
         sub.dir_path = path;
         r = for_each_entry(cdir, clean_index, &sub);
@@ -632,7 +650,8 @@ static int clean_container(int vdir, const char *name, void *userdata) {
         return 0;
 }
 
-int subpath_cleanup(int pod_dir_fd, const char *pod_dir_path, const char *volume_name, const LogFields *log) {
+int subpath_cleanup(int pod_dir_fd, const char *pod_dir_path, const char *volume_name,
+                    const LogFields *log) {
         _cleanup_free_ char *path = NULL;
         _cleanup_close_ int sdir = -1, vdir = -1;
         CleanCtx c = { .log = log };
@@ -662,8 +681,8 @@ int subpath_cleanup(int pod_dir_fd, const char *pod_dir_path, const char *volume
         /* Other volumes' subpaths may still be there: then it stays. */
         if (unlinkat(pod_dir_fd, SUBPATHS_DIR, AT_REMOVEDIR) < 0 && errno != ENOENT && errno != ENOTEMPTY &&
             errno != EEXIST)
-                return log_fields_errno(LOG_ERR, errno, log, "Cannot remove %s/%s: %m", strempty(pod_dir_path),
-                                        SUBPATHS_DIR);
+                return log_fields_errno(LOG_ERR, errno, log, "Cannot remove %s/%s: %m",
+                                        strempty(pod_dir_path), SUBPATHS_DIR);
         log_fields(LOG_DEBUG, log, "Removed the subPath binds of %s", path);
         return 0;
 }
@@ -695,7 +714,8 @@ int subpath_cleanup_pod(int pod_dir_fd, const char *pod_dir_path, const LogField
         if (sdir == -ENOENT)
                 return 0;
         if (sdir < 0)
-                return log_fields_errno(LOG_ERR, sdir, log, "Cannot open %s/%s: %m", c.pod_dir_path, SUBPATHS_DIR);
+                return log_fields_errno(LOG_ERR, sdir, log, "Cannot open %s/%s: %m", c.pod_dir_path,
+                                        SUBPATHS_DIR);
         r = for_each_entry(sdir, clean_volume, &c);
         if (r < 0)
                 return r;

@@ -91,7 +91,7 @@ int subpath_cleanup_pod(int pod_dir_fd, const char *pod_dir_path, const LogField
 
 /* One entry under volume-subpaths/<volume>/<container>/. */
 typedef struct SubpathBind {
-        char *path;      /* absolute: <pod dir>/volume-subpaths/<volume>/<container>/<index> */
+        char *path; /* absolute: <pod dir>/volume-subpaths/<volume>/<container>/<index> */
         char *container;
         char *index;     /* the entry's name (a number when kvolumed made it) */
         bool mounted;    /* a mount root (the bind is in place) */

@@ -50,7 +50,8 @@ static int is_tmpfs_root(int fd) {
 
         if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC, STATX_TYPE, &sx) < 0)
                 return -errno;
-        if (!(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) || !(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+        if (!(sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) ||
+            !(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
                 return 0;
         if (fstatfs(fd, &sfs) < 0)
                 return -errno;

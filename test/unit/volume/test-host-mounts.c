@@ -154,10 +154,10 @@ static void assert_same_inode(const char *a, const char *b) {
         assert_true(sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
 }
 
-#define NEED_ROOT()                                                                                        \
-        do {                                                                                               \
-                if (geteuid() != 0)                                                                        \
-                        skip();                                                                            \
+#define NEED_ROOT()                                                                                         \
+        do {                                                                                                \
+                if (geteuid() != 0)                                                                         \
+                        skip();                                                                             \
         } while (0)
 
 static void test_subpath_binds_a_directory(void **state) {
@@ -280,8 +280,9 @@ static void refused_escape(const char *subpath, const char *through) {
 
         assert_int_equal(subpath_prepare(&r, &bind, &err), -EXDEV);
         assert_null(bind);
-        snprintf(want, sizeof want, "subPath '%s' of volume 'data' resolves outside the volume (through symlink '%s')",
-                 subpath, through);
+        snprintf(want, sizeof want,
+                 "subPath '%s' of volume 'data' resolves outside the volume (through symlink '%s')", subpath,
+                 through);
         assert_string_equal(err, want);
         free(err);
 }

@@ -41,9 +41,9 @@ static void test_expand_like_kubelet(void **state) {
         expands("$(A_B)$(A_B)", env, n, "xx");
         expands("$$(POD_NAME)", env, n, "$(POD_NAME)"); /* "$$" escapes */
         expands("a$$b", env, n, "a$b");
-        expands("$POD_NAME", env, n, "$POD_NAME");      /* not a reference: kept */
-        expands("$(POD_NAME", env, n, "$(POD_NAME");    /* unclosed: kept */
-        expands("dir$", env, n, "dir$");                /* a final "$": kept */
+        expands("$POD_NAME", env, n, "$POD_NAME");   /* not a reference: kept */
+        expands("$(POD_NAME", env, n, "$(POD_NAME"); /* unclosed: kept */
+        expands("dir$", env, n, "dir$");             /* a final "$": kept */
         expands("$$$(POD_NAME)", env, n, "$web-0");
 }
 
@@ -52,7 +52,7 @@ static void test_expand_missing_and_empty(void **state) {
         size_t n = sizeof env / sizeof env[0];
 
         misses("$(NOPE)", env, n, "missing value for NOPE");
-        misses("$(EMPTY)/x", env, n, "missing value for EMPTY"); /* empty counts as missing */
+        misses("$(EMPTY)/x", env, n, "missing value for EMPTY");                /* empty counts as missing */
         misses("$(Z)/$(B)/$(Z)/$(POD_NAME)", env, n, "missing value for B, Z"); /* sorted, once */
         misses("$(POD)", NULL, 0, "missing value for POD");
         /* "$($(X))": the name runs to the first ')' */
@@ -162,7 +162,8 @@ static void test_host_path_type_table(void **state) {
         free(err);
         err = NULL;
         assert_int_equal(host_path_check("/nonexistent/kv-host-pure", HOST_PATH_SOCKET, &err), -ENOENT);
-        assert_string_equal(err, "hostPath type check failed: /nonexistent/kv-host-pure is not a socket file");
+        assert_string_equal(err,
+                            "hostPath type check failed: /nonexistent/kv-host-pure is not a socket file");
         free(err);
 }
 

@@ -233,19 +233,21 @@ static char *find_escaping_link(int volume_fd, const char *subpath) {
 static int refuse_escape(const SubpathRequest *req, int error, char **ret_error) {
         _cleanup_free_ char *link = find_escaping_link(req->volume_fd, req->subpath);
         _cleanup_free_ char *msg = NULL;
+        int k;
 
-        if (asprintf(&msg, "subPath '%s' of volume '%s' resolves outside the volume%s%s%s", req->subpath,
-                     req->volume_name, link ? " (through symlink '" : "", link ? link : "",
-                     link ? "')" : "") < 0)
+        /* ELOOP: a loop of symlinks, or a /proc magic link (never followed). */
+        if (error == -ELOOP)
+                k = asprintf(&msg,
+                             "subPath '%s' of volume '%s' cannot be resolved (a symlink loop or a magic "
+                             "link%s%s%s)",
+                             req->subpath, req->volume_name, link ? " at '" : "", strempty(link),
+                             link ? "'" : "");
+        else
+                k = asprintf(&msg, "subPath '%s' of volume '%s' resolves outside the volume%s%s%s",
+                             req->subpath, req->volume_name, link ? " (through symlink '" : "",
+                             strempty(link), link ? "')" : "");
+        if (k < 0)
                 return -ENOMEM;
-        if (error == -ELOOP && !link)
-                return set_error(ret_error, "subPath '%s' of volume '%s' has a symlink loop", req->subpath,
-                                 req->volume_name),
-                       log_fields_errno(
-                               LOG_ERR, error, req->log,
-                               "subPath '%s' of volume '%s' (%s) has a symlink loop; fix the volume's "
-                               "content or the pod's subPath",
-                               req->subpath, req->volume_name, strempty(req->volume_path));
         set_error(ret_error, "%s", msg);
         return log_fields_errno(
                 LOG_ERR, error == -ELOOP ? -ELOOP : -EXDEV, req->log,

@@ -37,7 +37,9 @@ int subpath_expand(const char *expr, const char *const *env, size_t n_env, char 
 int subpath_validate(const char *subpath, char **ret_error);
 
 typedef struct SubpathRequest {
-        int volume_fd;              /* the volume's root directory (any open mode, O_PATH is fine) */
+        int volume_fd;              /* the volume's root directory (any open mode, O_PATH is fine), opened
+                                     * after the volume is mounted: a descriptor opened before shows the
+                                     * directory under the mount */
         const char *volume_path;    /* its path, for messages only */
         int pod_dir_fd;             /* <root-dir>/pods/<uid>, opened beneath root-dir */
         const char *pod_dir_path;   /* its path: messages and the returned bind path */
@@ -66,7 +68,10 @@ typedef struct SubpathRequest {
  * is unmounted and replaced.
  * Returns 0 and *ret_bind_path (absolute, freed by the caller), or -errno:
  * -EINVAL for an invalid subPath or name, -EXDEV when the subPath resolves
- * outside the volume, -ELOOP for a magic link or a symlink loop.
+ * outside the volume, -ELOOP for a magic link or a symlink loop ("subPath
+ * 'l/x' of volume 'data' cannot be resolved (a symlink loop or a magic link
+ * at 'l')"), -ENOSYS on a kernel without openat2 (before 5.6: refused
+ * rather than resolved less safely).
  * ret_error (optional) receives the operator's message, for example
  * "subPath 'a/b' of volume 'data' resolves outside the volume (through symlink 'a')";
  * kubelet gives the pod only "failed to prepare subPath for volumeMount ..."

@@ -300,6 +300,22 @@ static void test_subpath_refuses_links_out_of_the_volume(void **state) {
         snprintf(path, sizeof path, "%s/d/passwd", vol);
         assert_int_equal(symlink("/etc/passwd", path), 0);
 
+        /* A loop inside, and a magic link: refused too. */
+        snprintf(path, sizeof path, "%s/loop1", vol);
+        assert_int_equal(symlink("loop2", path), 0);
+        snprintf(path, sizeof path, "%s/loop2", vol);
+        assert_int_equal(symlink("loop1", path), 0);
+        {
+                char *bound = NULL, *err = NULL;
+                SubpathRequest r = req("loop1/x", "app", 8);
+                assert_int_equal(subpath_prepare(&r, &bound, &err), -ELOOP);
+                assert_string_equal(
+                        err, "subPath 'loop1/x' of volume 'data' cannot be resolved (a symlink loop or "
+                             "a magic link at 'loop1')");
+                free(err);
+                assert_null(bound);
+        }
+
         refused_escape("etc", "etc");
         refused_escape("etc/passwd", "etc");
         refused_escape("up", "up");

@@ -39,7 +39,6 @@ static int fail(char **ret_error, int error, const char *fmt, ...) _printf_(3, 4
 static int fail(char **ret_error, int error, const char *fmt, ...) {
         va_list ap;
         if (ret_error) {
-                free(*ret_error);
                 *ret_error = NULL;
                 va_start(ap, fmt);
                 if (vasprintf(ret_error, fmt, ap) < 0)

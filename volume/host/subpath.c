@@ -32,10 +32,9 @@ static inline void closedirp(DIR **d) {
 static int set_error(char **ret_error, const char *fmt, ...) _printf_(2, 3);
 static int set_error(char **ret_error, const char *fmt, ...) {
         va_list ap;
+        /* Written once, on the failure: the caller's pointer is not freed. */
         if (!ret_error)
                 return 0;
-        free(*ret_error);
-        *ret_error = NULL;
         va_start(ap, fmt);
         if (vasprintf(ret_error, fmt, ap) < 0)
                 *ret_error = NULL;

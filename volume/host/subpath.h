@@ -19,6 +19,9 @@
 
 #include "systemd/log.h"
 
+/* Every ret_error below is optional, written only on a failure (a malloc'd
+ * message the caller frees), never read or freed before. */
+
 /* subPathExpr expanded as kubelet does (ExpandContainerVolumeMounts and
  * third_party/forked/golang/expansion): "$(NAME)" is replaced by NAME's
  * value in env, "$$" by "$", any other "$" is kept as written, an unclosed

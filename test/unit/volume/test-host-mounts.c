@@ -314,6 +314,17 @@ static void test_subpath_refuses_links_out_of_the_volume(void **state) {
                              "a magic link at 'loop1')");
                 free(err);
                 assert_null(bound);
+                /* A /proc inside the volume: its magic links are not followed. */
+                snprintf(path, sizeof path, "%s/p", vol);
+                assert_int_equal(mkdir(path, 0755), 0);
+                assert_int_equal(mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL), 0);
+                r = req("p/self/root/etc", "app", 8);
+                assert_int_equal(subpath_prepare(&r, &bound, &err), -ELOOP);
+                assert_string_equal(err, "subPath 'p/self/root/etc' of volume 'data' cannot be resolved (a "
+                                         "symlink loop or a magic link at 'p/self/root')");
+                free(err);
+                assert_null(bound);
+                assert_int_equal(umount2(path, 0), 0);
         }
 
         refused_escape("etc", "etc");

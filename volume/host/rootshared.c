@@ -50,7 +50,7 @@ int rootdir_make_shared(const char *root_dir) {
                         return log_error_errno(errno, "Cannot bind-mount root-dir %s onto itself: %m", path);
                 log_info("Bind-mounted root-dir %s onto itself, to make it a shared mount", path);
         }
-        if (mount(NULL, path, NULL, MS_REC | MS_SHARED, NULL) < 0)
+        if (mount("none", path, "none", MS_REC | MS_SHARED, NULL) < 0)
                 return log_error_errno(
                         errno,
                         "Cannot make root-dir %s a shared mount: %m; mounts of node plugins with "

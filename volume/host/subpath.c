@@ -2,17 +2,16 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 
 #include "systemd/log.h"
 #include "systemd/validate.h"
+#include "volume/host/beneath.h"
 #include "volume/host/subpath.h"
 
 #define SUBPATHS_DIR "volume-subpaths"
@@ -42,16 +41,15 @@ static int set_error(char **ret_error, const char *fmt, ...) {
         return 0;
 }
 
-static int openat2_fd(int dirfd, const char *path, uint64_t flags, uint64_t resolve) {
-        struct open_how how = { .flags = flags | O_CLOEXEC, .resolve = resolve };
-        long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-        return fd < 0 ? -errno : (int) fd;
+/* follow_symlinks: RESOLVE_OURS or RESOLVE_VOLUME below. */
+static int openat2_fd(int dirfd, const char *path, int flags, bool follow_symlinks) {
+        return open_beneath(dirfd, path, flags, 0, follow_symlinks);
 }
 
 /* Below the pod directory nothing is followed: kvolumed made every entry. */
-#define RESOLVE_OURS (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+#define RESOLVE_OURS false
 /* Inside the volume the pod's own symlinks are followed while they stay in. */
-#define RESOLVE_VOLUME (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+#define RESOLVE_VOLUME true
 
 static int fd_statx(int fd, struct statx *sx) {
         /* Cached attributes: a file system that stopped answering must not
@@ -408,13 +406,10 @@ static int remove_entry(int dirfd, const char *name, const struct statx *sx) {
 static int create_target(int cdir, const char *name, bool dir) {
         if (dir)
                 return mkdirat(cdir, name, 0750) < 0 && errno != EEXIST ? -errno : 0;
-        struct open_how how = { .flags = O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
-                                .mode = 0640,
-                                .resolve = RESOLVE_OURS };
-        long fd = syscall(SYS_openat2, cdir, name, &how, sizeof how);
+        int fd = open_beneath(cdir, name, O_CREAT | O_WRONLY | O_NOFOLLOW, 0640, false);
         if (fd < 0)
-                return -errno;
-        close((int) fd);
+                return fd;
+        close(fd);
         return 0;
 }
 
@@ -542,8 +537,8 @@ bound:
                         return log_fields_errno(LOG_ERR, errno, req->log, "Cannot statvfs %s: %m",
                                                 bind_path);
                 snprintf(dst_proc, sizeof dst_proc, "/proc/self/fd/%d", dst);
-                if (mount(NULL, dst_proc, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | (sv.f_flag & KEPT_FLAGS),
-                          NULL) < 0)
+                if (mount("none", dst_proc, "none",
+                          MS_BIND | MS_REMOUNT | MS_RDONLY | (sv.f_flag & KEPT_FLAGS), NULL) < 0)
                         return log_fields_errno(LOG_ERR, errno, req->log, "Cannot remount %s read-only: %m",
                                                 bind_path);
         }

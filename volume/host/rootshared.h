@@ -13,6 +13,11 @@
  * (kubelet binds unconditionally, stacking a bind on every restart; once is
  * enough), then made rshared (MS_REC|MS_SHARED): 1.  Logged when it changes
  * something.  root_dir must be absolute; symlinks in it are resolved first.
- * Call it once at start, after taking the root-dir lock and before the
- * first mount under root-dir; may block (a mount). */
+ * Call it once at start BEFORE anything opens root-dir (the lock, RootDir):
+ * a descriptor opened before the bind names the directory under it, and
+ * what is made through it (mounts included) would be hidden under the bind,
+ * outside the shared mount.  Two agents racing here both end with one
+ * shared bind (the second finds it shared); the lock then decides.  May
+ * block (a mount).  -errno on failure (kubelet stops: "error configuring
+ * root directory"). */
 int rootdir_make_shared(const char *root_dir);

@@ -16,8 +16,8 @@
  * Call it once at start BEFORE anything opens root-dir (the lock, RootDir):
  * a descriptor opened before the bind names the directory under it, and
  * what is made through it (mounts included) would be hidden under the bind,
- * outside the shared mount.  Two agents racing here both end with one
- * shared bind (the second finds it shared); the lock then decides.  May
+ * outside the shared mount.  Two agents racing here may stack two binds
+ * (harmless: both shared); the lock then decides which one runs.  May
  * block (a mount).  -errno on failure (kubelet stops: "error configuring
  * root directory"). */
 int rootdir_make_shared(const char *root_dir);

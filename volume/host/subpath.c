@@ -280,17 +280,19 @@ static int open_or_create(const SubpathRequest *req, mode_t mode, int *ret_fd, c
                 if (fd == -ENOENT) {
                         int pfd = parent >= 0 ? parent : req->volume_fd;
                         if (mkdirat(pfd, p, mode) < 0 && errno != EEXIST)
-                                return set_error(ret_error, "cannot create directory '%s' in volume '%s'",
+                                return r = -errno,
+                                       set_error(ret_error, "cannot create directory '%s' in volume '%s'",
                                                  copy, req->volume_name),
-                                       log_fields_errno(LOG_ERR, errno, req->log,
+                                       log_fields_errno(LOG_ERR, r, req->log,
                                                         "Cannot create subPath directory %s/%s: %m",
                                                         strempty(req->volume_path), copy);
                         _cleanup_close_ int made =
                                 openat(pfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                         if (made < 0)
-                                return set_error(ret_error, "cannot open '%s' in volume '%s'", copy,
+                                return r = -errno,
+                                       set_error(ret_error, "cannot open '%s' in volume '%s'", copy,
                                                  req->volume_name),
-                                       log_fields_errno(LOG_ERR, errno, req->log, "Cannot open %s/%s: %m",
+                                       log_fields_errno(LOG_ERR, r, req->log, "Cannot open %s/%s: %m",
                                                         strempty(req->volume_path), copy);
                         if (fchmod(made, mode) < 0)
                                 return log_fields_errno(LOG_ERR, errno, req->log, "Cannot chmod %s/%s: %m",

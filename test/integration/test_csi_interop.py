@@ -224,7 +224,11 @@ def test_deadline(server, harness):
     t0 = time.time()
     r = call(harness, "NodeGetVolumeStats", {"volume_id": "hang", "volume_path": "/x"})
     assert r["code"] == "DeadlineExceeded", r
-    assert 2.9 < time.time() - t0 < 4.5
+    # The server never answers "hang": only the client's 3 s deadline ends
+    # the call.  Not before it; after it by however long a loaded machine
+    # takes to run the loop (a bound, not a timing: without the deadline the
+    # call would never end).
+    assert 2.9 < time.time() - t0 < 30
 
 
 # 100 calls at once, each answered OK.  With the 3 s deadline of the other

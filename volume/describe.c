@@ -12,8 +12,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 static uint64_t clock_usec(clockid_t id) {
         struct timespec ts;

@@ -11,16 +11,16 @@
 #include "k8s/informer.h"
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
-#include "volume/backoff.h"
-#include "volume/desired.h"
-#include "volume/intent.h"
+#include "volume/host/mounttable.h"
+#include "volume/host/rootdir.h"
+#include "volume/host/selinux.h"
 #include "volume/manager.h"
-#include "volume/mounttable.h"
-#include "volume/resync.h"
-#include "volume/rootdir.h"
+#include "volume/passes/resync.h"
 #include "volume/runtime.h"
-#include "volume/selinux.h"
-#include "volume/watches.h"
+#include "volume/state/backoff.h"
+#include "volume/state/desired.h"
+#include "volume/state/intent.h"
+#include "volume/state/watches.h"
 
 /* kubelet's podAttachAndMountTimeout: a volume waiting this long for its
  * attachment gets a FailedAttachVolume event. */
@@ -223,7 +223,7 @@ struct VolumeManager {
         char *node_name;
         uint64_t resync_interval_usec;
         uint64_t republish_interval_usec; /* requiresRepublish drivers */
-        bool selinux_enabled;   /* the host has SELinux (volume/selinux.h), read at start */
+        bool selinux_enabled;   /* the host has SELinux (volume/host/selinux.h), read at start */
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
         bool warned_other_node; /* a pod of another node came from the API: said once */
         RootDir *root;

@@ -9,8 +9,8 @@
 #include "systemd/testhook.h"
 #include "systemd/trace.h"
 #include "systemd/validate.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 #define IN_USE_RETRY_USEC (2 * USEC_PER_SEC)
 

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 #include "volume/podview.h"
 
 struct PodWatch {

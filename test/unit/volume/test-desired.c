@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <cmocka.h>
 
-#include "volume/desired.h"
+#include "volume/state/desired.h"
 
 #define UID "0b6f1a2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
 

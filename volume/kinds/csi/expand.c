@@ -43,8 +43,8 @@
 #include "k8s/backoff.h"
 #include "k8s/writers.h"
 #include "systemd/log.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 #define EXPAND_CHECK_DEFAULT_USEC USEC_PER_MINUTE
 /* A volume busy with another operation is looked at again this soon. */

@@ -4,7 +4,7 @@
 /* kubelet's on-disk layout and names (reference/kubelet-facts.md §1-§3), so
  * that drivers, the container runtime and a kubelet find volumes where they
  * expect them.  Paths are relative to root-dir (no leading '/'), because every
- * file operation goes through a root-dir descriptor (volume/rootdir.h).
+ * file operation goes through a root-dir descriptor (volume/host/rootdir.h).
  * Every function validates the names it puts into a path and returns -EINVAL
  * for one that could escape or is malformed; nothing is built from an
  * unchecked name. */
@@ -14,7 +14,7 @@
 #define CSI_PLUGIN_NAME "kubernetes.io/csi"
 #define CSI_PLUGIN_NAME_ESCAPED "kubernetes.io~csi"
 #define VOL_DATA_FILE "vol_data.json"
-/* kvolumed's intent record of a volume dir (volume/intent.h), and of one
+/* kvolumed's intent record of a volume dir (volume/state/intent.h), and of one
  * pod's publish of a raw block volume (its PV's data dir is shared). */
 #define INTENT_FILE "kvolumed.json"
 #define BLOCK_INTENT_PREFIX "kvolumed-"

@@ -8,7 +8,7 @@
 
 #include "systemd/linux-mount-api.h"
 #include "systemd/macro.h"
-#include "volume/mountkernel.h"
+#include "volume/host/mountkernel.h"
 
 /* The fixed part of the answer and room for a long mount point; grown on
  * EOVERFLOW. */

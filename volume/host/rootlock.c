@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* One kvolumed per root-dir (volume/rootlock.h).  Two would both publish and
+/* One kvolumed per root-dir (volume/host/rootlock.h).  Two would both publish and
  * unpublish every volume (two NodePublishVolume for one pod at the same
  * millisecond).  Neither lock leaves anything of ours in kubelet's tree: the
  * directory's is an flock() of the directory itself, the path's a file under
@@ -21,7 +21,7 @@
 #include <openssl/evp.h>
 
 #include "systemd/log.h"
-#include "volume/rootlock.h"
+#include "volume/host/rootlock.h"
 
 /* The lock of one spelling of root-dir's path. */
 typedef struct PathLock {
@@ -246,7 +246,7 @@ int root_lock_take(const char *path, const char *lock_dir, RootLock **ret) {
         if (mkdir(path, 0750) < 0 && errno != EEXIST)
                 return log_error_errno(errno, "Failed to create root-dir %s: %m", path);
         /* O_CLOEXEC: nothing exec'ed keeps it; the fsGroup walk's forked
-         * child closes it itself (volume/fsgroup.c). */
+         * child closes it itself (volume/host/fsgroup.c). */
         l->fd = open(path, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
         if (l->fd < 0)
                 return log_error_errno(errno, "Failed to open root-dir %s: %m", path);

@@ -7,7 +7,7 @@
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/validate.h"
-#include "volume/watches.h"
+#include "volume/state/watches.h"
 
 typedef struct ObjectEntry {
         ObjectWatches *w;

@@ -9,7 +9,7 @@
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/testhook.h"
-#include "volume/rootdir.h"
+#include "volume/host/rootdir.h"
 
 /* Past this many paths noted between two syncs, one syncfs() is cheaper
  * than opening each (a reconstruction of thousands of volumes). */

@@ -25,9 +25,9 @@
 #include <unistd.h>
 
 #include "systemd/log.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
-#include "volume/voldata.h"
+#include "volume/state/voldata.h"
 
 #define VOL_DATA_MAX (64 * 1024)
 #define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"

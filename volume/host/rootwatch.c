@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* root-dir is the path, not the directory found there at start.  kvolumed
- * locked both at start (volume/rootlock.h).  Should the path stop naming
+ * locked both at start (volume/host/rootlock.h).  Should the path stop naming
  * that directory — a file system mounted over it (a node's data disk
  * mounted at /var/lib/kubelet after kvolumed started), the directory
  * renamed away and made again, a symlink in its path changed — the paths
@@ -23,7 +23,7 @@
  *
  * Looked at before every pass, after every change of the mount namespace
  * (POLLPRI of /proc/self/mountinfo: any mount or unmount, at root-dir or
- * above it too, which the mount table of volume/mounttable.c does not
+ * above it too, which the mount table of volume/host/mounttable.c does not
  * track), and every ROOT_CHECK_INTERVAL_USEC: a rename makes no mount
  * event. */
 #include <fcntl.h>

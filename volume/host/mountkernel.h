@@ -3,7 +3,7 @@
 
 /* The kernel's own answers about mounts (Linux 6.8+ for statmount(2) and
  * listmount(2), 6.15+ for fanotify's mount events of a namespace): the
- * kernel path of the mount table (volume/mounttable.c), kept apart from
+ * kernel path of the mount table (volume/host/mounttable.c), kept apart from
  * what the table does with the answers.  The constants and structures come
  * from systemd/linux-mount-api.h, Debian 12's headers lacking them. */
 

@@ -5,7 +5,7 @@
 #include <openssl/evp.h>
 
 #include "systemd/validate.h"
-#include "volume/paths.h"
+#include "volume/host/paths.h"
 
 static int hash_name(char ret[static CSI_HASH_NAME_MAX], ...) {
         static const char hex[] = "0123456789abcdef";

@@ -24,8 +24,8 @@
 #include "k8s/writers.h"
 #include "systemd/log.h"
 #include "systemd/trace.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 static bool pod_uses_claims(const DesiredPod *p) {
         for (size_t i = 0; p && i < p->n_volumes; i++)

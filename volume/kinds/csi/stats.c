@@ -17,8 +17,8 @@
 
 #include "k8s/backoff.h"
 #include "systemd/log.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 /* Rounds start within this of a driver being seen: soon, but not in
  * lockstep with the publishes that made it appear. */

@@ -10,11 +10,11 @@
 #include <sys/wait.h>
 
 #include "systemd/log.h"
-#include "volume/blockmap.h"
-#include "volume/fsgroup.h"
+#include "volume/host/fsgroup.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
-#include "volume/voldata.h"
+#include "volume/kinds/csi/blockmap.h"
+#include "volume/state/voldata.h"
 
 enum {
         STEP_CAPABILITIES,
@@ -850,7 +850,7 @@ static void step_unmap(Operation *op) {
 
 /* After NodePublishVolume of a raw block volume: what the driver published
  * must be a block device; its identity is recorded, and it is mapped into the
- * pod (volume/blockmap.h).  A failure leaves the volume published and
+ * pod (volume/kinds/csi/blockmap.h).  A failure leaves the volume published and
  * uncertain: it is mapped again or torn down, never forgotten. */
 static void step_map(Operation *op) {
         BlockIdentity id = {};

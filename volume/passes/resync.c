@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "volume/resync.h"
+#include "volume/passes/resync.h"
 
 void resync_list_add(ResyncList *l, ResyncLink *k) {
         if (k->linked)

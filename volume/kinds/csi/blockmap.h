@@ -12,13 +12,13 @@
  *      which holds the block device open so it cannot be silently replaced
  *      while a pod maps it.
  * All paths are relative to root-dir; every file is opened beneath it with
- * no symlink followed (volume/rootdir.h), and mounts are made through the
+ * no symlink followed (volume/host/rootdir.h), and mounts are made through the
  * opened descriptors. */
 
 #include <sys/types.h>
 
 #include "systemd/log.h"
-#include "volume/rootdir.h"
+#include "volume/host/rootdir.h"
 
 /* What identifies a block device across reboots: its number now, and the
  * udev properties that stay (a /dev name may be reordered by a reboot). */

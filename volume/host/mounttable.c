@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "systemd/log.h"
-#include "volume/mountkernel.h"
-#include "volume/mounttable.h"
+#include "volume/host/mountkernel.h"
+#include "volume/host/mounttable.h"
 
 struct MountTable {
         sd_event *event;

@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "volume/intent.h"
+#include "volume/state/intent.h"
 
 static const char *const op_kind_names[_OP_KIND_MAX] = {
         [OP_STAGE] = "stage",

@@ -5,7 +5,7 @@
  * uncertain and the reconciler sets it up again, drivers being idempotent.
  *
  * The mount table says which mount points changed since it last told us
- * (volume/mounttable.h); only what sits at those is looked at, so that a
+ * (volume/host/mounttable.h); only what sits at those is looked at, so that a
  * change costs what changed, not the node's size (issue 23: beside 200
  * published volumes a new pod's publish cost over 600 visits here, every
  * mount the node makes being a change).  A publish is found through its
@@ -27,8 +27,8 @@
 #include <stdio.h>
 
 #include "systemd/log.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 /* After a stage or publish, how soon the mount table is read to see whether
  * it made a mount: long enough to gather a burst into one read. */

@@ -5,7 +5,7 @@
  *   plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/  staged volumes
  *   pods/<uid>/volumes/kubernetes.io~csi/<name>/          publishes
  * each directory's vol_data.json (ours or a kubelet's, same format) and our
- * intent record (volume/intent.h, kept under RECORDS_DIR; one an older
+ * intent record (volume/state/intent.h, kept under RECORDS_DIR; one an older
  * kvolumed left in the volume dir is moved there first), and the mount
  * table.  Records whose volume dir is gone (kubelet tore the volume down
  * while the node was its) are removed.  A volume is taken
@@ -20,10 +20,10 @@
 
 #include "systemd/log.h"
 #include "systemd/validate.h"
-#include "volume/blockmap.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
-#include "volume/voldata.h"
+#include "volume/kinds/csi/blockmap.h"
+#include "volume/state/voldata.h"
 
 #define RECORD_MAX (64 * 1024)
 

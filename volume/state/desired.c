@@ -5,8 +5,8 @@
 
 #include "k8s/json.h"
 #include "systemd/validate.h"
-#include "volume/desired.h"
-#include "volume/paths.h"
+#include "volume/host/paths.h"
+#include "volume/state/desired.h"
 
 /* Every container kind of a pod, init containers first: kubelet's
  * GetPodVolumeNames visits them all, and a debugging (ephemeral) container

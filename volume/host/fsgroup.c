@@ -11,7 +11,7 @@
 
 #include "systemd/log.h"
 #include "systemd/testhook.h"
-#include "volume/fsgroup.h"
+#include "volume/host/fsgroup.h"
 
 #define RW_MASK 0660
 #define EXEC_MASK 0110
@@ -470,7 +470,7 @@ int fsgroup_walk_start(sd_event *event, const char *path, gid_t gid, bool on_roo
         if (w->pid == 0) {
                 /* The child touches nothing of the parent's loop or connections,
                  * and keeps none of its descriptors but the pipe: above all not
-                 * root-dir's lock (volume/rootlock.c), which a child stuck in a
+                 * root-dir's lock (volume/host/rootlock.c), which a child stuck in a
                  * dead file system would otherwise hold after kvolumed is gone. */
                 (void) signal(SIGTERM, SIG_DFL);
                 if (write_fd > 3)

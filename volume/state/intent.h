@@ -3,7 +3,7 @@
 
 /* The intent record: a small file kvolumed keeps for each volume directory
  * it manages (the staging volume dir and the per-pod volume dir), in its own
- * tree under root-dir (path_intent_record(), volume/paths.h), never in the
+ * tree under root-dir (path_intent_record(), volume/host/paths.h), never in the
  * volume dir itself, where it would fail kubelet's teardown; saying which
  * mount-changing operation was last begun there,
  * whether it finished, and in which boot.  It is written and made durable
@@ -15,8 +15,8 @@
 #include <stdbool.h>
 
 #include "systemd/macro.h"
-#include "volume/paths.h"
-#include "volume/rootdir.h"
+#include "volume/host/paths.h"
+#include "volume/host/rootdir.h"
 
 #define BOOT_ID_MAX 37 /* a UUID and NUL */
 
@@ -44,7 +44,7 @@ typedef struct Intent {
         char boot_id[BOOT_ID_MAX];   /* the boot it happened in */
         char *pod;                   /* "namespace/name" of a publish's pod, for logs and events */
         /* A raw block publish: the device the driver published, as
-         * volume/blockmap.h identifies it (each NULL when unknown). */
+         * volume/kinds/csi/blockmap.h identifies it (each NULL when unknown). */
         char *device;                /* "major:minor" */
         char *device_serial;         /* udev's ID_SERIAL or ID_WWN */
         char *device_link;           /* a /dev/disk/by-id/ link */

@@ -3,7 +3,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "volume/voldata.h"
+#include "volume/state/voldata.h"
 
 typedef struct KeyRef {
         const char *key;

@@ -9,7 +9,7 @@
 #include "systemd/log.h"
 #include "systemd/macro.h"
 #include "systemd/testhook.h"
-#include "volume/selinux.h"
+#include "volume/host/selinux.h"
 
 /* linux/magic.h's SELINUX_MAGIC. */
 #define SELINUXFS_MAGIC 0xf97cff8cU

@@ -30,7 +30,7 @@ typedef struct RootDir {
 
 /* Opens root-dir, creating it (0750) when missing. */
 int root_dir_open(const char *path, RootDir **ret);
-/* root-dir as the lock opened it (volume/rootlock.h): path is its resolved
+/* root-dir as the lock opened it (volume/host/rootlock.h): path is its resolved
  * spelling, fd is duplicated, so that every file kvolumed writes goes to the
  * directory it locked, never to another found at the path later. */
 int root_dir_open_fd(const char *path, int fd, RootDir **ret);

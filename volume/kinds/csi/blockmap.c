@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "systemd/validate.h"
-#include "volume/blockmap.h"
-#include "volume/intent.h"
-#include "volume/paths.h"
-#include "volume/voldata.h"
+#include "volume/host/paths.h"
+#include "volume/kinds/csi/blockmap.h"
+#include "volume/state/intent.h"
+#include "volume/state/voldata.h"
 
 #define BLOCK_DIR "plugins/" CSI_PLUGIN_NAME "/volumeDevices"
 

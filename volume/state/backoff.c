@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "volume/backoff.h"
+#include "volume/state/backoff.h"
 
 void backoff_failed(Backoff *b, uint64_t now_usec) {
         if (b->duration_usec == 0)

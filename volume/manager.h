@@ -2,10 +2,17 @@
 #pragma once
 
 /* The volume manager: the desired state from the API (the pods bound to this
- * node and what their CSI volumes need), the actual state from its own
- * operations, and a reconciler that turns the difference into CSI calls, per
- * volume, in parallel, each with its own backoff.  Work is event-driven: an
- * informer event marks what changed and one deferred pass handles a burst. */
+ * node and what their volumes need), the actual state from its own
+ * operations, and a reconciler that turns the difference into operations
+ * (for CSI volumes, CSI calls), per volume, in parallel, each with its own
+ * backoff.  Work is event-driven: an informer event marks what changed and
+ * one deferred pass handles a burst.
+ *
+ * Its districts: volume/state/ (what is wanted and what is there),
+ * volume/passes/ (the reconciler, reconstruction, the operation frame),
+ * volume/kinds/ (each kind of volume behind one interface, volume/kind.h,
+ * whose header has the map), volume/host/ (root-dir and the mount table);
+ * this header, podview.h and runtime.h are what the agent sees. */
 
 #include <stdint.h>
 #include <systemd/sd-event.h>

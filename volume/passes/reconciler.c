@@ -70,7 +70,7 @@ static bool node_lists_in_use(VolumeManager *m, const char *unique_name) {
  * from the Node whatever the informer still shows: staging on the
  * informer's word would have the volume staged while the Node does not
  * list it, and the attach/detach controller free to detach it. */
-static bool in_use_reported(VolumeManager *m, const char *unique_name) {
+bool reconciler_in_use_reported(VolumeManager *m, const char *unique_name) {
         if (m->in_use_patching && !k8s_strv_contains(m->in_use_sending, unique_name))
                 return false;
         if (m->in_use_sent && !k8s_strv_contains(m->in_use_sent, unique_name))
@@ -83,18 +83,21 @@ static bool in_use_reported(VolumeManager *m, const char *unique_name) {
 /* The volume (and the pod, when given; no volume: volumesInUse) must be
  * looked at again at "when": the retry timer's pass is scoped to what came
  * due (wakes.c).  The tests' check after a scoped pass notes nothing. */
-static void pass_wake(VolumeManager *m, PassState *ps, const char *unique_name, const char *pod_uid,
-                      uint64_t when) {
+void reconciler_wake(VolumeManager *m, PassState *ps, const char *unique_name, const char *pod_uid, uint64_t when) {
         ps->next_retry = MIN(ps->next_retry, when);
         if (!ps->verify)
                 wakes_note(m, unique_name, pod_uid, when);
+}
+
+uint64_t reconciler_now(const PassState *ps) {
+        return ps->now;
 }
 
 static bool backoff_holds(VolumeManager *m, PassState *ps, ActualVolume *av, OpKind kind, const char *pod_uid) {
         Backoff *b = actual_backoff(av, kind, pod_uid, false);
         if (!b || backoff_allows(b, ps->now))
                 return false;
-        pass_wake(m, ps, av->unique_name, pod_uid, backoff_next_try(b));
+        reconciler_wake(m, ps, av->unique_name, pod_uid, backoff_next_try(b));
         return true;
 }
 
@@ -103,12 +106,13 @@ static void want_op(VolumeManager *m, PassState *ps, OpKind kind, ActualVolume *
         Operation *op = NULL;
 
         if (m->stopping || av->expanding ||
-            !actual_volume_op_allowed(av, kind, pod ? pod->uid : NULL, manager_one_call_per_volume(m, av->driver)) ||
+            !actual_volume_op_allowed(av, kind, pod ? pod->uid : NULL,
+                                      av->driver && manager_one_call_per_volume(m, av->driver)) ||
             backoff_holds(m, ps, av, kind, pod ? pod->uid : NULL))
                 return;
         if (verify_missed(ps, av, op_kind_to_string(kind), pod ? pod->key : NULL))
                 return;
-        if (!slices_room(m, av->driver, ps->n_ops)) {
+        if (!slices_room(m, actual_volume_queue(av), ps->n_ops)) {
                 /* Next pass (a full slice) or when one of the driver's ends. */
                 slices_defer(m, av->unique_name, pod ? pod->uid : NULL);
                 ps->held_back = true;
@@ -134,87 +138,7 @@ static void want_op(VolumeManager *m, PassState *ps, OpKind kind, ActualVolume *
         }
         ps->ops[ps->n_ops++] = op;
         m->n_running++;
-        slices_started(m, av->driver);
-}
-
-static const char *lifecycle_problem(VolumeManager *m, const VolumeSpec *s, char buf[static 512]) {
-        const K8sCSIDriver *d = manager_csidriver(m, s->driver);
-        const char *mode = s->lifecycle == VOLUME_EPHEMERAL ? "Ephemeral" : "Persistent";
-        size_t len;
-
-        if (!d) {
-                if (s->lifecycle == VOLUME_PERSISTENT)
-                        return NULL;
-                snprintf(buf, 512, "volume mode \"%s\" not supported by driver %s (no CSIDriver object)", mode,
-                         s->driver);
-                return buf;
-        }
-        if (k8s_strv_contains(d->volume_lifecycle_modes, mode))
-                return NULL;
-        len = (size_t) snprintf(buf, 512, "volume mode \"%s\" not supported by driver %s (only supports [", mode,
-                                s->driver);
-        for (size_t i = 0; d->volume_lifecycle_modes && d->volume_lifecycle_modes[i] && len < 480; i++)
-                len += (size_t) snprintf(buf + len, 512 - len, "%s\"%s\"", i ? "," : "",
-                                         d->volume_lifecycle_modes[i]);
-        snprintf(buf + len, 512 - len, "])");
-        return buf;
-}
-
-/* The volume's VolumeAttachment on this node from the lookup cache, the
- * volume its asker (va_name: its name, for logs). */
-static int lookup_attachment(VolumeManager *m, const VolumeSpec *s, char va_name[static CSI_HASH_NAME_MAX],
-                             const K8sVolumeAttachment **ret) {
-        _cleanup_free_ char *asker = manager_asker_of_volume(s->unique_name);
-        int r = csi_attachment_name(s->handle, s->driver, m->node_name, va_name);
-
-        *ret = NULL;
-        return r < 0 ? r :
-                       object_watches_get(m->watches, &k8s_kind_volume_attachment, NULL, va_name, asker,
-                                          (const void **) ret);
-}
-
-/* Whether an attachable volume may be staged: reported in use, listed
- * attached in the Node's status, and its VolumeAttachment says attached. */
-static bool attach_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
-                         ActualVolume *av) {
-        const VolumeSpec *s = dv->spec;
-        const K8sVolumeAttachment *va = NULL;
-        char va_name[CSI_HASH_NAME_MAX], message[512];
-        int r;
-
-        r = lookup_attachment(m, s, va_name, &va);
-        if (r < 0 && r != -EAGAIN && r != -EACCES) {
-                /* -EACCES: a node may not read a VolumeAttachment that does not
-                 * exist yet (the authorizer has no edge to it): still waiting. */
-                LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name, .driver = s->driver,
-                                .volume_handle = s->handle };
-                log_fields_errno(LOG_ERR, r, &f, "Cannot look up VolumeAttachment %s: %m", va_name);
-        }
-        if (in_use_reported(m, s->unique_name) && manager_node_lists_attached(m, s->unique_name) && r >= 0 &&
-            va && va->attached) {
-                actual_volume_set_attach_wait(av, 0);
-                av->attach_warned = false;
-                return true;
-        }
-        if (av->attach_wait_since == 0)
-                actual_volume_set_attach_wait(av, ps->now);
-        if (va && va->attach_error_message)
-                snprintf(message, sizeof message, "AttachVolume.Attach failed for volume \"%s\" : %s", s->spec_name,
-                         va->attach_error_message);
-        else if (ps->now - av->attach_wait_since >= ATTACH_WAIT_WARNING_USEC)
-                snprintf(message, sizeof message,
-                         "Volume \"%s\" is not attached to node %s after %" PRIu64 "s: waiting for VolumeAttachment "
-                         "%s", s->spec_name, m->node_name, (ps->now - av->attach_wait_since) / USEC_PER_SEC, va_name);
-        else {
-                /* Wake up when the warning is due. */
-                pass_wake(m, ps, av->unique_name, p->uid, av->attach_wait_since + ATTACH_WAIT_WARNING_USEC);
-                return false;
-        }
-        if (!av->attach_warned) {
-                av->attach_warned = true;
-                manager_report_once(m, e, p, dv->name, "FailedAttachVolume", message);
-        }
-        return false;
+        slices_started(m, actual_volume_queue(av));
 }
 
 /* Whether a pod other than pod_uid has the volume published (in any state)
@@ -316,43 +240,10 @@ static const ActualVolume *restored_elsewhere(VolumeManager *m, const char *pod_
         return av && hashmap_get(av->publishes, pod_uid) ? av : NULL;
 }
 
-/* Whether the volume's driver is registered.  One that is not yet is
- * waited for silently for DRIVER_WAIT_GRACE_USEC (registration of the
- * drivers found at start-up, or of a driver whose pod restarts, takes that
- * long at most), then reported once.  kubelet reports it at once, on every
- * pod, after each of its restarts (kubernetes/kubernetes#72500). */
-static bool driver_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
-                         ActualVolume *av) {
-        const VolumeSpec *s = dv->spec;
-        char message[512];
-
-        if (csi_client_has_driver(m->csi, s->driver)) {
-                av->driver_wait_since = 0;
-                return true;
-        }
-        if (av->driver_wait_since == 0) {
-                LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name, .driver = s->driver,
-                                .volume_handle = s->handle };
-                av->driver_wait_since = ps->now;
-                log_fields(LOG_INFO, &f, "Volume %s of pod %s waits for CSI driver %s to register", dv->name, p->key,
-                           s->driver);
-        }
-        if (ps->now - av->driver_wait_since < DRIVER_WAIT_GRACE_USEC) {
-                /* Wake up when the report is due. */
-                pass_wake(m, ps, av->unique_name, p->uid, av->driver_wait_since + DRIVER_WAIT_GRACE_USEC);
-                return false;
-        }
-        snprintf(message, sizeof message, "MountVolume.SetUp failed for volume \"%s\" : kubernetes.io/csi: driver "
-                 "name %s not found in the list of registered CSI drivers", s->spec_name, s->driver);
-        manager_report_once(m, e, p, dv->name, "FailedMount", message);
-        return false;
-}
-
 static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p,
                                 const DesiredVolume *dv) {
         const VolumeSpec *s = dv->spec;
-        char buf[512];
-        const char *problem;
+        char buf[512], message[700];
         ActualVolume *av;
         ActualPublish *pub;
         PodInfo info;
@@ -383,11 +274,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         av = hashmap_get(m->volumes, s->unique_name);
         if (av)
                 av->desired = true;
-        problem = lifecycle_problem(m, s, buf);
-        if (problem) {
-                char message[700];
-                snprintf(message, sizeof message, "MountVolume.SetUp failed for volume \"%s\" : kubernetes.io/csi: "
-                         "mounter.SetupAt failed to check volume lifecycle mode: %s", s->spec_name, problem);
+        if (s->kind->refuses && s->kind->refuses(m, s, message, sizeof message)) {
                 manager_report_once(m, e, p, dv->name, "FailedMount", message);
                 return;
         }
@@ -407,23 +294,19 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         pub = hashmap_get(av->publishes, p->uid);
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
                 manager_report_clear(e, dv->name);
-                /* requiresRepublish: NodePublishVolume again when its time came. */
-                uint64_t republish_at = UINT64_MAX;
-                bool due = republish_due(m, av, pub, ps->now, &republish_at);
-                pass_wake(m, ps, av->unique_name, p->uid, republish_at);
+                /* Its kind's refresh (CSI requiresRepublish): the publish
+                 * again when its time came. */
+                uint64_t refresh_at = UINT64_MAX;
+                bool due = av->kind->refresh_due && av->kind->refresh_due(m, av, pub, ps->now, &refresh_at);
+                reconciler_wake(m, ps, av->unique_name, p->uid, refresh_at);
                 if (!due)
                         return;
         }
-        if (!driver_ready(m, ps, e, p, dv, av))
+        if (av->kind->ready && !av->kind->ready(m, ps, e, p, dv, av))
                 return;
         if (actual_volume_pod_busy(av, p->uid)) {
-                /* Keep the VolumeAttachment's cached answer (the attach wait's)
-                 * while a stage or publish runs; the operation reads its
-                 * publish context with a GET of its own. */
-                char va_name[CSI_HASH_NAME_MAX];
-                const K8sVolumeAttachment *va;
-                if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver))
-                        (void) lookup_attachment(m, s, va_name, &va);
+                if (av->kind->busy)
+                        av->kind->busy(m, s);
                 return;
         }
         /* A pod that has the volume already keeps it; a new one may have to wait. */
@@ -438,14 +321,9 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
         }
         if (pod_info_from_desired(p, &info) < 0)
                 return;
-        if (s->lifecycle == VOLUME_PERSISTENT) {
-                /* KEP-4876: no call bound to fail while the driver's attach limit is reached. */
-                if (manager_attachable(m, s->driver) && drivers_attach_limit_reached(m, av, buf, sizeof buf)) {
-                        manager_report_once(m, e, p, dv->name, "VolumeAttachmentLimitExceeded", buf);
-                        pod_info_done(&info);
-                        return;
-                }
-                if (manager_attachable(m, s->driver) && !attach_ready(m, ps, e, p, dv, av)) {
+        /* A kind with a node-wide stage (CSI's globalmount) stages first. */
+        if (av->kind->stages && av->kind->stages(s)) {
+                if (av->kind->stage_ready && !av->kind->stage_ready(m, ps, e, p, dv, av)) {
                         pod_info_done(&info);
                         return;
                 }
@@ -542,24 +420,21 @@ static bool unstage_held(VolumeManager *m, PassState *ps, ActualVolume *av) {
         return true;
 }
 
-static void log_driver_wait(ActualVolume *av) {
-        LogFields f = { .volume = av->spec_name, .driver = av->driver, .volume_handle = av->handle };
-        if (av->driver_wait_logged)
-                return;
-        av->driver_wait_logged = true;
-        log_fields(LOG_NOTICE, &f, "Volume %s is no longer wanted; tearing it down waits for CSI driver %s to "
-                   "register", av->unique_name, av->driver);
-}
-
 /* Teardown of what no pod wants: unpublish, then unstage once nothing is
  * published, then forget the volume.  What was found from a previous boot
  * is torn down the same way: nothing of it is mounted, but the driver may
  * keep state a reboot does not end (iSCSI sessions and NVMe-oF connections
  * set up again at boot, its block publish file) until it is told, as
  * kubelet tells it (reconstructed volumes are uncertain, kubelet-facts §8). */
+static void teardown_waits(ActualVolume *av) {
+        if (av->kind->teardown_waits)
+                av->kind->teardown_waits(av);
+}
+
 static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av) {
-        /* Teardown needs the driver; its registration wakes us up. */
-        bool driver_here = csi_client_has_driver(m->csi, av->driver);
+        /* Teardown may need what the kind waits for (CSI: its driver, whose
+         * registration wakes us up). */
+        bool driver_here = !av->kind->available || av->kind->available(m, av);
         const char *key;
         void *value;
 
@@ -597,7 +472,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 want_op(m, ps, OP_UNPUBLISH, av, NULL, &info, pub->spec_name);
         }
         if (waiting)
-                log_driver_wait(av);
+                teardown_waits(av);
         /* Unstage only once no publish is left or in flight (a pod may have
          * gone while its publish ran). */
         /* A volume staged with an SELinux context no wanting pod needs is
@@ -606,7 +481,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                 return;
         if (av->lifecycle == VOLUME_PERSISTENT && (av->stage != STAGE_NONE || av->stage_stale)) {
                 if (!driver_here) {
-                        log_driver_wait(av);
+                        teardown_waits(av);
                         return;
                 }
                 /* The check has no business adopting mounts: it takes the last answer. */
@@ -703,7 +578,7 @@ static bool volume_in_use(VolumeManager *m, ActualVolume *av) {
                 return false;
         /* Found on disk and listed by the Node: it was attachable when set up. */
         if (!av->attachable)
-                av->attachable = manager_attachable(m, av->driver) ||
+                av->attachable = (av->kind->attachable && av->kind->attachable(m, av)) ||
                                  (av->reconstructed && node_lists_in_use(m, av->unique_name));
         return av->attachable;
 }
@@ -743,12 +618,12 @@ static void update_in_use(VolumeManager *m, PassState *ps) {
         if (m->in_use_patching || m->stopping)
                 return; /* the next pass sends the newest list */
         if (m->in_use_retry_at > ps->now) {
-                pass_wake(m, ps, NULL, NULL, m->in_use_retry_at);
+                reconciler_wake(m, ps, NULL, NULL, m->in_use_retry_at);
                 return;
         }
         /* Our own patch, not yet seen by the informer, is not a reason to send it again. */
         if (m->in_use_sent && same_set(wanted, m->in_use_sent) && ps->now < m->in_use_sent_at + IN_USE_ECHO_USEC) {
-                pass_wake(m, ps, NULL, NULL, m->in_use_sent_at + IN_USE_ECHO_USEC);
+                reconciler_wake(m, ps, NULL, NULL, m->in_use_sent_at + IN_USE_ECHO_USEC);
                 return;
         }
         r = k8s_node_patch_volumes_in_use(m->k8s, m->node_name, wanted, on_in_use_patched, m);
@@ -994,7 +869,7 @@ void reconciler_pass(VolumeManager *m) {
                         ps.ops[i] = NULL;
                         actual_volume_remove_op(op->av, op);
                         m->n_running--;
-                        slices_finished(m, op->av->driver);
+                        slices_finished(m, actual_volume_queue(op->av));
                         if (over)
                                 slices_defer(m, op->av->unique_name, op->pod.uid);
                         operation_free(op);

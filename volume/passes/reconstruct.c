@@ -33,9 +33,12 @@ typedef enum Found {
         FOUND_STALE,     /* from a previous boot: nothing mounted, only dirs and records */
 } Found;
 
-typedef struct Counts {
+/* What the scan found, for its log line; the kinds' reconstruct entries
+ * (volume/kind.h) count in it too. */
+struct ReconstructScan {
         unsigned staged, published, uncertain, stale, leftovers, skipped, moved, pruned;
-} Counts;
+};
+typedef struct ReconstructScan Counts;
 
 /* The files of one volume dir; either may be missing. */
 typedef struct Records {
@@ -148,7 +151,8 @@ static ActualVolume *volume_get(VolumeManager *m, VolumeLifecycle lifecycle, con
 
         if (av)
                 return av;
-        av = actual_volume_new_empty(lifecycle, unique_name, driver, handle, spec_name);
+        /* Every record reconstruction reads so far is CSI's layout. */
+        av = actual_volume_new_empty(&volume_kind_csi, lifecycle, unique_name, driver, handle, spec_name);
         if (!av || manager_add_volume(m, av) < 0) {
                 actual_volume_free(av);
                 return NULL;
@@ -263,7 +267,9 @@ static void note_restored(VolumeManager *m, const char *pod_uid, const char *spe
         free(old);
 }
 
-static void reconstruct_publish(VolumeManager *m, Counts *c, const char *pod_uid, const char *spec_name) {
+/* CSI's reconstruct_publish entry (volume/kinds/csi/kind.c): a pod's
+ * kubernetes.io~csi/<spec_name> with its vol_data.json and intent record. */
+void reconstruct_csi_publish(VolumeManager *m, Counts *c, const char *pod_uid, const char *spec_name) {
         _cleanup_free_ char *dir = NULL, *target = NULL, *unique = NULL;
         _cleanup_(records_done) Records rec = {};
         const VolData *d = &rec.vol_data;
@@ -511,20 +517,36 @@ static void scan_staging_driver(VolumeManager *m, Counts *c, const char *parent,
 }
 
 static void scan_pod_volume(VolumeManager *m, Counts *c, const char *parent, const char *spec_name) {
-        /* parent: pods/<uid>/volumes/kubernetes.io~csi */
+        /* parent: pods/<uid>/volumes/<the kind's pod_dir> */
+        const VolumeKind *kind = volume_kind_by_pod_dir(strrchr(parent, '/') + 1);
         _cleanup_free_ char *uid = strndup(parent + strlen("pods/"), strcspn(parent + strlen("pods/"), "/"));
-        if (!uid || validate_path_component(spec_name) < 0)
+        if (!kind || !uid || validate_path_component(spec_name) < 0)
                 return;
-        reconstruct_publish(m, c, uid, spec_name);
+        kind->reconstruct_publish(m, c, uid, spec_name);
 }
 
 static void scan_pod(VolumeManager *m, Counts *c, const char *parent, const char *uid) {
-        _cleanup_free_ char *rel = NULL;
         if (validate_uid(uid) < 0)
                 return;
-        if (asprintf(&rel, "pods/%s/volumes/" CSI_PLUGIN_NAME_ESCAPED, uid) < 0)
-                return;
-        (void) for_each_entry(m, rel, scan_pod_volume, c);
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++) {
+                _cleanup_free_ char *rel = NULL;
+                if (!(*k)->pod_dir || !(*k)->reconstruct_publish)
+                        continue;
+                if (asprintf(&rel, "pods/%s/volumes/%s", uid, (*k)->pod_dir) < 0)
+                        return;
+                (void) for_each_entry(m, rel, scan_pod_volume, c);
+        }
+}
+
+/* CSI's node-wide entries: its staging dirs before the pods' (their
+ * publishes then name the volumes they belong to), its raw block dirs
+ * after. */
+void reconstruct_csi_staging(VolumeManager *m, Counts *c) {
+        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, c);
+}
+
+void reconstruct_csi_block(VolumeManager *m, Counts *c) {
+        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME "/volumeDevices", scan_block_volume, c);
 }
 
 /* The records under RECORDS_DIR whose volume dir is gone: kubelet tore the
@@ -580,10 +602,15 @@ int reconstruct_actual_state(VolumeManager *m) {
         r = mount_table_refresh(m->mounts);
         if (r < 0)
                 return log_error_errno(r, "Cannot read the mount table for reconstruction: %m");
-        /* Staging first: publishes then name the volumes they belong to. */
-        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME, scan_staging_driver, &c);
+        /* Node-wide dirs first (CSI's staging): publishes then name the
+         * volumes they belong to. */
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->reconstruct_node)
+                        (*k)->reconstruct_node(m, &c);
         (void) for_each_entry(m, "pods", scan_pod, &c);
-        (void) for_each_entry(m, "plugins/" CSI_PLUGIN_NAME "/volumeDevices", scan_block_volume, &c);
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->reconstruct_node_after)
+                        (*k)->reconstruct_node_after(m, &c);
         prune_records(m, &c, RECORDS_DIR, 0);
         (void) root_dir_rmdir(m->root, RECORDS_DIR); /* only if empty */
         /* What was moved or removed here stays so, before any pass builds on it. */

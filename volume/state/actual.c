@@ -5,27 +5,29 @@
 #include "volume/internal.h"
 
 ActualVolume *actual_volume_new(const VolumeSpec *spec) {
-        ActualVolume *av = actual_volume_new_empty(spec->lifecycle, spec->unique_name, spec->driver, spec->handle,
-                                                   spec->spec_name);
+        ActualVolume *av = actual_volume_new_empty(spec->kind, spec->lifecycle, spec->unique_name, spec->driver,
+                                                   spec->handle, spec->spec_name);
         if (av)
                 av->block = spec->block;
         return av;
 }
 
-ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
-                                      const char *handle, const char *spec_name) {
+/* driver and handle: NULL for a kind without them (only CSI has them). */
+ActualVolume *actual_volume_new_empty(const VolumeKind *kind, VolumeLifecycle lifecycle, const char *unique_name,
+                                      const char *driver, const char *handle, const char *spec_name) {
         ActualVolume *av = calloc(1, sizeof *av);
         if (!av)
                 return NULL;
+        av->kind = kind;
         av->lifecycle = lifecycle;
         av->unique_name = strdup(unique_name);
-        av->driver = strdup(driver);
-        av->handle = strdup(handle);
+        av->driver = driver ? strdup(driver) : NULL;
+        av->handle = handle ? strdup(handle) : NULL;
         av->spec_name = strdup(spec_name);
         av->publishes = hashmap_new();
         av->pod_ops = hashmap_new();
         av->backoffs = hashmap_new();
-        if (!av->unique_name || !av->driver || !av->handle || !av->spec_name || !av->publishes || !av->pod_ops ||
+        if (!av->unique_name || (driver && !av->driver) || (handle && !av->handle) || !av->spec_name || !av->publishes || !av->pod_ops ||
             !av->backoffs)
                 return actual_volume_free(av);
         return av;

@@ -56,6 +56,8 @@ bool pod_volumes_wanted(const K8sPod *pod) {
 VolumeSpec *volume_spec_free(VolumeSpec *s) {
         if (!s)
                 return NULL;
+        if (s->source && s->kind && s->kind->source_free)
+                s->kind->source_free(s->source);
         free(s->spec_name);
         free(s->driver);
         free(s->handle);
@@ -76,15 +78,17 @@ VolumeSpec *volume_spec_free(VolumeSpec *s) {
         return NULL;
 }
 
-static int copy_string_map(const K8sStringMap *from, K8sStringMap *to);
-static int copy_strv(char *const *from, char ***to);
-static int copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to);
-
 VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = calloc(1, sizeof *s);
 
         if (!s)
                 return NULL;
+        s->kind = from->kind;
+        if (from->source) {
+                s->source = from->kind && from->kind->source_copy ? from->kind->source_copy(from->source) : NULL;
+                if (!s->source)
+                        return NULL;
+        }
         s->lifecycle = from->lifecycle;
         s->block = from->block;
         s->read_only = from->read_only;
@@ -95,12 +99,12 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
                 return NULL;
         if (strdup_or_null(from->spec_name, &s->spec_name) < 0 || strdup_or_null(from->driver, &s->driver) < 0 ||
             strdup_or_null(from->handle, &s->handle) < 0 || strdup_or_null(from->unique_name, &s->unique_name) < 0 ||
-            strdup_or_null(from->fs_type, &s->fs_type) < 0 || copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
+            strdup_or_null(from->fs_type, &s->fs_type) < 0 || desired_copy_strv(from->mount_flags, &s->mount_flags) < 0 ||
             strdup_or_null(from->access_mode, &s->access_mode) < 0 ||
-            copy_strv(from->access_modes, &s->access_modes) < 0 ||
-            copy_string_map(&from->attributes, &s->attributes) < 0 ||
-            copy_secret_ref(from->stage_secret.namespace, from->stage_secret.name, &s->stage_secret) < 0 ||
-            copy_secret_ref(from->publish_secret.namespace, from->publish_secret.name, &s->publish_secret) < 0)
+            desired_copy_strv(from->access_modes, &s->access_modes) < 0 ||
+            desired_copy_string_map(&from->attributes, &s->attributes) < 0 ||
+            desired_copy_secret_ref(from->stage_secret.namespace, from->stage_secret.name, &s->stage_secret) < 0 ||
+            desired_copy_secret_ref(from->publish_secret.namespace, from->publish_secret.name, &s->publish_secret) < 0)
                 return NULL;
         return TAKE_PTR(s);
 }
@@ -132,7 +136,7 @@ const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *na
         return NULL;
 }
 
-static int copy_string_map(const K8sStringMap *from, K8sStringMap *to) {
+int desired_copy_string_map(const K8sStringMap *from, K8sStringMap *to) {
         *to = (K8sStringMap){};
         if (from->n == 0)
                 return 0;
@@ -150,7 +154,7 @@ static int copy_string_map(const K8sStringMap *from, K8sStringMap *to) {
         return 0;
 }
 
-static int copy_strv(char *const *from, char ***to) {
+int desired_copy_strv(char *const *from, char ***to) {
         size_t n = k8s_strv_length(from);
         *to = NULL;
         if (!from)
@@ -167,7 +171,7 @@ static int copy_strv(char *const *from, char ***to) {
         return 0;
 }
 
-static int copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to) {
+int desired_copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to) {
         *to = (K8sSecretRef){};
         if (isempty(name))
                 return 0;
@@ -278,8 +282,7 @@ bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_poli
         return k8s_strv_contains(s->access_modes, "ReadWriteOnce");
 }
 
-static int set_text(char **field, const char *format, ...) _printf_(2, 3);
-static int set_text(char **field, const char *format, ...) {
+int desired_set_text(char **field, const char *format, ...) {
         va_list ap;
         int r;
 
@@ -307,37 +310,6 @@ static unsigned volume_usage(const K8sPod *pod, const char *name) {
         return usage;
 }
 
-static int build_inline(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv) {
-        _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
-        char handle[CSI_HASH_NAME_MAX];
-        int r;
-
-        if (block)
-                return set_text(&dv->failed, "inline CSI volume \"%s\" is used in volumeDevices; inline volumes "
-                                "are file systems only", v->name);
-        if (validate_csi_driver_name(v->csi->driver) < 0)
-                return set_text(&dv->failed, "inline CSI volume \"%s\" names an invalid driver", v->name);
-        s = calloc(1, sizeof *s);
-        if (!s)
-                return -ENOMEM;
-        r = csi_ephemeral_handle(pod->meta.uid, v->name, handle);
-        if (r < 0)
-                return r;
-        s->lifecycle = VOLUME_EPHEMERAL;
-        s->read_only = v->csi->read_only;
-        if (!(s->spec_name = strdup(v->name)) || !(s->driver = strdup(v->csi->driver)) ||
-            !(s->handle = strdup(handle)) || !(s->access_mode = strdup("ReadWriteOnce")))
-                return -ENOMEM;
-        if (asprintf(&s->unique_name, CSI_PLUGIN_NAME "/%s-%s", pod->meta.uid, v->name) < 0)
-                return -ENOMEM;
-        if (strdup_or_null(v->csi->fs_type, &s->fs_type) < 0 ||
-            copy_string_map(&v->csi->volume_attributes, &s->attributes) < 0 ||
-            copy_secret_ref(pod->meta.namespace, v->csi->node_publish_secret_name, &s->publish_secret) < 0)
-                return -ENOMEM;
-        dv->spec = TAKE_PTR(s);
-        return 0;
-}
-
 /* The API server refuses the lookup: the volume waits (a new pod's objects
  * are refused until the Node authorizer's graph has the pod) with what the
  * server said, which the manager reports in an Event. */
@@ -346,8 +318,8 @@ static int set_refused(const ClusterView *view, const K8sKind *kind, const char 
         const char *message = view->lookup_error ? view->lookup_error(view->userdata, kind, namespace, name) : NULL;
 
         if (!isempty(message))
-                return set_text(&dv->waiting, "%s", message);
-        return set_text(&dv->waiting, "%s \"%s\" is forbidden", kind->plural, name);
+                return desired_set_text(&dv->waiting, "%s", message);
+        return desired_set_text(&dv->waiting, "%s \"%s\" is forbidden", kind->plural, name);
 }
 
 /* kubelet's getPVCExtractPV: only a claim the PV controller has bound
@@ -360,10 +332,10 @@ static int claim_bound(const K8sPod *pod, const char *claim, const K8sPersistent
         int r;
 
         if (!streq_ptr(pvc->phase, "Bound"))
-                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound",
+                r = desired_set_text(&dv->waiting, "error processing PVC %s/%s: PVC is not bound",
                              pod->meta.namespace, claim);
         else if (isempty(pvc->volume_name))
-                r = set_text(&dv->waiting, "error processing PVC %s/%s: PVC has empty pvc.Spec.VolumeName",
+                r = desired_set_text(&dv->waiting, "error processing PVC %s/%s: PVC has empty pvc.Spec.VolumeName",
                              pod->meta.namespace, claim);
         else
                 return 0;
@@ -379,12 +351,12 @@ static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPers
         int r;
 
         if (!pv->has_claim_ref)
-                r = set_text(&dv->waiting,
+                r = desired_set_text(&dv->waiting,
                              "error processing PVC %s/%s: found PV object %s but it has a nil "
                              "pv.Spec.ClaimRef indicating it is not yet bound to the claim",
                              pod->meta.namespace, claim, pv->meta.name);
         else if (isempty(pvc->meta.uid) || !streq_ptr(pv->claim_uid, pvc->meta.uid))
-                r = set_text(&dv->waiting,
+                r = desired_set_text(&dv->waiting,
                              "error processing PVC %s/%s: found PV object %s but its "
                              "pv.Spec.ClaimRef.UID %s does not point to claim.UID %s",
                              pod->meta.namespace, claim, pv->meta.name, strempty(pv->claim_uid),
@@ -396,10 +368,10 @@ static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPers
 
 static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
                             DesiredVolume *dv) {
-        _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
         _cleanup_free_ char *ephemeral_claim = NULL;
         const K8sPersistentVolumeClaim *pvc;
         const K8sPersistentVolume *pv;
+        const VolumeKind *kind;
         const char *claim = v->claim_name;
         bool pv_block;
         int r;
@@ -413,18 +385,18 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         r = view->get_pvc(view->userdata, pod->meta.namespace, claim, &pvc);
         if (r == -EAGAIN) {
                 dv->looking_up = true;
-                return set_text(&dv->waiting, "looking up persistentvolumeclaim \"%s\"", claim);
+                return desired_set_text(&dv->waiting, "looking up persistentvolumeclaim \"%s\"", claim);
         }
         if (r == -EACCES)
                 return set_refused(view, &k8s_kind_pvc, pod->meta.namespace, claim, dv);
         if (!pvc)
-                return set_text(&dv->waiting, "persistentvolumeclaim \"%s\" not found", claim);
+                return desired_set_text(&dv->waiting, "persistentvolumeclaim \"%s\" not found", claim);
         /* kubelet's ephemeral.VolumeIsForPod: a claim named like the pod's
          * generic ephemeral volume that the pod does not control may be
          * anyone's (a user can create it before the pod): never mount it. */
         if (v->ephemeral && (!streq_ptr(pvc->meta.controller_kind, "Pod") ||
                              !streq_ptr(pvc->meta.controller_uid, pod->meta.uid)))
-                return set_text(&dv->failed, "persistentvolumeclaim %s/%s was not created for pod %s/%s (pod is "
+                return desired_set_text(&dv->failed, "persistentvolumeclaim %s/%s was not created for pod %s/%s (pod is "
                                 "not owner)", strempty(pod->meta.namespace), claim, strempty(pod->meta.namespace),
                                 pod->meta.name);
         r = claim_bound(pod, claim, pvc, dv);
@@ -433,62 +405,25 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         r = view->get_pv(view->userdata, pvc->volume_name, &pv);
         if (r == -EAGAIN) {
                 dv->looking_up = true;
-                return set_text(&dv->waiting, "looking up persistentvolume \"%s\"", pvc->volume_name);
+                return desired_set_text(&dv->waiting, "looking up persistentvolume \"%s\"", pvc->volume_name);
         }
         if (r == -EACCES)
                 return set_refused(view, &k8s_kind_pv, NULL, pvc->volume_name, dv);
         if (!pv)
-                return set_text(&dv->waiting, "persistentvolume \"%s\" of claim \"%s\" not found", pvc->volume_name,
+                return desired_set_text(&dv->waiting, "persistentvolume \"%s\" of claim \"%s\" not found", pvc->volume_name,
                                 claim);
-        if (!pv->csi)
-                return 1; /* not a CSI volume: not ours */
+        /* A PV no kind claims is not ours (volume/kinds/kinds.c). */
+        kind = volume_kind_of_pv(pv);
+        if (!kind || !kind->desire_pv)
+                return 1;
         r = pv_bound_to_claim(pod, claim, pvc, pv, dv);
         if (r != 0)
                 return r < 0 ? r : 0;
         pv_block = streq_ptr(pv->volume_mode, "Block");
         if (pv_block != block)
-                return set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,
+                return desired_set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,
                                 pv_block ? "Block" : "Filesystem", block ? "volumeDevices" : "volumeMounts");
-        if (validate_csi_driver_name(pv->csi->driver) < 0 || isempty(pv->csi->volume_handle))
-                return set_text(&dv->failed, "persistentvolume \"%s\" has an invalid CSI driver or volume handle",
-                                pv->meta.name);
-        if (validate_path_component(pv->meta.name) < 0)
-                return set_text(&dv->failed, "persistentvolume name \"%s\" cannot be used as a path",
-                                pv->meta.name);
-
-        s = calloc(1, sizeof *s);
-        if (!s)
-                return -ENOMEM;
-        s->lifecycle = VOLUME_PERSISTENT;
-        s->block = block;
-        /* The pod's claim readOnly; PV spec.csi.readOnly is for ControllerPublish. */
-        s->read_only = v->claim_read_only;
-        if (!(s->spec_name = strdup(pv->meta.name)) || !(s->driver = strdup(pv->csi->driver)) ||
-            !(s->handle = strdup(pv->csi->volume_handle)))
-                return -ENOMEM;
-        if (csi_unique_volume_name(s->driver, s->handle, &s->unique_name) < 0)
-                return -ENOMEM;
-        if (!(s->access_mode = strdup(pv->access_modes && pv->access_modes[0] ? pv->access_modes[0]
-                                                                               : "ReadWriteOnce")))
-                return -ENOMEM;
-        if (copy_strv(pv->access_modes, &s->access_modes) < 0)
-                return -ENOMEM;
-        /* kubelet enforces ReadWriteOncePod (and mounts it with context=) only
-         * when it is the volume's one mode: with more it cannot tell which one
-         * the pod means. */
-        s->rwop = k8s_strv_length(pv->access_modes) == 1 && streq(pv->access_modes[0], "ReadWriteOncePod");
-        if (desired_volume_selinux_label(pod, v->name, &s->selinux_label, &s->selinux_conflict) < 0 ||
-            strdup_or_null(pod->selinux_change_policy, &s->selinux_change_policy) < 0)
-                return -ENOMEM;
-        if (strdup_or_null(pv->csi->fs_type, &s->fs_type) < 0 || copy_strv(pv->mount_options, &s->mount_flags) < 0 ||
-            copy_string_map(&pv->csi->volume_attributes, &s->attributes) < 0 ||
-            copy_secret_ref(pv->csi->node_stage_secret.namespace, pv->csi->node_stage_secret.name,
-                            &s->stage_secret) < 0 ||
-            copy_secret_ref(pv->csi->node_publish_secret.namespace, pv->csi->node_publish_secret.name,
-                            &s->publish_secret) < 0)
-                return -ENOMEM;
-        dv->spec = TAKE_PTR(s);
-        return 0;
+        return kind->desire_pv(pod, v, pv, block, dv);
 }
 
 int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field) {
@@ -516,10 +451,12 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                 return -ENOMEM;
         for (size_t i = 0; i < pod->n_volumes; i++) {
                 const K8sPodVolume *v = &pod->volumes[i];
+                const VolumeKind *kind = volume_kind_of_pod_volume(v);
                 DesiredVolume *dv = &p->volumes[p->n_volumes];
                 unsigned usage;
 
-                if (!v->csi && !v->claim_name && !v->ephemeral)
+                /* A source no kind claims is skipped (volume/kinds/kinds.c). */
+                if (!kind && !v->claim_name && !v->ephemeral)
                         continue;
                 usage = volume_usage(pod, v->name);
                 if (usage == 0)
@@ -529,15 +466,15 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                         return -ENOMEM;
                 p->n_volumes++;
                 if (usage == 3) {
-                        r = set_text(&dv->failed, "volume \"%s\" is used both in volumeMounts and volumeDevices",
+                        r = desired_set_text(&dv->failed, "volume \"%s\" is used both in volumeMounts and volumeDevices",
                                      v->name);
-                } else if (v->csi)
-                        r = build_inline(pod, v, usage == 2, dv);
+                } else if (kind)
+                        r = kind->desire(pod, v, usage == 2, dv);
                 else
                         r = build_persistent(pod, v, usage == 2, view, dv);
                 if (r < 0)
                         return r;
-                if (r > 0) { /* not CSI */
+                if (r > 0) { /* a PV no kind claims */
                         free(dv->name);
                         p->n_volumes--;
                 }

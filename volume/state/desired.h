@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #pragma once
 
-/* The desired state of one pod: for each CSI volume its containers use,
- * everything a CSI call needs (a VolumeSpec), or why it cannot proceed yet.
+/* The desired state of one pod: for each volume its containers use that a
+ * kind claims (volume/kind.h), everything setting it up needs (a
+ * VolumeSpec), or why it cannot proceed yet.
  * Built by a pure function from the pod and lookups of PVCs and PVs, so that
  * the population rules are tested without a cluster.  What depends on the
  * CSIDriver object (attachability, lifecycle modes, pod info) is decided when
@@ -12,6 +13,7 @@
 
 #include "k8s/objects.h"
 #include "systemd/macro.h"
+#include "volume/kind.h"
 
 typedef enum VolumeLifecycle {
         VOLUME_PERSISTENT,
@@ -19,6 +21,8 @@ typedef enum VolumeLifecycle {
 } VolumeLifecycle;
 
 typedef struct VolumeSpec {
+        const VolumeKind *kind; /* what sets it up; never NULL in a desired volume */
+        void *source;        /* the kind's own data (kind->source_copy/source_free); NULL: none */
         VolumeLifecycle lifecycle;
         bool block;          /* volumeMode Block, used through volumeDevices */
         char *spec_name;     /* the PV name, or the pod's volume name for inline volumes */
@@ -89,7 +93,8 @@ bool pod_volumes_wanted(const K8sPod *pod);
 /* Builds the desired volumes of a pod; -EINVAL (with *ret_field) when a name
  * of the pod that becomes a path is malformed: then nothing of it may touch
  * the disk.  Only volumes some container mounts or maps are included, as
- * kubelet does; volumes that are not CSI are ignored. */
+ * kubelet does; a source no kind claims, and a claim's PV no kind claims, are
+ * ignored (volume/kinds/kinds.c). */
 int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field);
 DesiredPod *desired_pod_free(DesiredPod *p);
 DEFINE_TRIVIAL_CLEANUP_FUNC(DesiredPod *, desired_pod_free);
@@ -133,3 +138,11 @@ bool volume_spec_fs_group_applies(const VolumeSpec *s, const char *fs_group_poli
 VolumeSpec *volume_spec_copy(const VolumeSpec *s);
 VolumeSpec *volume_spec_free(VolumeSpec *s);
 DEFINE_TRIVIAL_CLEANUP_FUNC(VolumeSpec *, volume_spec_free);
+
+/* For the kinds' desire entries: a message into dv->waiting or dv->failed
+ * (-ENOMEM or 0), and copies of the objects' fields (-ENOMEM or 0). */
+int desired_set_text(char **field, const char *format, ...) _printf_(2, 3);
+int desired_copy_string_map(const K8sStringMap *from, K8sStringMap *to);
+int desired_copy_strv(char *const *from, char ***to);
+/* name NULL or empty: *to stays empty. */
+int desired_copy_secret_ref(const char *namespace, const char *name, K8sSecretRef *to);

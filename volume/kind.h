@@ -134,6 +134,12 @@ typedef struct VolumeKind {
          * if not, lowers *next_wake to when it will be.  NULL: never. */
         bool (*refresh_due)(VolumeManager *m, const ActualVolume *av, ActualPublish *pub, uint64_t now,
                             uint64_t *next_wake);
+        /* Whether the kind's mounts of the volume take an SELinux context=
+         * option (kubelet's SupportsSELinuxContextMount; CSI: the
+         * CSIDriver's seLinuxMount); the pod's label, the access modes and
+         * the configuration decide the rest (volume_spec_selinux_context()).
+         * NULL: never. */
+        bool (*selinux_mount)(VolumeManager *m, const VolumeSpec *s);
         /* Whether a stage or publish of the volume for the pod may start
          * now (CSI: its driver registered); else it reports why when it is
          * time to and wakes the pass with reconciler_wake().  NULL: always. */

@@ -552,9 +552,8 @@ Operation *operation_free(Operation *op) {
 }
 
 const char *operation_selinux_context(VolumeManager *m, const VolumeSpec *spec) {
-        const K8sCSIDriver *d = spec ? manager_csidriver(m, spec->driver) : NULL;
-        return volume_spec_selinux_context(spec, m->selinux_enabled, d && d->se_linux_mount,
-                                           m->selinux_mount_all);
+        bool kind_mounts = spec && spec->kind->selinux_mount && spec->kind->selinux_mount(m, spec);
+        return volume_spec_selinux_context(spec, m->selinux_enabled, kind_mounts, m->selinux_mount_all);
 }
 
 int operation_new(VolumeManager *m, OpKind kind, ActualVolume *av, const VolumeSpec *spec,

@@ -160,6 +160,7 @@ const VolumeKind volume_kind_csi = {
         .desire_pv = csi_desire_pv,
         .refuses = csi_refuses,
         .refresh_due = republish_due,
+        .selinux_mount = csi_selinux_mount,
         .ready = csi_ready,
         .busy = csi_busy,
         .stages = csi_stages,

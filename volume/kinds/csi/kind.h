@@ -18,6 +18,7 @@ bool csi_refuses(VolumeManager *m, const VolumeSpec *s, char *message, size_t si
 bool csi_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
                ActualVolume *av);
 void csi_busy(VolumeManager *m, const VolumeSpec *s);
+bool csi_selinux_mount(VolumeManager *m, const VolumeSpec *s);
 bool csi_stages(const VolumeSpec *s);
 bool csi_stage_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
                      ActualVolume *av);

@@ -165,6 +165,11 @@ void csi_busy(VolumeManager *m, const VolumeSpec *s) {
                 (void) lookup_attachment(m, s, va_name, &va);
 }
 
+bool csi_selinux_mount(VolumeManager *m, const VolumeSpec *s) {
+        const K8sCSIDriver *d = manager_csidriver(m, s->driver);
+        return d && d->se_linux_mount;
+}
+
 bool csi_stages(const VolumeSpec *s) {
         return s->lifecycle == VOLUME_PERSISTENT;
 }

@@ -374,8 +374,6 @@ void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredP
 void manager_rebuild_pod(VolumeManager *m, PodEntry *e);
 void manager_pod_event(VolumeManager *m, const PodInfo *pod, const char *type, const char *reason,
                        const char *format, ...) _printf_(5, 6);
-const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver);
-bool manager_attachable(VolumeManager *m, const char *driver);
 /* Whether the Node's status.volumesAttached lists the volume. */
 bool manager_node_lists_attached(VolumeManager *m, const char *unique_name);
 void manager_operation_done(VolumeManager *m, Operation *op, bool success);

@@ -161,22 +161,12 @@ void manager_arm_retry_timer(VolumeManager *m, uint64_t when) {
 
 /* ---- lookups ---------------------------------------------------------------------- */
 
-const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver) {
-        return k8s_informer_get(m->csidrivers, NULL, driver);
-}
-
 bool manager_node_lists_attached(VolumeManager *m, const char *unique_name) {
         const K8sNode *node = k8s_informer_get(m->node, NULL, m->node_name);
         for (size_t i = 0; node && i < node->n_volumes_attached; i++)
                 if (streq_ptr(node->volumes_attached[i].name, unique_name))
                         return true;
         return false;
-}
-
-/* kubelet's skipAttach inverted: no CSIDriver object means attachable. */
-bool manager_attachable(VolumeManager *m, const char *driver) {
-        const K8sCSIDriver *d = manager_csidriver(m, driver);
-        return !d || d->attach_required;
 }
 
 #define ASKER_POD "pod/"

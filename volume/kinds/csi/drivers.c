@@ -27,6 +27,7 @@
 #include "k8s/writers.h"
 #include "systemd/log.h"
 #include "volume/internal.h"
+#include "volume/kinds/csi/kind.h"
 
 #define WRITE_RETRY_FIRST_USEC (500 * USEC_PER_MSEC)
 #define WRITE_RETRY_MAX_USEC (30 * USEC_PER_SEC)
@@ -89,6 +90,15 @@ static void sync_node(DriverTable *t);
 static void limits_arm(DriverTable *t);
 static int limits_setup(DriverTable *t);
 static void limits_free(DriverTable *t);
+
+const K8sCSIDriver *csi_driver_object(VolumeManager *m, const char *driver) {
+        return k8s_informer_get(m->csidrivers, NULL, driver);
+}
+
+bool csi_driver_attachable(VolumeManager *m, const char *driver) {
+        const K8sCSIDriver *d = csi_driver_object(m, driver);
+        return !d || d->attach_required;
+}
 
 static int oom(void) {
         return log_error_errno(ENOMEM, "Out of memory recording CSI drivers on the node");
@@ -589,7 +599,7 @@ static void limit_query_free(LimitQuery *q) {
 }
 
 static uint64_t limit_period(DriverTable *t, const DriverRecord *rec) {
-        const K8sCSIDriver *d = t->m->csidrivers ? manager_csidriver(t->m, rec->name) : NULL;
+        const K8sCSIDriver *d = t->m->csidrivers ? csi_driver_object(t->m, rec->name) : NULL;
 
         if (d && d->has_node_allocatable_update_period_seconds && d->node_allocatable_update_period_seconds > 0)
                 return MAX((uint64_t) d->node_allocatable_update_period_seconds * USEC_PER_SEC,
@@ -719,7 +729,7 @@ void drivers_refresh_attach_limit(VolumeManager *m, const char *driver) {
 /* An attachable volume counts from before it is staged until it is gone
  * from the node (the same span as volumesInUse). */
 static bool counts_against_limit(VolumeManager *m, const ActualVolume *av) {
-        return av->lifecycle == VOLUME_PERSISTENT && (av->attachable || manager_attachable(m, av->driver)) &&
+        return av->lifecycle == VOLUME_PERSISTENT && (av->attachable || csi_driver_attachable(m, av->driver)) &&
                (av->stage != STAGE_NONE || av->stage_stale || hashmap_size(av->publishes) > 0 ||
                 actual_volume_busy(av) || av->expanding);
 }

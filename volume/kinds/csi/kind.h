@@ -6,6 +6,12 @@
 
 #include "volume/kind.h"
 
+/* drivers.c: the driver's CSIDriver object (NULL: none), from the
+ * manager's informer; whether its volumes are attached (kubelet's
+ * skipAttach inverted: no CSIDriver object means attachable). */
+const K8sCSIDriver *csi_driver_object(VolumeManager *m, const char *driver);
+bool csi_driver_attachable(VolumeManager *m, const char *driver);
+
 /* desire.c */
 bool csi_claims(const K8sPodVolume *v);
 bool csi_claims_pv(const K8sPersistentVolume *pv);

@@ -8,7 +8,7 @@
 #include "volume/kinds/csi/kind.h"
 
 static const char *lifecycle_problem(VolumeManager *m, const VolumeSpec *s, char buf[static 512]) {
-        const K8sCSIDriver *d = manager_csidriver(m, s->driver);
+        const K8sCSIDriver *d = csi_driver_object(m, s->driver);
         const char *mode = s->lifecycle == VOLUME_EPHEMERAL ? "Ephemeral" : "Persistent";
         size_t len;
 
@@ -161,12 +161,12 @@ void csi_busy(VolumeManager *m, const VolumeSpec *s) {
         char va_name[CSI_HASH_NAME_MAX];
         const K8sVolumeAttachment *va;
 
-        if (s->lifecycle == VOLUME_PERSISTENT && manager_attachable(m, s->driver))
+        if (s->lifecycle == VOLUME_PERSISTENT && csi_driver_attachable(m, s->driver))
                 (void) lookup_attachment(m, s, va_name, &va);
 }
 
 bool csi_selinux_mount(VolumeManager *m, const VolumeSpec *s) {
-        const K8sCSIDriver *d = manager_csidriver(m, s->driver);
+        const K8sCSIDriver *d = csi_driver_object(m, s->driver);
         return d && d->se_linux_mount;
 }
 
@@ -180,11 +180,11 @@ bool csi_stage_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Desired
         char buf[512];
 
         /* KEP-4876: no call bound to fail while the driver's attach limit is reached. */
-        if (manager_attachable(m, s->driver) && drivers_attach_limit_reached(m, av, buf, sizeof buf)) {
+        if (csi_driver_attachable(m, s->driver) && drivers_attach_limit_reached(m, av, buf, sizeof buf)) {
                 manager_report_once(m, e, p, dv->name, "VolumeAttachmentLimitExceeded", buf);
                 return false;
         }
-        return !manager_attachable(m, s->driver) || attach_ready(m, ps, e, p, dv, av);
+        return !csi_driver_attachable(m, s->driver) || attach_ready(m, ps, e, p, dv, av);
 }
 
 /* Teardown needs the driver; its registration wakes us up. */
@@ -210,5 +210,5 @@ void csi_teardown_waits(ActualVolume *av) {
 }
 
 bool csi_attachable(VolumeManager *m, const ActualVolume *av) {
-        return manager_attachable(m, av->driver);
+        return csi_driver_attachable(m, av->driver);
 }

@@ -13,6 +13,7 @@
 
 #include "k8s/backoff.h"
 #include "volume/internal.h"
+#include "volume/kinds/csi/kind.h"
 
 #define REPUBLISH_DEFAULT_INTERVAL_USEC USEC_PER_MINUTE
 /* The first republish of a publish whose schedule is unknown (found after
@@ -43,7 +44,7 @@ static uint64_t realtime_usec(void) {
 }
 
 static bool driver_requires_republish(VolumeManager *m, const char *driver) {
-        const K8sCSIDriver *d = manager_csidriver(m, driver);
+        const K8sCSIDriver *d = csi_driver_object(m, driver);
         return d && d->requires_republish;
 }
 

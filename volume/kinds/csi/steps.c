@@ -152,7 +152,7 @@ static void step_publish_context(Operation *op) {
                 operation_next(op);
                 return;
         }
-        if (op->av->lifecycle == VOLUME_EPHEMERAL || !manager_attachable(op->m, op->av->driver)) {
+        if (op->av->lifecycle == VOLUME_EPHEMERAL || !csi_driver_attachable(op->m, op->av->driver)) {
                 operation_next(op);
                 return;
         }
@@ -243,7 +243,7 @@ static CsiAccessMode access_mode(const Operation *op) {
 
 /* kubelet's supportsFSGroup (csi_mounter.go): whether kvolumed chowns. */
 static bool fs_group_applies(const Operation *op) {
-        const K8sCSIDriver *d = manager_csidriver(op->m, op->av->driver);
+        const K8sCSIDriver *d = csi_driver_object(op->m, op->av->driver);
         return volume_spec_fs_group_applies(op->spec, d ? d->fs_group_policy : NULL, op->pod.has_fs_group);
 }
 
@@ -410,7 +410,7 @@ static void step_call(Operation *op) {
                 return;
         }
 
-        const K8sCSIDriver *driver = manager_csidriver(op->m, op->av->driver);
+        const K8sCSIDriver *driver = csi_driver_object(op->m, op->av->driver);
         /* The tokens go in the context, or with serviceAccountTokenInSecrets
          * only in the secrets (CVE-2023-2878: drivers log their context). */
         bool tokens_in_secrets = op->tokens && driver && driver->service_account_token_in_secrets;

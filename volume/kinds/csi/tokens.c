@@ -14,6 +14,7 @@
 #include "k8s/writers.h"
 #include "systemd/log.h"
 #include "volume/internal.h"
+#include "volume/kinds/csi/kind.h"
 
 typedef struct TokenResult {
         OpTokens *set;
@@ -292,7 +293,7 @@ static void on_token(K8sClient *c, int error, const char *message, char *token, 
 }
 
 int tokens_request(Operation *op, tokens_done_t done) {
-        const K8sCSIDriver *d = manager_csidriver(op->m, op->av->driver);
+        const K8sCSIDriver *d = csi_driver_object(op->m, op->av->driver);
         OpTokens *t;
         int r = 0;
 

@@ -279,6 +279,9 @@ static cJSON *volume_json(VolumeManager *m, const Clocks *c, const ActualVolume 
                                                         : 0));
         cJSON_AddItemToObject(o, "attach", attach_json(m, c, av));
         cJSON_AddItemToObject(o, "stage", stage_json(m, av));
+        /* What only the kind knows of it. */
+        if (av->kind->describe)
+                (void) av->kind->describe(av, o);
         cJSON_AddItemToObject(o, "publishes", publishes_json(m, av, &uncertain));
         cJSON_AddBoolToObject(o, "uncertain", uncertain);
         /* The last error while something of the volume still fails. */

@@ -305,7 +305,7 @@ static int serve_metrics(FILE *f, const char **content_type, void *userdata) {
  * once the informers have listed (what READY=1 waits for).  A watch that
  * drops later keeps the cached state: still healthy, as kubelet's is.  Not
  * healthy while root-dir is not the directory kvolumed locked: it does
- * nothing for the node's volumes then (volume/rootwatch.c). */
+ * nothing for the node's volumes then (volume/host/rootwatch.c). */
 static int serve_healthz(FILE *f, const char **content_type, void *userdata) {
         Agent *a = userdata;
         const char *lost = volume_manager_root_lost(a->volumes);

@@ -15,8 +15,8 @@
 #include "k8s/client.h"
 #include "k8s/identity.h"
 #include "systemd/macro.h"
+#include "volume/host/rootlock.h"
 #include "volume/manager.h"
-#include "volume/rootlock.h"
 
 typedef struct Agent {
         char *config_path;

@@ -7,11 +7,11 @@
 #include "agent/check.h"
 #include "agent/status.h"
 #include "agent/version.h"
-#include "systemd/testhook.h"
 #include "conf/config.h"
 #include "systemd/curl-loop.h"
 #include "systemd/log.h"
-#include "volume/rootlock.h"
+#include "systemd/testhook.h"
+#include "volume/host/rootlock.h"
 
 /* Exit codes of DESIGN.md §2. */
 enum {

@@ -12,8 +12,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 static uint64_t clock_usec(clockid_t id) {
         struct timespec ts;
@@ -80,7 +80,8 @@ static const char **sorted_keys(const Hashmap *h, size_t *ret_n) {
 static cJSON *attach_json(VolumeManager *m, const Clocks *c, const ActualVolume *av) {
         cJSON *o = cJSON_CreateObject();
         bool required =
-                av->lifecycle == VOLUME_PERSISTENT && (av->attachable || manager_attachable(m, av->driver));
+                av->lifecycle == VOLUME_PERSISTENT &&
+                (av->attachable || (av->kind->attachable && av->kind->attachable(m, av)));
 
         cJSON_AddBoolToObject(o, "required", required);
         if (required)
@@ -97,8 +98,7 @@ static cJSON *stage_json(VolumeManager *m, const ActualVolume *av) {
 
         cJSON_AddStringToObject(o, "state", stage_state_name(av->stage));
         if (av->lifecycle == VOLUME_PERSISTENT)
-                (void) (av->block ? path_block_staging(av->spec_name, &rel)
-                                  : path_staging_target(av->driver, av->handle, &rel));
+                (void) av->kind->paths(av, true, NULL, NULL, NULL, &rel);
         cJSON_AddItemToObject(o, "path", path_json(m, rel));
         cJSON_AddBoolToObject(o, "mount", av->stage == STAGE_DONE && av->staged_mount);
         cJSON_AddBoolToObject(o, "stale", av->stage_stale);
@@ -262,6 +262,7 @@ static cJSON *volume_json(VolumeManager *m, const Clocks *c, const ActualVolume 
         uint64_t next_retry;
 
         cJSON_AddStringToObject(o, "unique_name", av->unique_name);
+        cJSON_AddStringToObject(o, "kind", av->kind->name);
         cJSON_AddStringToObject(o, "name", av->spec_name);
         cJSON_AddStringToObject(o, "driver", av->driver);
         cJSON_AddStringToObject(o, "handle", av->handle);
@@ -272,12 +273,15 @@ static cJSON *volume_json(VolumeManager *m, const Clocks *c, const ActualVolume 
         cJSON_AddBoolToObject(o, "reconstructed", av->reconstructed);
         /* What a volume waits for before its FailedMount is due (reconciler.c). */
         cJSON_AddItemToObject(o, "driver_waiting_since",
-                              monotonic_json(c, av->driver_wait_since != 0 &&
-                                                                !csi_client_has_driver(m->csi, av->driver)
+                              monotonic_json(c, av->driver_wait_since != 0 && av->kind->available &&
+                                                                !av->kind->available(m, av)
                                                         ? av->driver_wait_since
                                                         : 0));
         cJSON_AddItemToObject(o, "attach", attach_json(m, c, av));
         cJSON_AddItemToObject(o, "stage", stage_json(m, av));
+        /* What only the kind knows of it. */
+        if (av->kind->describe)
+                (void) av->kind->describe(av, o);
         cJSON_AddItemToObject(o, "publishes", publishes_json(m, av, &uncertain));
         cJSON_AddBoolToObject(o, "uncertain", uncertain);
         /* The last error while something of the volume still fails. */

@@ -11,16 +11,17 @@
 #include "k8s/informer.h"
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
-#include "volume/backoff.h"
-#include "volume/desired.h"
-#include "volume/intent.h"
+#include "volume/host/mounttable.h"
+#include "volume/host/rootdir.h"
+#include "volume/host/selinux.h"
+#include "volume/kind.h"
 #include "volume/manager.h"
-#include "volume/mounttable.h"
-#include "volume/resync.h"
-#include "volume/rootdir.h"
+#include "volume/passes/resync.h"
 #include "volume/runtime.h"
-#include "volume/selinux.h"
-#include "volume/watches.h"
+#include "volume/state/backoff.h"
+#include "volume/state/desired.h"
+#include "volume/state/intent.h"
+#include "volume/state/watches.h"
 
 /* kubelet's podAttachAndMountTimeout: a volume waiting this long for its
  * attachment gets a FailedAttachVolume event. */
@@ -90,6 +91,7 @@ typedef struct FsGroupWalk FsGroupWalk;
 /* One volume as this node has it: keyed by the unique name (per PV for
  * persistent volumes, per pod and volume for inline ones). */
 typedef struct ActualVolume {
+        const VolumeKind *kind; /* what sets it up and tears it down (volume/kind.h) */
         char *unique_name;
         ResyncLink resync;      /* in the rolling resync's order (manager.c), while in m->volumes */
         VolumeLifecycle lifecycle;
@@ -185,6 +187,9 @@ struct Operation {
         bool republish;         /* a publish of a volume already published: its failure changes nothing */
         bool beside_others;     /* its CSI call went out while another of the volume's was in flight */
         bool refused_beside_others; /* ... and the driver answered ABORTED: it does one call per volume */
+        /* Set by the kind's run: a failure now leaves a publish whose retry
+         * resumes after its call (ActualPublish.call_done). */
+        bool resume_after_call;
         bool previous_boot;     /* a teardown of what a previous boot set up: nothing of it is mounted */
 };
 
@@ -223,7 +228,7 @@ struct VolumeManager {
         char *node_name;
         uint64_t resync_interval_usec;
         uint64_t republish_interval_usec; /* requiresRepublish drivers */
-        bool selinux_enabled;   /* the host has SELinux (volume/selinux.h), read at start */
+        bool selinux_enabled;   /* the host has SELinux (volume/host/selinux.h), read at start */
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
         bool warned_other_node; /* a pod of another node came from the API: said once */
         RootDir *root;
@@ -369,8 +374,6 @@ void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredP
 void manager_rebuild_pod(VolumeManager *m, PodEntry *e);
 void manager_pod_event(VolumeManager *m, const PodInfo *pod, const char *type, const char *reason,
                        const char *format, ...) _printf_(5, 6);
-const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver);
-bool manager_attachable(VolumeManager *m, const char *driver);
 /* Whether the Node's status.volumesAttached lists the volume. */
 bool manager_node_lists_attached(VolumeManager *m, const char *unique_name);
 void manager_operation_done(VolumeManager *m, Operation *op, bool success);
@@ -381,6 +384,12 @@ void manager_learn_one_call_per_volume(VolumeManager *m, const char *driver);
 
 /* reconciler.c */
 void reconciler_pass(VolumeManager *m);
+/* For the kinds' planning entries (volume/kind.h): the pass's time, a wake
+ * of the volume (and pod) at "when", and whether the Node's volumesInUse
+ * lists the volume as far as our own patches go. */
+uint64_t reconciler_now(const PassState *ps);
+void reconciler_wake(VolumeManager *m, PassState *ps, const char *unique_name, const char *pod_uid, uint64_t when);
+bool reconciler_in_use_reported(VolumeManager *m, const char *unique_name);
 /* The Node informer showed the Node: our last volumesInUse patch may be in it. */
 void reconciler_node_seen(VolumeManager *m, const K8sNode *node);
 /* Whether the pod still wants its publish of the volume at spec_name's path:
@@ -393,6 +402,11 @@ bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *uni
  * the volume dirs, removing those of volume dirs that are gone), and the
  * mount table: run once at start-up, before any pass. */
 int reconstruct_actual_state(VolumeManager *m);
+/* CSI's reconstruct entries (volume/kinds/csi/kind.c), here with the record
+ * reading they share with the scan: kvolumed's records are CSI's layout. */
+void reconstruct_csi_publish(VolumeManager *m, ReconstructScan *c, const char *pod_uid, const char *spec_name);
+void reconstruct_csi_staging(VolumeManager *m, ReconstructScan *c);
+void reconstruct_csi_block(VolumeManager *m, ReconstructScan *c);
 
 /* drivers.c: driver registration (registered and static drivers) recorded
  * on the Node and CSINode, and restored when the Node loses it. */
@@ -433,7 +447,7 @@ typedef void (*expand_mount_done_t)(Operation *op, int error, const char *messag
 int expand_during_publish(Operation *op, expand_mount_done_t done);
 
 /* actual.c */
-ActualVolume *actual_volume_new_empty(VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
+ActualVolume *actual_volume_new_empty(const VolumeKind *kind, VolumeLifecycle lifecycle, const char *unique_name, const char *driver,
                                       const char *handle, const char *spec_name);
 ActualVolume *actual_volume_new(const VolumeSpec *spec);
 ActualVolume *actual_volume_free(ActualVolume *av);
@@ -461,6 +475,11 @@ bool actual_volume_pod_busy(const ActualVolume *av, const char *pod_uid);
 /* Records an operation as in flight for its volume, and forgets it. */
 int actual_volume_add_op(ActualVolume *av, Operation *op);
 void actual_volume_remove_op(ActualVolume *av, Operation *op);
+/* What its operations queue by in slices.c: a driver's volumes share the
+ * driver's calls (CSI), a kind without drivers queues by its name. */
+static inline const char *actual_volume_queue(const ActualVolume *av) {
+        return av->driver ?: av->kind->name;
+}
 /* Frees every operation in flight (the manager is going away). */
 void actual_volume_free_ops(ActualVolume *av);
 

@@ -9,8 +9,8 @@
 #include "systemd/testhook.h"
 #include "systemd/trace.h"
 #include "systemd/validate.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 
 #define IN_USE_RETRY_USEC (2 * USEC_PER_SEC)
 
@@ -161,22 +161,12 @@ void manager_arm_retry_timer(VolumeManager *m, uint64_t when) {
 
 /* ---- lookups ---------------------------------------------------------------------- */
 
-const K8sCSIDriver *manager_csidriver(VolumeManager *m, const char *driver) {
-        return k8s_informer_get(m->csidrivers, NULL, driver);
-}
-
 bool manager_node_lists_attached(VolumeManager *m, const char *unique_name) {
         const K8sNode *node = k8s_informer_get(m->node, NULL, m->node_name);
         for (size_t i = 0; node && i < node->n_volumes_attached; i++)
                 if (streq_ptr(node->volumes_attached[i].name, unique_name))
                         return true;
         return false;
-}
-
-/* kubelet's skipAttach inverted: no CSIDriver object means attachable. */
-bool manager_attachable(VolumeManager *m, const char *driver) {
-        const K8sCSIDriver *d = manager_csidriver(m, driver);
-        return !d || d->attach_required;
 }
 
 #define ASKER_POD "pod/"
@@ -376,6 +366,19 @@ static PodEntry *pod_entry_free(PodEntry *e) {
  * this node, or not set yet, is none of this node's business.  One warning
  * says the API is not answering what was asked; the rest go to debug, as a
  * cluster has many pods. */
+/* The kinds' node-wide services hear of the pods and the Node (volume/kind.h). */
+static void kinds_pod_changed(VolumeManager *m, const K8sPod *pod) {
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->pod_changed)
+                        (*k)->pod_changed(m, pod);
+}
+
+static void kinds_node_changed(VolumeManager *m, const K8sNode *node) {
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->node_changed)
+                        (*k)->node_changed(m, node);
+}
+
 static bool pod_on_this_node(VolumeManager *m, const K8sPod *pod) {
         char buf[256];
         LogFields f = { .pod_uid = pod->meta.uid, .pod = k8s_meta_describe(&pod->meta, buf, sizeof buf) };
@@ -415,7 +418,7 @@ static void pod_changed(VolumeManager *m, const K8sPod *pod) {
         /* Claims cannot be watched; a pod added or updated is the hint one was just bound. */
         object_watches_refresh(m->watches, &k8s_kind_pvc);
         object_watches_refresh(m->watches, &k8s_kind_pv);
-        expand_pod_changed(m, pod); /* ... or grown */
+        kinds_pod_changed(m, pod); /* ... or grown */
         manager_schedule_pod_pass(m, e->uid);
 }
 
@@ -473,7 +476,7 @@ static void on_any_update(K8sInformer *i, const void *old, const void *new, void
  * annotations and labels. */
 static void on_node_add(K8sInformer *i, const void *obj, void *userdata) {
         reconciler_node_seen(userdata, obj);
-        drivers_node_changed(userdata, obj);
+        kinds_node_changed(userdata, obj);
         manager_schedule_pass(userdata);
 }
 
@@ -522,7 +525,7 @@ static void on_node_update(K8sInformer *i, const void *old, const void *new, voi
         const K8sNode *before = old, *after = new;
 
         reconciler_node_seen(m, after);
-        drivers_node_changed(m, after);
+        kinds_node_changed(m, after);
         if (!before || !after || !streq_ptr(before->meta.uid, after->meta.uid)) {
                 object_watches_refresh(m->watches, &k8s_kind_volume_attachment);
                 manager_schedule_pass(m);
@@ -665,13 +668,9 @@ void manager_operation_done(VolumeManager *m, Operation *op, bool success) {
                 manager_schedule_volume_pass(m, op->av->unique_name);
                 if (op->pod.uid)
                         manager_schedule_pod_pass(m, op->pod.uid);
-                drivers_volume_changed(m, op->av); /* an attach limit may have room now */
-                /* An unpublish removed a publish from disk: the unstage that
-                 * may follow in this loop iteration must not see it in the
-                 * scan made before (a false hold, a backoff and a warning). */
-                if (op->kind == OP_UNPUBLISH)
-                        publish_refs_free(m);
-                slices_finished(m, op->av->driver);
+                if (op->av->kind->ended)
+                        op->av->kind->ended(m, op);
+                slices_finished(m, actual_volume_queue(op->av));
                 if (op->av->lifecycle == VOLUME_PERSISTENT)
                         m->in_use_dirty = true;
                 actual_volume_remove_op(op->av, op);
@@ -852,12 +851,12 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         (void) sd_event_source_set_description(m->retry_timer, "reconcile-retry");
         (void) sd_event_source_set_description(m->resync_timer, "reconcile-resync");
 
-        r = drivers_setup(m);
-        if (r < 0)
-                return r;
-        r = expand_setup(m);
-        if (r < 0)
-                return r;
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->setup) {
+                        r = (*k)->setup(m);
+                        if (r < 0)
+                                return r;
+                }
         *ret = TAKE_PTR(m);
         return 0;
 }
@@ -872,10 +871,12 @@ int volume_manager_start(VolumeManager *m) {
                 r = k8s_informer_start(m->node);
         if (r < 0)
                 return log_error_errno(r, "Failed to start the informers: %m");
-        drivers_start(m); /* the controller-managed annotation, at once */
-        r = csi_client_start(m->csi);
-        if (r < 0)
-                return log_error_errno(r, "Failed to start plugin registration: %m");
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->start) {
+                        r = (*k)->start(m);
+                        if (r < 0)
+                                return r;
+                }
         return 0;
 }
 
@@ -886,9 +887,9 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
                 return NULL;
         root_watch_free(m); /* the operations it holds go with their volumes below */
         podview_detach_all(m);
-        expand_free(m);
-        drivers_free(m);
-        publish_refs_free(m);
+        for (const VolumeKind *const *k = volume_kinds(); *k; k++)
+                if ((*k)->free)
+                        (*k)->free(m);
         runtime_gate_free(m->runtime);
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;

@@ -2,10 +2,17 @@
 #pragma once
 
 /* The volume manager: the desired state from the API (the pods bound to this
- * node and what their CSI volumes need), the actual state from its own
- * operations, and a reconciler that turns the difference into CSI calls, per
- * volume, in parallel, each with its own backoff.  Work is event-driven: an
- * informer event marks what changed and one deferred pass handles a burst. */
+ * node and what their volumes need), the actual state from its own
+ * operations, and a reconciler that turns the difference into operations
+ * (for CSI volumes, CSI calls), per volume, in parallel, each with its own
+ * backoff.  Work is event-driven: an informer event marks what changed and
+ * one deferred pass handles a burst.
+ *
+ * Its districts: volume/state/ (what is wanted and what is there),
+ * volume/passes/ (the reconciler, reconstruction, the operation frame),
+ * volume/kinds/ (each kind of volume behind one interface, volume/kind.h,
+ * whose header has the map), volume/host/ (root-dir and the mount table);
+ * this header, podview.h and runtime.h are what the agent sees. */
 
 #include <stdint.h>
 #include <systemd/sd-event.h>
@@ -13,13 +20,13 @@
 #include "csi/csi.h"
 #include "k8s/client.h"
 #include "systemd/macro.h"
-#include "volume/rootlock.h"
+#include "volume/host/rootlock.h"
 
 typedef struct VolumeManager VolumeManager;
 
 /* Operations started and unfinished per driver, per CSI call the client
  * runs at once (max-parallel): that many and three times as many queued to
- * keep its pipe full; the rest wait as names (volume/slices.c). */
+ * keep its pipe full; the rest wait as names (volume/passes/slices.c). */
 #define VOLUME_PENDING_PER_PARALLEL 4u
 
 typedef struct VolumeManagerOptions {
@@ -42,7 +49,7 @@ typedef struct VolumeManagerOptions {
         /* Tests (KVOLUMED_TEST_PREPARE_DELAY_MS): each operation's records
          * take this long to write, as on a slow or busy root-dir file system. */
         uint64_t prepare_delay_usec;
-        /* Operations started and unfinished per driver (volume/slices.c);
+        /* Operations started and unfinished per driver (volume/passes/slices.c);
          * 0: VOLUME_PENDING_PER_PARALLEL x 64.  The agent gives
          * VOLUME_PENDING_PER_PARALLEL x [csi] max-parallel. */
         unsigned max_pending;
@@ -76,7 +83,7 @@ typedef struct VolumeManagerStats {
         unsigned unresponsive;  /* volumes whose file system did not answer */
         unsigned by_state[_POD_VOLUME_STATE_MAX]; /* pod volumes by PodVolumeState */
         uint64_t visited;       /* pods, volumes and publishes the passes and mount changes looked at, in all */
-        unsigned held_back;     /* operations due, left for a later slice (volume/slices.c) */
+        unsigned held_back;     /* operations due, left for a later slice (volume/passes/slices.c) */
         unsigned mounts_pending; /* stages and publishes whose mount the next mount table read settles */
         unsigned mounts_seen;   /* mount targets under root-dir when the manager last heard of a change */
 } VolumeManagerStats;
@@ -112,7 +119,7 @@ typedef void (*volume_pass_hook_t)(uint64_t duration_usec, void *userdata);
 void volume_manager_set_pass_hook(VolumeManager *m, volume_pass_hook_t hook, void *userdata);
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret);
 
-/* root-dir is the path, not the directory found there at start (volume/
+/* root-dir is the path, not the directory found there at start (volume/host/
  * rootwatch.c): when the path stops naming the directory kvolumed locked (a
  * file system mounted over it, the directory renamed and made again, a
  * symlink in its path changed), the manager stops acting on volumes — no
@@ -124,7 +131,7 @@ const char *volume_manager_root_lost(VolumeManager *m);
 typedef void (*volume_root_hook_t)(const char *lost, void *userdata);
 void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, void *userdata);
 /* The same without by_state (left zero), from counts kept as things change
- * (volume/counts.c): what the status line shows, after passes, at most once
+ * (volume/state/counts.c): what the status line shows, after passes, at most once
  * a second.  The walk of volume_manager_get_stats() took 23 ms of the loop
  * beside 10,000 volumes with by_state (a lookup of every publish's pod) and
  * 8 ms without; a new pod arriving then waited for it (issue 23's p99). */

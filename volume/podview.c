@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "volume/host/paths.h"
 #include "volume/internal.h"
-#include "volume/paths.h"
 #include "volume/podview.h"
 
 struct PodWatch {
@@ -41,9 +41,9 @@ static char *abs_path(VolumeManager *m, const char *rel) {
         return p;
 }
 
-/* Where the pod finds the volume: kubelet's publish target, or for a raw
+/* Where the pod finds the volume: its kind's publish target, or for a raw
  * block volume the link in the pod's volumeDevices dir. */
-static char *host_path(VolumeManager *m, const char *uid, const char *spec_name, bool block) {
+static char *host_path(VolumeManager *m, const VolumeSpec *s, const char *uid, const char *spec_name, bool block) {
         _cleanup_free_ char *rel = NULL;
         char *p = NULL;
 
@@ -53,7 +53,10 @@ static char *host_path(VolumeManager *m, const char *uid, const char *spec_name,
                         return NULL;
                 return p;
         }
-        if (path_publish_target(uid, spec_name, &rel) < 0)
+        /* Not set up yet: where its kind would put it, from what the spec says. */
+        const ActualVolume planned = { .kind = s->kind, .driver = s->driver, .handle = s->handle,
+                                       .spec_name = s->spec_name };
+        if (s->kind->paths(&planned, false, uid, spec_name, NULL, &rel) < 0)
                 return NULL;
         return abs_path(m, rel);
 }
@@ -114,7 +117,7 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         av = hashmap_get(m->volumes, s->unique_name);
         pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
         out->host_path =
-                pub && !s->block ? abs_path(m, pub->target) : host_path(m, e->uid, s->spec_name, s->block);
+                pub && !s->block ? abs_path(m, pub->target) : host_path(m, s, e->uid, s->spec_name, s->block);
         if (!out->host_path)
                 return -ENOMEM;
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
@@ -136,22 +139,15 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         if (av && actual_volume_pod_busy(av, e->uid)) {
                 const Operation *op = av->op ?: hashmap_get(av->pod_ops, e->uid);
                 snprintf(buf, sizeof buf, "%s in progress",
-                         op && op->kind == OP_STAGE ? "NodeStageVolume" : "NodePublishVolume");
+                         volume_kind_call_name(av->kind, op && op->kind == OP_STAGE ? OP_STAGE : OP_PUBLISH));
                 return set_str(&out->reason, buf);
         }
         if (reported)
                 return set_str(&out->reason, reported);
         if (av && av->last_error && describe_volume_failing(m, av))
                 return set_str(&out->reason, av->last_error);
-        if (av && av->driver_wait_since != 0 && !csi_client_has_driver(m->csi, s->driver)) {
-                snprintf(buf, sizeof buf, "waiting for CSI driver %s to register", s->driver);
+        if (av && av->kind->waiting && av->kind->waiting(m, av, s, buf, sizeof buf))
                 return set_str(&out->reason, buf);
-        }
-        if (av && av->attach_wait_since != 0) {
-                snprintf(buf, sizeof buf, "waiting for volume %s to be attached to node %s", s->spec_name,
-                         m->node_name);
-                return set_str(&out->reason, buf);
-        }
         return set_str(&out->reason, "not published yet");
 }
 
@@ -235,7 +231,7 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                 pv->state = POD_VOLUME_TEARING_DOWN;
                 pv->block = av->block;
                 pv->host_path =
-                        av->block ? host_path(m, uid, pub->spec_name, true) : abs_path(m, pub->target);
+                        av->block ? host_path(m, NULL, uid, pub->spec_name, true) : abs_path(m, pub->target);
                 if (set_str(&pv->reason,
                             runtime_gate_reason(m->runtime, uid) ?: "the pod no longer wants it") < 0)
                         return -ENOMEM;

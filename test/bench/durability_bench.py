@@ -4,7 +4,7 @@ records kvolumed writes before a CSI call (a pod volume's directories,
 vol_data.json and the intent, each written to a temporary file and renamed,
 and the mirror of the directories where the intent is kept), then either one
 syncfs(2) of the file system (the rule before issue 31) or what kvolumed does
-now (volume/rootdir.c): an fdatasync(2) of each file, then an fsync(2) of each
+now (volume/host/rootdir.c): an fdatasync(2) of each file, then an fsync(2) of each
 directory whose entries changed, each phase's calls in flight together.  On a
 quiet file system, beside a steady writer (dirty_writer.py, --rate MiB/s,
 about --window MiB kept dirty, never synced) to a tmpfs (/dev/shm: the same

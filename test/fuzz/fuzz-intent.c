@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The intent records (volume/intent.c, kvolumed.json) that reconstruction
+/* The intent records (volume/state/intent.c, kvolumed.json) that reconstruction
  * reads after a crash or reboot.  The input is the file's text. */
 #include "test/fuzz/fuzz.h"
-#include "volume/intent.h"
+#include "volume/state/intent.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fuzz_quiet_logs();

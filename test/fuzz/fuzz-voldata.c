@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* vol_data.json (volume/voldata.c), ours or a kubelet's, as reconstruction
+/* vol_data.json (volume/state/voldata.c), ours or a kubelet's, as reconstruction
  * reads it after a restart.  The input is the file's text. */
 #include "test/fuzz/fuzz.h"
-#include "volume/voldata.h"
+#include "volume/state/voldata.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fuzz_quiet_logs();

@@ -3,16 +3,16 @@ pod and its volumes, however many pods and volumes the node has.
 volumesInUse is computed again only when something that feeds it changed
 (never for a pod of inline volumes), and the pods that share a persistent
 volume come from an index, not from a walk over every pod
-(volume/wanters.c).  /volumes counts the pods and volumes the passes looked
+(volume/state/wanters.c).  /volumes counts the pods and volumes the passes looked
 at ("visited"); before, every pass walked every volume for volumesInUse and
 every pod for a shared claim (issue 23: a new pod beside 10,000 volumes
 took 9.7 times as long as on an empty node).  The same holds for what follows
 an event: a mount notification looks at the publishes at the mount points
-that changed (volume/mountwatch.c), not at every publish of the node, and a
-deleted pod's publishes come from an index of pods (volume/podindex.c), not
+that changed (volume/passes/mountwatch.c), not at every publish of the node, and a
+deleted pod's publishes come from an index of pods (volume/state/podindex.c), not
 from a walk over every volume; and the answer of a claim, a PV or a
 VolumeAttachment kvolumed looked up plans those that looked it up
-(volume/watches.h), not the node."""
+(volume/state/watches.h), not the node."""
 import json
 import subprocess
 import time
@@ -174,7 +174,7 @@ def test_a_pod_deletion_costs_the_pod_not_the_node(volume_env):
 
 def test_a_retry_costs_its_volume_not_the_node(volume_env):
     """A failed publish is retried when its backoff runs out: the retry
-    timer's pass looks at that volume and its pod (volume/wakes.c), not
+    timer's pass looks at that volume and its pod (volume/passes/wakes.c), not
     at every pod and volume of the node (before: a full pass per retry)."""
     env = volume_env
     address = start_busy_node(env)

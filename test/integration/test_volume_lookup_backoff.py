@@ -54,6 +54,6 @@ def test_retry_after_of_a_429_is_honoured_whatever_the_pod_events(volume_env):
 
 def test_failed_gets_follow_the_backoff_whatever_the_pod_events(volume_env):
     failed = run_storm(volume_env, 500, 6)
-    # volume/watches.h: 100 ms doubling to 3.2 s: at most 7 GETs in 6 s (and
+    # volume/state/watches.h: 100 ms doubling to 3.2 s: at most 7 GETs in 6 s (and
     # the one before the window), where 35 pod events came.
     assert 3 <= len(failed) <= 8, [round(r["time"] - failed[0]["time"], 2) for r in failed]

@@ -14,7 +14,7 @@ PLURALS = ("persistentvolumeclaims", "persistentvolumes", "volumeattachments")
 PVC_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/"
 PV_PATH = "/api/v1/persistentvolumes/"
 VA_PATH = "/apis/storage.k8s.io/v1/volumeattachments/"
-# volume/watches.h: the backoff's cap, and when a refusal gets reported.
+# volume/state/watches.h: the backoff's cap, and when a refusal gets reported.
 RETRY_MAX = 3.2
 FORBIDDEN_ATTEMPTS = 5
 FORBIDDEN_SECONDS = 3.0

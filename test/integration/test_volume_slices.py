@@ -1,7 +1,7 @@
 """Recovery in slices: however many operations a restart or a relist makes
 due at once, the reconciler starts at most a slice of them per pass and
 keeps at most 4 x max-parallel per driver started and unfinished
-(volume/reconciler.c), so the loop keeps answering and memory stays bounded.
+(volume/passes/reconciler.c), so the loop keeps answering and memory stays bounded.
 Found by the fault storm (test/storm, api-500 for 4 minutes): the relist
 after the outage started 3,553 operations in one pass, and a /healthz probe
 went unanswered for over 2 s."""
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.serial
 PODS = 40
 VOLUMES = 5
 MAX_PARALLEL = 8
-# volume/reconciler.c: pending operations per driver <= 4 x max-parallel.
+# volume/passes/reconciler.c: pending operations per driver <= 4 x max-parallel.
 MAX_PENDING = 4 * MAX_PARALLEL
 
 
@@ -153,7 +153,7 @@ def test_a_slow_root_dir_makes_the_slices_smaller(volume_env):
     """Each operation writes its records under root-dir before its call (a
     few file system calls, milliseconds each on a slow or busy disk): a
     slice is bounded by the time those take too, not only by its count
-    (volume/reconciler.c, RECONCILE_PREPARE_BUDGET_USEC).  Before, a slice
+    (volume/passes/reconciler.c, RECONCILE_PREPARE_BUDGET_USEC).  Before, a slice
     of MAX_PENDING operations at 10 ms each held the loop for 320 ms; the
     fault storm saw 174 ms after an API outage."""
     # 10 ms each: the first RECONCILE_SLICE_MIN (4) alone take the whole 20

@@ -186,7 +186,7 @@ def reflector_attempts_bound(seconds, initial=0.8, cap=30.0):
 
 
 def lookup_attempts_bound(seconds, initial=0.1, cap=3.2):
-    """The same for one object's GETs (volume/watches.h: 100 ms doubling to
+    """The same for one object's GETs (volume/state/watches.h: 100 ms doubling to
     3.2 s), plus one immediate refetch per pod event the node sees."""
     return reflector_attempts_bound(seconds, initial, cap)
 

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "volume/backoff.h"
+#include "volume/state/backoff.h"
 
 static void test_kubelet_sequence(void **state) {
         Backoff b = {};

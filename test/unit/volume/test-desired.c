@@ -5,18 +5,10 @@
 #include <stdio.h>
 #include <cmocka.h>
 
-#include "volume/desired.h"
+#include "test/unit/volume/decode.h"
+#include "volume/state/desired.h"
 
 #define UID "0b6f1a2c-3d4e-4f50-8a9b-0c1d2e3f4a5b"
-
-static void *decode(const K8sKind *kind, const char *json) {
-        void *obj = NULL;
-        K8sDecodeError e = {};
-        int r = k8s_object_decode(kind, json, strlen(json), &obj, &e);
-        if (r < 0)
-                fail_msg("decode failed at %s: %s", e.field, e.problem);
-        return obj;
-}
 
 /* A tiny cluster: the PVCs and PVs a test puts in. */
 typedef struct Fake {

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "volume/fsgroup.h"
+#include "volume/host/fsgroup.h"
 
 #define GID 4242
 #define FILES 8

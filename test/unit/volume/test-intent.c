@@ -10,9 +10,9 @@
 
 #include <sys/sysmacros.h>
 
-#include "volume/blockmap.h"
-#include "volume/intent.h"
-#include "volume/paths.h"
+#include "volume/host/paths.h"
+#include "volume/kinds/csi/blockmap.h"
+#include "volume/state/intent.h"
 
 static void test_round_trip(void **state) {
         Intent in = { .operation = OP_PUBLISH, .done = true, .mount = true, .pod = (char *) "default/web" };

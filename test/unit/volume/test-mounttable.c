@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "volume/mounttable.h"
+#include "volume/host/mounttable.h"
 
 #include <sys/syscall.h>
 #include <sys/utsname.h>

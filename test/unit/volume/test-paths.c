@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "volume/paths.h"
+#include "volume/host/paths.h"
 
 #define UID "7a3b2c1d-0000-4a4a-8b8b-0123456789ab"
 

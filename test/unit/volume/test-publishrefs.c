@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The publishes of a volume found on disk (volume/publishrefs.c): what in
+/* The publishes of a volume found on disk (volume/kinds/csi/publishrefs.c): what in
  * kubelet's layout counts as one, and what does not.  The mount cases run
  * in a private mount namespace of their own (root needed; skipped otherwise). */
 #include <setjmp.h>

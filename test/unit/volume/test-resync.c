@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "volume/resync.h"
+#include "volume/passes/resync.h"
 
 #define N_ITEMS 3000
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "volume/rootdir.h"
+#include "volume/host/rootdir.h"
 
 /* A symlink on the way is refused: ELOOP, or ENOTDIR where a directory was required. */
 #define assert_refused(expr)                                                                               \

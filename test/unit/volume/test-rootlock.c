@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "volume/rootlock.h"
+#include "volume/host/rootlock.h"
 
 static char base[] = "/tmp/kvolumed-rootlock-XXXXXX";
 static char locks[128];

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "volume/voldata.h"
+#include "volume/state/voldata.h"
 
 static void test_format_like_go(void **state) {
         VolData d = {

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+/* CSI's entries of volume/kind.h, between the files of volume/kinds/csi/;
+ * everyone else reaches them through volume_kind_csi. */
+
+#include "volume/kind.h"
+
+/* drivers.c: the driver's CSIDriver object (NULL: none), from the
+ * manager's informer; whether its volumes are attached (kubelet's
+ * skipAttach inverted: no CSIDriver object means attachable). */
+const K8sCSIDriver *csi_driver_object(VolumeManager *m, const char *driver);
+bool csi_driver_attachable(VolumeManager *m, const char *driver);
+
+/* desire.c */
+bool csi_claims(const K8sPodVolume *v);
+bool csi_claims_pv(const K8sPersistentVolume *pv);
+int csi_desire(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv);
+int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, bool block,
+                  DesiredVolume *dv);
+
+/* plan.c */
+bool csi_refuses(VolumeManager *m, const VolumeSpec *s, char *message, size_t size);
+bool csi_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
+               ActualVolume *av);
+void csi_busy(VolumeManager *m, const VolumeSpec *s);
+bool csi_selinux_mount(VolumeManager *m, const VolumeSpec *s);
+bool csi_stages(const VolumeSpec *s);
+bool csi_stage_ready(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
+                     ActualVolume *av);
+bool csi_available(VolumeManager *m, const ActualVolume *av);
+bool csi_waiting(VolumeManager *m, const ActualVolume *av, const VolumeSpec *s, char *buf, size_t size);
+void csi_teardown_waits(ActualVolume *av);
+bool csi_attachable(VolumeManager *m, const ActualVolume *av);
+
+/* kind.c */
+int csi_prepare(Operation *op, const char *dir);
+int csi_paths(const ActualVolume *av, bool staging, const char *pod_uid, const char *spec_name, char **ret_dir,
+              char **ret_target);
+
+/* steps.c */
+void csi_operation_run(Operation *op);

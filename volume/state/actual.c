@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <assert.h>
+#include <stdio.h>
+
+#include "volume/internal.h"
+
+ActualVolume *actual_volume_new(const VolumeSpec *spec) {
+        ActualVolume *av = actual_volume_new_empty(spec->kind, spec->lifecycle, spec->unique_name, spec->driver,
+                                                   spec->handle, spec->spec_name);
+        if (av)
+                av->block = spec->block;
+        return av;
+}
+
+/* driver and handle: NULL for a kind without them (only CSI has them). */
+ActualVolume *actual_volume_new_empty(const VolumeKind *kind, VolumeLifecycle lifecycle, const char *unique_name,
+                                      const char *driver, const char *handle, const char *spec_name) {
+        ActualVolume *av = calloc(1, sizeof *av);
+        if (!av)
+                return NULL;
+        av->kind = kind;
+        av->lifecycle = lifecycle;
+        av->unique_name = strdup(unique_name);
+        av->driver = driver ? strdup(driver) : NULL;
+        av->handle = handle ? strdup(handle) : NULL;
+        av->spec_name = strdup(spec_name);
+        av->publishes = hashmap_new();
+        av->pod_ops = hashmap_new();
+        av->backoffs = hashmap_new();
+        if (!av->unique_name || (driver && !av->driver) || (handle && !av->handle) || !av->spec_name || !av->publishes || !av->pod_ops ||
+            !av->backoffs)
+                return actual_volume_free(av);
+        return av;
+}
+
+static void publish_free(ActualPublish *p) {
+        if (!p)
+                return;
+        free(p->pod_uid);
+        free(p->pod_key);
+        free(p->spec_name);
+        free(p->target);
+        free(p);
+}
+
+ActualVolume *actual_volume_free(ActualVolume *av) {
+        void *value;
+
+        if (!av)
+                return NULL;
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                publish_free(value);
+        hashmap_free(av->publishes);
+        /* Operations in flight are freed by their owner first (actual_volume_free_ops). */
+        hashmap_free(av->pod_ops);
+        for (size_t i = 0; hashmap_iterate(av->backoffs, &i, NULL, &value);)
+                free(value);
+        hashmap_free(av->backoffs);
+        free(av->last_error);
+        free(av->last_error_pod);
+        free(av->selinux_context);
+        free(av->unique_name);
+        free(av->driver);
+        free(av->handle);
+        free(av->spec_name);
+        free(av);
+        return NULL;
+}
+
+/* ---- the counts (counts.c): each setter takes out what the old value
+ * counted and adds what the new one counts ------------------------------ */
+
+static void count(unsigned *counter, bool counted, int sign) {
+        if (counted)
+                *counter += (unsigned) sign; /* -1: wraps to a decrement */
+}
+
+static void count_publish(VolumeCounts *c, const ActualPublish *p, int sign) {
+        if (!c || !p)
+                return;
+        count(&c->published, p->state == PUBLISH_DONE, sign);
+        count(&c->uncertain, p->state == PUBLISH_UNCERTAIN, sign);
+        count(&c->mounts_pending, p->mount_pending, sign);
+}
+
+static void count_volume_own(const ActualVolume *av, int sign) {
+        VolumeCounts *c = av->counts;
+
+        if (!c)
+                return;
+        count(&c->staged, av->stage == STAGE_DONE, sign);
+        count(&c->uncertain, av->stage == STAGE_UNCERTAIN, sign);
+        count(&c->attach_waiting, av->attach_wait_since != 0, sign);
+        count(&c->unresponsive, av->unresponsive_since != 0, sign);
+        count(&c->mounts_pending, av->mount_pending, sign);
+}
+
+static void note_backoffs(ActualVolume *av) {
+        if (!av->counts)
+                return;
+        if (hashmap_size(av->backoffs) == 0)
+                (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
+        else if (hashmap_put(av->counts->with_backoffs, av->unique_name, av, NULL) < 0)
+                av->counts->broken = true;
+}
+
+void actual_volume_count_in(ActualVolume *av, VolumeCounts *counts) {
+        void *value;
+
+        assert(!av->counts);
+        av->counts = counts;
+        count_volume_own(av, +1);
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                count_publish(counts, value, +1);
+        note_backoffs(av);
+}
+
+void actual_volume_count_out(ActualVolume *av) {
+        void *value;
+
+        if (!av->counts)
+                return;
+        count_volume_own(av, -1);
+        for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
+                count_publish(av->counts, value, -1);
+        (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
+        av->counts = NULL;
+}
+
+void actual_publish_set_state(ActualVolume *av, ActualPublish *p, PublishState state) {
+        count_publish(av->counts, p, -1);
+        p->state = state;
+        count_publish(av->counts, p, +1);
+}
+
+void actual_publish_set_mount_pending(ActualVolume *av, ActualPublish *p, bool pending) {
+        count_publish(av->counts, p, -1);
+        p->mount_pending = pending;
+        count_publish(av->counts, p, +1);
+}
+
+void actual_volume_set_stage(ActualVolume *av, StageState stage) {
+        count_volume_own(av, -1);
+        av->stage = stage;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_mount_pending(ActualVolume *av, bool pending) {
+        count_volume_own(av, -1);
+        av->mount_pending = pending;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_attach_wait(ActualVolume *av, uint64_t since) {
+        count_volume_own(av, -1);
+        av->attach_wait_since = since;
+        count_volume_own(av, +1);
+}
+
+void actual_volume_set_unresponsive(ActualVolume *av, uint64_t since) {
+        count_volume_own(av, -1);
+        av->unresponsive_since = since;
+        count_volume_own(av, +1);
+}
+
+int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_name, const char *target,
+                       PublishState state) {
+        ActualPublish *p = hashmap_get(av->publishes, pod->uid);
+
+        if (p) {
+                actual_publish_set_state(av, p, state);
+                return 0;
+        }
+        p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        p->state = state;
+        p->pod_uid = strdup(pod->uid);
+        p->pod_key = strdup(pod->key);
+        p->spec_name = strdup(spec_name);
+        p->target = strdup(target);
+        if (!p->pod_uid || !p->pod_key || !p->spec_name || !p->target ||
+            hashmap_put(av->publishes, pod->uid, p, NULL) < 0) {
+                publish_free(p);
+                return -ENOMEM;
+        }
+        count_publish(av->counts, p, +1);
+        pod_index_sync(av->pod_index, av, pod->uid);
+        return 0;
+}
+
+void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
+        ActualPublish *p = hashmap_remove(av->publishes, pod_uid);
+
+        count_publish(av->counts, p, -1);
+        publish_free(p);
+        pod_index_sync(av->pod_index, av, pod_uid);
+}
+
+static int backoff_key(OpKind kind, const char *pod_uid, char buf[static 64]) {
+        return snprintf(buf, 64, "%s/%s", op_kind_to_string(kind), strempty(pod_uid));
+}
+
+Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool create) {
+        char key[64];
+        Backoff *b;
+
+        backoff_key(kind, pod_uid, key);
+        b = hashmap_get(av->backoffs, key);
+        if (b || !create)
+                return b;
+        b = calloc(1, sizeof *b);
+        if (!b || hashmap_put(av->backoffs, key, b, NULL) < 0) {
+                free(b);
+                return NULL;
+        }
+        note_backoffs(av);
+        return b;
+}
+
+void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid) {
+        char key[64];
+        backoff_key(kind, pod_uid, key);
+        free(hashmap_remove(av->backoffs, key));
+        note_backoffs(av);
+}
+
+static bool per_pod(OpKind kind) {
+        return kind == OP_PUBLISH || kind == OP_UNPUBLISH;
+}
+
+bool actual_volume_busy(const ActualVolume *av) {
+        return av->op || hashmap_size(av->pod_ops) > 0;
+}
+
+bool actual_volume_pod_busy(const ActualVolume *av, const char *pod_uid) {
+        return av->op || (pod_uid && hashmap_get(av->pod_ops, pod_uid));
+}
+
+bool actual_volume_op_allowed(const ActualVolume *av, OpKind kind, const char *pod_uid, bool one_call_per_volume) {
+        if (per_pod(kind) && !one_call_per_volume)
+                return !actual_volume_pod_busy(av, pod_uid);
+        return !actual_volume_busy(av);
+}
+
+int actual_volume_add_op(ActualVolume *av, Operation *op) {
+        int r;
+
+        assert(op->av == av);
+        if (!per_pod(op->kind)) {
+                av->op = op;
+                return 0;
+        }
+        r = hashmap_put(av->pod_ops, op->pod.uid, op, NULL);
+        pod_index_sync(av->pod_index, av, op->pod.uid);
+        return r;
+}
+
+void actual_volume_remove_op(ActualVolume *av, Operation *op) {
+        if (av->op == op)
+                av->op = NULL;
+        else if (op->pod.uid && hashmap_get(av->pod_ops, op->pod.uid) == op) {
+                (void) hashmap_remove(av->pod_ops, op->pod.uid);
+                pod_index_sync(av->pod_index, av, op->pod.uid);
+        }
+}
+
+void actual_volume_free_ops(ActualVolume *av) {
+        const char *key;
+        void *value;
+
+        operation_free(TAKE_PTR(av->op));
+        for (size_t i = 0; hashmap_iterate(av->pod_ops, &i, &key, &value);) {
+                Operation *op = value;
+                (void) hashmap_remove(av->pod_ops, key);
+                pod_index_sync(av->pod_index, av, op->pod.uid);
+                operation_free(op);
+        }
+}
+
+void pod_info_done(PodInfo *p) {
+        free(p->uid);
+        free(p->namespace);
+        free(p->name);
+        free(p->key);
+        free(p->service_account);
+        free(p->fs_group_change_policy);
+        *p = (PodInfo){};
+}
+
+int pod_info_copy(const PodInfo *from, PodInfo *to) {
+        *to = (PodInfo){ .has_fs_group = from->has_fs_group, .fs_group = from->fs_group };
+        if (strdup_or_null(from->uid, &to->uid) < 0 || strdup_or_null(from->namespace, &to->namespace) < 0 ||
+            strdup_or_null(from->name, &to->name) < 0 || strdup_or_null(from->key, &to->key) < 0 ||
+            strdup_or_null(from->service_account, &to->service_account) < 0 ||
+            strdup_or_null(from->fs_group_change_policy, &to->fs_group_change_policy) < 0) {
+                pod_info_done(to);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int pod_info_from_desired(const DesiredPod *p, PodInfo *ret) {
+        PodInfo view = {
+                .uid = p->uid,
+                .namespace = p->namespace,
+                .name = p->name,
+                .key = p->key,
+                .service_account = p->service_account,
+                .has_fs_group = p->has_fs_group,
+                .fs_group = p->fs_group,
+                .fs_group_change_policy = p->fs_group_change_policy,
+        };
+        return pod_info_copy(&view, ret);
+}

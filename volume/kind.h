@@ -45,6 +45,7 @@
 typedef struct ActualPublish ActualPublish;
 typedef struct ActualVolume ActualVolume;
 typedef struct DesiredPod DesiredPod;
+typedef struct ClusterView ClusterView;
 typedef struct DesiredVolume DesiredVolume;
 typedef struct Operation Operation;
 typedef struct PassState PassState;
@@ -100,9 +101,9 @@ typedef struct VolumeKind {
         /* Fills dv: dv->spec (with spec->kind this kind), or dv->waiting, or
          * dv->failed.  "block": containers use it through volumeDevices.
          * 0, or -errno (out of memory: the pod is not built). */
-        int (*desire)(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv);
+        int (*desire)(const K8sPod *pod, const K8sPodVolume *v, const ClusterView *view, bool block, DesiredVolume *dv);
         /* The same for a bound claim's PV (claimRef and volumeMode checked). */
-        int (*desire_pv)(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, bool block,
+        int (*desire_pv)(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, const ClusterView *view, bool block,
                          DesiredVolume *dv);
         /* The kind's own data in VolumeSpec.source: copied with the spec
          * (NULL result: out of memory) and freed with it.  NULL entries: the

@@ -212,6 +212,11 @@ static int view_get_pv(void *userdata, const char *name, const K8sPersistentVolu
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
 
+static const K8sNode *view_get_node(void *userdata) {
+        PodLookups *l = userdata;
+        return l->m->node ? k8s_informer_get(l->m->node, NULL, l->m->node_name) : NULL;
+}
+
 static const char *view_lookup_error(void *userdata, const K8sKind *kind, const char *namespace,
                                      const char *name) {
         PodLookups *l = userdata;
@@ -577,7 +582,13 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
         _cleanup_free_ char *asker = manager_asker_of_pod(e->uid);
         PodLookups lookups = { m, asker };
-        ClusterView view = { view_get_pvc, view_get_pv, &lookups, view_lookup_error };
+        ClusterView view = {
+                .get_pvc = view_get_pvc,
+                .get_pv = view_get_pv,
+                .get_node = view_get_node,
+                .userdata = &lookups,
+                .lookup_error = view_lookup_error,
+        };
         DesiredPod *p = NULL;
         const char *field = NULL;
         DesiredPod *old;

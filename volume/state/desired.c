@@ -423,7 +423,7 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         if (pv_block != block)
                 return desired_set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,
                                 pv_block ? "Block" : "Filesystem", block ? "volumeDevices" : "volumeMounts");
-        return kind->desire_pv(pod, v, pv, block, dv);
+        return kind->desire_pv(pod, v, pv, view, block, dv);
 }
 
 int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field) {
@@ -469,7 +469,7 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                         r = desired_set_text(&dv->failed, "volume \"%s\" is used both in volumeMounts and volumeDevices",
                                      v->name);
                 } else if (kind)
-                        r = kind->desire(pod, v, usage == 2, dv);
+                        r = kind->desire(pod, v, view, usage == 2, dv);
                 else
                         r = build_persistent(pod, v, usage == 2, view, dv);
                 if (r < 0)

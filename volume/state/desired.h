@@ -80,6 +80,16 @@ typedef struct ClusterView {
         int (*get_pvc)(void *userdata, const char *namespace, const char *name,
                        const K8sPersistentVolumeClaim **ret);
         int (*get_pv)(void *userdata, const char *name, const K8sPersistentVolume **ret);
+        /* The configMaps and secrets of the pod's own volumes (configMap,
+         * secret, projected sources), read and then followed by a watch of
+         * that one object, as kubelet's watch-based managers and the Node
+         * authorizer allow; the same answers as above.  NULL: not known to
+         * this view (every such volume waits). */
+        int (*get_configmap)(void *userdata, const char *namespace, const char *name, const K8sConfigMap **ret);
+        int (*get_secret)(void *userdata, const char *namespace, const char *name, const K8sSecret **ret);
+        /* This node's Node object (allocatable memory for a Memory emptyDir,
+         * the downward API's node fields); NULL: not seen yet. */
+        const K8sNode *(*get_node)(void *userdata);
         void *userdata;
         const char *(*lookup_error)(void *userdata, const K8sKind *kind, const char *namespace, const char *name);
 } ClusterView;

@@ -84,7 +84,7 @@ static K8sPod *pod_with(const char *volumes, const char *mounts, const char *dev
 
 static void test_inline_volume(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"scratch\",\"csi\":{\"driver\":\"inline.example.com\",\"readOnly\":true,"
                                "\"fsType\":\"xfs\",\"volumeAttributes\":{\"size\":\"1Gi\"},"
                                "\"nodePublishSecretRef\":{\"name\":\"creds\"}}},"
@@ -119,7 +119,7 @@ static void test_inline_volume(void **state) {
 
 static void test_pvc_waits_then_resolves(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\",\"readOnly\":true}}",
                                "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
         DesiredPod *p = NULL;
@@ -175,7 +175,7 @@ static void test_pvc_waits_then_resolves(void **state) {
 
 static void test_generic_ephemeral_and_non_csi(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"eph\",\"ephemeral\":{\"volumeClaimTemplate\":{\"spec\":{}}}},"
                                "{\"name\":\"nfs\",\"persistentVolumeClaim\":{\"claimName\":\"nfs-claim\"}},"
                                "{\"name\":\"cfg\",\"configMap\":{\"name\":\"x\"}}",
@@ -222,7 +222,7 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
 
 static void test_mode_mismatch_and_other_claim(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}", "",
                                "{\"name\":\"data\",\"devicePath\":\"/dev/xvda\"}");
         DesiredPod *p = NULL;
@@ -260,7 +260,7 @@ static void test_refused_lookup_waits_with_server_message(void **state) {
                    .refusal = "persistentvolumeclaims \"claim\" is forbidden: User \"system:node:node-a\" cannot "
                               "get resource \"persistentvolumeclaims\" in API group \"\" in the namespace \"ns1\": "
                               "no relationship found between node 'node-a' and this object" };
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
                                "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
         DesiredPod *p = NULL;
@@ -306,7 +306,7 @@ static void test_refused_lookup_waits_with_server_message(void **state) {
 
 static void test_malicious_names_refused(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         const char *field = NULL;
         DesiredPod *p = NULL;
         K8sPod *pod = pod_with("{\"name\":\"../../etc\",\"csi\":{\"driver\":\"d.example\"}}",
@@ -386,7 +386,7 @@ static void test_fs_group_rule(void **state) {
                 { "[\"ReadWriteOnce\"]", "None", false },
         };
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with("{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}}",
                                "{\"name\":\"data\",\"mountPath\":\"/data\"}", "");
 
@@ -471,7 +471,7 @@ static void test_volume_selinux_label_from_containers(void **state) {
 
 static void test_selinux_context_and_rwop(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         K8sPod *pod = pod_with_security("{\"seLinuxOptions\":{\"level\":\"s0:c1,c2\"},"
                                         "\"seLinuxChangePolicy\":\"MountOption\"}");
         DesiredPod *p = NULL;
@@ -568,7 +568,7 @@ static void test_claim_binding_checked(void **state) {
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 Fake f = {};
-                ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+                ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
                 DesiredPod *p = NULL;
 
                 f.pvcs[0] = decode(&k8s_kind_pvc, cases[i].pvc);
@@ -656,7 +656,7 @@ static void test_pod_volumes_wanted_every_container_kind(void **state) {
  * kubelet's GetPodVolumeNames visits every container kind. */
 static void test_ephemeral_container_mounts_count(void **state) {
         Fake f = {};
-        ClusterView view = { get_pvc, get_pv, &f, lookup_error };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
         DesiredPod *p = NULL;
         K8sPod *pod = decode(&k8s_kind_pod,
                              "{\"metadata\":{\"uid\":\"" UID "\",\"namespace\":\"ns1\",\"name\":\"web\","

@@ -45,13 +45,13 @@ static int scratch_spec(const K8sPod *pod, const char *name, VolumeLifecycle lif
         return 0;
 }
 
-static int scratch_desire(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv) {
+static int scratch_desire(const K8sPod *pod, const K8sPodVolume *v, const ClusterView *view, bool block, DesiredVolume *dv) {
         if (block)
                 return desired_set_text(&dv->failed, "scratch volume \"%s\" is a file system only", v->name);
         return scratch_spec(pod, v->name, VOLUME_EPHEMERAL, dv);
 }
 
-static int scratch_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, bool block,
+static int scratch_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, const ClusterView *view, bool block,
                              DesiredVolume *dv) {
         return scratch_spec(pod, pv->meta.name, VOLUME_PERSISTENT, dv);
 }
@@ -143,7 +143,7 @@ static void teardown_claim(void) {
 /* With the built-in list, what no kind claims is skipped as before kinds:
  * the pod has its inline CSI volume only. */
 static void test_unclaimed_skipped(void **state) {
-        ClusterView view = { get_pvc, get_pv, NULL, NULL };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv };
         K8sPod *pod = scratch_pod();
         DesiredPod *p = NULL;
 
@@ -161,7 +161,7 @@ static void test_unclaimed_skipped(void **state) {
 /* With the scratch kind listed, its pod volume and its claim's PV are its,
  * with its source data; the CSI volume stays CSI's. */
 static void test_kind_desires_through_table(void **state) {
-        ClusterView view = { get_pvc, get_pv, NULL, NULL };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv };
         K8sPod *pod = scratch_pod();
         DesiredPod *p = NULL;
         const DesiredVolume *dv;

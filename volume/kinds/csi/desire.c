@@ -17,7 +17,7 @@ bool csi_claims_pv(const K8sPersistentVolume *pv) {
         return pv->csi;
 }
 
-int csi_desire(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv) {
+int csi_desire(const K8sPod *pod, const K8sPodVolume *v, const ClusterView *view, bool block, DesiredVolume *dv) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
         char handle[CSI_HASH_NAME_MAX];
         int r;
@@ -54,7 +54,7 @@ int csi_desire(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolu
 }
 
 /* The claim is bound to pv (claimRef) and its volumeMode fits (desired.c). */
-int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, bool block,
+int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, const ClusterView *view, bool block,
                   DesiredVolume *dv) {
         _cleanup_(volume_spec_freep) VolumeSpec *s = NULL;
 

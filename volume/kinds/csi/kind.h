@@ -15,8 +15,8 @@ bool csi_driver_attachable(VolumeManager *m, const char *driver);
 /* desire.c */
 bool csi_claims(const K8sPodVolume *v);
 bool csi_claims_pv(const K8sPersistentVolume *pv);
-int csi_desire(const K8sPod *pod, const K8sPodVolume *v, bool block, DesiredVolume *dv);
-int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, bool block,
+int csi_desire(const K8sPod *pod, const K8sPodVolume *v, const ClusterView *view, bool block, DesiredVolume *dv);
+int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, const ClusterView *view, bool block,
                   DesiredVolume *dv);
 
 /* plan.c */

@@ -331,7 +331,7 @@ static int mount_id(int fd, const char *name, uint64_t *ret) {
 /* Opens a directory below fd, never through a symlink nor onto another mount. */
 static int open_dir_beneath(int fd, const char *name, uint64_t mnt_id, int *ret) {
         _cleanup_close_ int d = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        uint64_t id;
+        uint64_t id = 0; /* gcc -O2 -flto cannot see mount_id() sets it on success */
         int r;
 
         if (d < 0)

@@ -135,7 +135,7 @@ def test_files_of_kvolumed_8_name_what_is_installed_and_read(code):
     flat = " ".join(files.split())
     # What the daemon reads and writes: its default kubeconfig, and its
     # records' directory under root-dir (volume/host/paths.h's RECORDS_DIR).
-    with open(os.path.join(REPO_DIR, "volume", "paths.h")) as f:
+    with open(os.path.join(REPO_DIR, "volume", "host", "paths.h")) as f:
         records = re.search(r'#define RECORDS_DIR "([^"]+)"', f.read()).group(1)
     for path in (keys[("kubernetes", "kubeconfig")], f"<root-dir>/{records}/"):
         assert path in flat, f"FILES lacks {path}:\n{files}"

@@ -349,7 +349,7 @@ def test_restart_republishes_promptly(volume_env):
 def schedules(path):
     """{pod UID: [(scheduled, due), ...]} in the order kvolumed drew them:
     the wall-clock times of its "republish-scheduled" and "republish-due"
-    trace lines (KVOLUMED_TEST_TRACE_FILE, volume/republish.c)."""
+    trace lines (KVOLUMED_TEST_TRACE_FILE, volume/kinds/csi/republish.c)."""
     drawn, out = {}, {}
     try:
         with open(path) as f:
@@ -366,7 +366,7 @@ def schedules(path):
 
 
 # It reads the delays kvolumed drew for the first republishes (the trace of
-# volume/republish.c), not when the calls reached the driver: other work's
+# volume/kinds/csi/republish.c), not when the calls reached the driver: other work's
 # CPU (CI6 and CI7, beside a loop of builds) delays the loop and delivers
 # what was due in a burst, which says nothing of the jitter.  Serial all
 # the same: 100 pods' republishes every 4 s is load of its own.

@@ -147,6 +147,8 @@ def test_an_unsupported_type_fails_at_once_with_one_event(volume_env, sockdir):
     # The CSI volume is set up anyway, as kubelet does each volume on its own.
     wait_until(lambda: os.path.ismount(env.target(pod, "scratch")), timeout=30, what="the CSI volume")
     env.wait_event("FailedMount", "unsupported volume type nfs: kvolumed", timeout=30)
+    env.agent.wait_for_log("Volume home of pod default/legacy: unsupported volume type nfs: kvolumed does not "
+                           "set up nfs volumes", timeout=10)
     env.wait_event("FailedMount", 'unsupported volume type nfs (persistentvolume "pv-nfs")', timeout=30)
     # A pass over the pod again (a label changed) says nothing twice.
     obj = env.api.get("pods", "default", "legacy")

@@ -89,6 +89,7 @@ static int connect_clients(Agent *a) {
                                                         .expand_check_interval_usec = c->expand_check_interval_usec,
                                                         .attach_limit_refresh_usec = c->attach_limit_refresh_usec,
                                                         .selinux_mount_all = c->selinux_mount_all,
+                                                        .runner_kinds = c->runner_kinds,
                                                         .runtime_endpoint = c->runtime_endpoint,
                                                         .mount_source_mountinfo = c->mount_source_mountinfo,
                                                         .max_pending = VOLUME_PENDING_PER_PARALLEL *

@@ -73,6 +73,59 @@ static int reply_error(HttpRequest *req, unsigned status, const char *format, ..
         return reply_json(req, status, o);
 }
 
+/* runtime.v1 Mount, in the proto's own field names (protobuf's JSON
+ * mapping takes them as they are): a runner passes it to CreateContainer
+ * unchanged.  A runner's mount has no host_path and names its volume. */
+static cJSON *mount_json(const PodMountView *mv) {
+        cJSON *o = cJSON_CreateObject();
+
+        if (!o)
+                return NULL;
+        cJSON_AddStringToObject(o, "container_path", mv->container_path);
+        if (mv->host_path)
+                cJSON_AddStringToObject(o, "host_path", mv->host_path);
+        cJSON_AddBoolToObject(o, "readonly", mv->readonly);
+        cJSON_AddBoolToObject(o, "selinux_relabel", mv->selinux_relabel);
+        cJSON_AddStringToObject(o, "propagation", mv->propagation);
+        cJSON_AddBoolToObject(o, "recursive_read_only", mv->recursive_read_only);
+        if (mv->volume)
+                cJSON_AddStringToObject(o, "volume", mv->volume);
+        return o;
+}
+
+/* "containers": [{name, type, mounts, devices, runnerMounts}]: kubelet's
+ * makeMounts and makeBlockVolumes for each container of the pod. */
+static void add_containers(cJSON *o, const PodView *v) {
+        cJSON *list = cJSON_AddArrayToObject(o, "containers");
+
+        for (size_t i = 0; v && list && i < v->n_containers; i++) {
+                const PodContainerView *c = &v->containers[i];
+                cJSON *e = cJSON_CreateObject(), *mounts, *devices, *runner;
+
+                if (!e)
+                        return;
+                cJSON_AddItemToArray(list, e);
+                cJSON_AddStringToObject(e, "name", c->name);
+                cJSON_AddStringToObject(e, "type", c->type);
+                mounts = cJSON_AddArrayToObject(e, "mounts");
+                for (size_t j = 0; mounts && j < c->n_mounts; j++)
+                        cJSON_AddItemToArray(mounts, mount_json(&c->mounts[j]));
+                devices = cJSON_AddArrayToObject(e, "devices");
+                for (size_t j = 0; devices && j < c->n_devices; j++) {
+                        cJSON *d = cJSON_CreateObject();
+                        if (!d)
+                                return;
+                        cJSON_AddStringToObject(d, "container_path", c->devices[j].container_path);
+                        cJSON_AddStringToObject(d, "host_path", c->devices[j].host_path);
+                        cJSON_AddStringToObject(d, "permissions", c->devices[j].permissions);
+                        cJSON_AddItemToArray(devices, d);
+                }
+                runner = cJSON_AddArrayToObject(e, "runnerMounts");
+                for (size_t j = 0; runner && j < c->n_runner_mounts; j++)
+                        cJSON_AddItemToArray(runner, mount_json(&c->runner_mounts[j]));
+        }
+}
+
 /* The body of the contract: the pod's volumes, and whether all are
  * mounted or all are torn down; "error" joins the final errors' reasons. */
 static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
@@ -94,11 +147,18 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                 const PodVolumeView *pv = &v->volumes[i];
                 cJSON *e = cJSON_CreateObject();
                 cJSON_AddStringToObject(e, "name", pv->name);
+                if (pv->kind)
+                        cJSON_AddStringToObject(e, "kind", pv->kind);
+                else
+                        cJSON_AddNullToObject(e, "kind");
+                if (pv->runner_type)
+                        cJSON_AddStringToObject(e, "type", pv->runner_type);
                 if (pv->driver)
                         cJSON_AddStringToObject(e, "driver", pv->driver);
                 else
                         cJSON_AddNullToObject(e, "driver");
-                cJSON_AddStringToObject(e, "state", pod_volume_state_to_string(pv->state));
+                cJSON_AddStringToObject(e, "state",
+                                        pv->runner ? "runner" : pod_volume_state_to_string(pv->state));
                 if (pv->host_path)
                         cJSON_AddStringToObject(e, "hostPath", pv->host_path);
                 else
@@ -118,6 +178,7 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                         fprintf(f, "%s%s", ftell(f) > 0 ? "; " : "", v->reason);
         }
         cJSON_AddBoolToObject(o, "allMounted", v ? v->all_mounted : false);
+        add_containers(o, v);
         cJSON_AddBoolToObject(o, "allTornDown", v ? v->all_torn_down : true);
         if (f && fclose(f) == 0 && joined)
                 cJSON_AddStringToObject(o, "error", joined);

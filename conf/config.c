@@ -32,6 +32,7 @@ typedef enum ValueType {
         VALUE_MOUNT_SOURCE, /* auto | mountinfo (a bool: mountinfo); empty: default */
         VALUE_UNIX_ENDPOINT, /* unix:///abs or /abs (a socket); empty: unset / off */
         VALUE_GROUP,       /* a group name or a numeric gid; empty: unset */
+        VALUE_VOLUME_TYPES, /* volume source names, comma-separated; empty: none */
 } ValueType;
 
 typedef struct KeyDef {
@@ -89,6 +90,7 @@ static const KeyDef key_table[] = {
         { "volumes", "selinux-mount-all", VALUE_BOOL, FIELD(selinux_mount_all), "false", 0, 0, NULL },
         { "volumes", "expand-check-interval", VALUE_DURATION, FIELD(expand_check_interval_usec), "1m", 10, 24 * 3600,
           "each round GETs the claim of every published volume" },
+        { "volumes", "runner-kinds", VALUE_VOLUME_TYPES, FIELD(runner_kinds), NULL, 0, 0, NULL },
         { "runtime", "endpoint", VALUE_UNIX_ENDPOINT, FIELD(runtime_endpoint), NULL, 0, 0, NULL },
         { "api", "socket", VALUE_OPTIONAL_PATH, FIELD(api_socket), "/run/kvolumed/kvolumed.sock", 0, 0, NULL },
         { "api", "group", VALUE_GROUP, FIELD(api_group), NULL, 0, 0, NULL },
@@ -246,6 +248,50 @@ static int check_duration_range(ParseState *st, const KeyDef *k, unsigned line, 
         return -ERANGE;
 }
 
+/* [volumes] runner-kinds: the pod volume sources the runner sets up itself,
+ * by their field name in the pod spec (nfs, iscsi, image, ...) or a PV's.
+ * kvolumed sets up every other source or refuses the pod's volume; naming
+ * one of its own sources here would leave a volume to nobody (or to two),
+ * so that is an error.  Kept as one normalised "a, b" string. */
+static int parse_volume_types(ParseState *st, const KeyDef *k, unsigned line, const char *value, char **str) {
+        static const char *const owned[] = { "csi",      "persistentVolumeClaim", "ephemeral", "configMap",
+                                             "secret",   "downwardAPI",           "projected", "emptyDir",
+                                             "hostPath", "local" };
+        _cleanup_free_ char *copy = strdup(value), *out = NULL;
+        size_t size = 0;
+        FILE *f;
+
+        if (!copy)
+                return -ENOMEM;
+        f = open_memstream(&out, &size);
+        if (!f)
+                return -ENOMEM;
+        for (char *save = NULL, *t = strtok_r(copy, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+                bool ok = isalpha((unsigned char) t[0]) && strlen(t) <= 63;
+                for (const char *c = t; ok && *c; c++)
+                        ok = isalnum((unsigned char) *c);
+                if (!ok) {
+                        fclose(f);
+                        fail(st, line, "%s: \"%s\" is not a volume source name (the field of the pod's volume, "
+                             "e.g. nfs, iscsi, image)", k->key, t);
+                        return -EINVAL;
+                }
+                for (size_t i = 0; i < ELEMENTSOF(owned); i++)
+                        if (streq(t, owned[i])) {
+                                fclose(f);
+                                fail(st, line, "%s: kvolumed sets up %s volumes itself; only a source it does not "
+                                     "set up (nfs, iscsi, image, ...) can be left to the runner", k->key, t);
+                                return -EINVAL;
+                        }
+                fprintf(f, "%s%s", ftell(f) > 0 ? ", " : "", t);
+        }
+        if (fclose(f) != 0 || !out)
+                return -ENOMEM;
+        free(*str);
+        *str = isempty(out) ? NULL : TAKE_PTR(out);
+        return 0;
+}
+
 static int set_value(ParseState *st, const KeyDef *k, const char *value, bool from_default) {
         void *field = (uint8_t *) st->config + k->offset;
         char **str = field;
@@ -256,7 +302,7 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
         /* An empty value means the default, except where empty means "off". */
         if (!from_default && isempty(value)) {
                 if (k->type == VALUE_OPTIONAL_PATH || k->type == VALUE_HTTPS_URL || k->type == VALUE_LISTEN ||
-                    k->type == VALUE_UNIX_ENDPOINT || k->type == VALUE_GROUP) {
+                    k->type == VALUE_UNIX_ENDPOINT || k->type == VALUE_GROUP || k->type == VALUE_VOLUME_TYPES) {
                         *str = mfree_str(*str);
                         return 0;
                 }
@@ -358,6 +404,9 @@ static int set_value(ParseState *st, const KeyDef *k, const char *value, bool fr
                         return -EINVAL;
                 }
                 return free_and_strdup(str, value);
+
+        case VALUE_VOLUME_TYPES:
+                return parse_volume_types(st, k, line, value, str);
 
         case VALUE_LOG_LEVEL:
                 r = log_level_from_string(value);
@@ -945,6 +994,7 @@ Config *config_free(Config *c) {
         }
         free(c->drivers);
         free(c->runtime_endpoint);
+        free(c->runner_kinds);
         free(c->api_socket);
         free(c->api_group);
         free(c->metrics_listen);
@@ -1010,6 +1060,7 @@ static void print_listing(const Config *c, bool sources, FILE *out) {
                 case VALUE_LISTEN:
                 case VALUE_UNIX_ENDPOINT:
                 case VALUE_GROUP:
+                case VALUE_VOLUME_TYPES:
                         fputs(strempty(*(char *const *) field), out);
                         break;
                 case VALUE_DURATION:

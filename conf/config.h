@@ -60,6 +60,7 @@ typedef struct Config {
         /* [volumes] */
         bool selinux_mount_all; /* context= for any volume whose pod asks MountOption, not only RWOP */
         uint64_t expand_check_interval_usec; /* published volumes' claims read for online expansion */
+        char *runner_kinds; /* volume sources left to the pod runner, "nfs, image"; NULL: none */
 
         /* [runtime] */
         char *runtime_endpoint; /* unix:///path of the CRI socket; NULL: the API alone decides teardown */

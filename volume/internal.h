@@ -230,6 +230,7 @@ struct VolumeManager {
         uint64_t republish_interval_usec; /* requiresRepublish drivers */
         bool selinux_enabled;   /* the host has SELinux (volume/host/selinux.h), read at start */
         bool selinux_mount_all; /* [volumes] selinux-mount-all */
+        char **runner_kinds;    /* [volumes] runner-kinds: sources left to the runner; NULL: none */
         bool warned_other_node; /* a pod of another node came from the API: said once */
         RootDir *root;
         RuntimeGate *runtime;   /* runtime.c: asked before any unpublish; NULL: not configured */

@@ -55,6 +55,19 @@ typedef struct VolumeManager VolumeManager;
 typedef struct VolumeSpec VolumeSpec;
 typedef struct cJSON cJSON;
 
+/* VolumeKind.mount_attributes */
+enum {
+        /* Always mounted read-only into containers (configMap, secret,
+         * downwardAPI, projected: Attributes.ReadOnly true), and still
+         * managed: relabelled. */
+        VOLUME_ATTR_READ_ONLY = 1 << 0,
+        /* Not kubelet's to relabel (hostPath: Managed and SELinuxRelabel false). */
+        VOLUME_ATTR_UNMANAGED = 1 << 1,
+        /* Relabelled only on a host with SELinux, and not when mounted with
+         * context= (CSI: GetSELinuxSupport of the mount). */
+        VOLUME_ATTR_RELABEL_IF_SELINUX = 1 << 2,
+};
+
 typedef struct VolumeKind {
         /* "csi", "configmap", "secret", "projected", "downward-api",
          * "empty-dir", "host-path", "local": logs, and /volumes' "kind". */
@@ -199,6 +212,17 @@ typedef struct VolumeKind {
          * block).  NULL: none. */
         void (*reconstruct_node)(VolumeManager *m, ReconstructScan *c);
         void (*reconstruct_node_after)(VolumeManager *m, ReconstructScan *c);
+
+        /* ---- the runner's mounts (volume/podview.c, kubelet's makeMounts) ---- */
+
+        /* What kubelet's Mounter.GetAttributes() says of the kind's volumes:
+         * VOLUME_ATTR_* below, or 0: read-only as the volume's readOnly says,
+         * managed (relabelled) unless read-only (emptyDir, local). */
+        unsigned mount_attributes;
+        /* The absolute host path the runtime is given for a set-up volume
+         * when it is not the kind's publish target under root-dir
+         * (hostPath: the spec's path).  NULL: that target. */
+        int (*runtime_host_path)(const VolumeSpec *s, char **ret);
 
         /* ---- reports (volume/describe.c) ---- */
 

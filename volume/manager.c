@@ -586,6 +586,7 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 .get_pvc = view_get_pvc,
                 .get_pv = view_get_pv,
                 .get_node = view_get_node,
+                .runner_kinds = m->runner_kinds,
                 .userdata = &lookups,
                 .lookup_error = view_lookup_error,
         };
@@ -740,6 +741,8 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->attach_limit_refresh_usec = o->attach_limit_refresh_usec;
         m->selinux_enabled = selinux_host_enabled();
         m->selinux_mount_all = o->selinux_mount_all;
+        if (desired_parse_runner_kinds(o->runner_kinds, &m->runner_kinds) < 0)
+                return -ENOMEM;
         m->node_name = strdup(o->node_name);
         m->pod_entries = hashmap_new();
         m->volumes = hashmap_new();
@@ -898,6 +901,7 @@ VolumeManager *volume_manager_free(VolumeManager *m) {
                 return NULL;
         root_watch_free(m); /* the operations it holds go with their volumes below */
         podview_detach_all(m);
+        k8s_strv_free(m->runner_kinds);
         for (const VolumeKind *const *k = volume_kinds(); *k; k++)
                 if ((*k)->free)
                         (*k)->free(m);

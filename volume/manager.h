@@ -40,6 +40,7 @@ typedef struct VolumeManagerOptions {
         uint64_t expand_check_interval_usec; /* [agent] expand-check-interval; 0: 1 min */
         uint64_t attach_limit_refresh_usec;  /* [csi] attach-limit-refresh-interval; 0: off */
         bool selinux_mount_all;       /* [volumes] selinux-mount-all */
+        const char *runner_kinds;     /* [volumes] runner-kinds, "nfs, image"; NULL: none */
         const char *runtime_endpoint; /* [runtime] endpoint; NULL: teardown on the API's word alone */
         bool mount_source_mountinfo;  /* [agent] mount-source = mountinfo: never the kernel's mount events */
         /* Tests (KVOLUMED_TEST_VERIFY_INCREMENTAL): after every scoped pass, a

@@ -7,6 +7,7 @@
 #include "volume/host/paths.h"
 #include "volume/internal.h"
 #include "volume/podview.h"
+#include "volume/state/desired.h"
 
 struct PodWatch {
         VolumeManager *m;
@@ -17,10 +18,32 @@ struct PodWatch {
         PodWatch *prev, *next;
 };
 
+static void mounts_free(PodMountView *a, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(a[i].container_path);
+                free(a[i].host_path);
+                free(a[i].volume);
+        }
+        free(a);
+}
+
 PodView *pod_view_free(PodView *v) {
         if (!v)
                 return NULL;
+        for (size_t i = 0; i < v->n_containers; i++) {
+                PodContainerView *c = &v->containers[i];
+                free(c->name);
+                mounts_free(c->mounts, c->n_mounts);
+                mounts_free(c->runner_mounts, c->n_runner_mounts);
+                for (size_t d = 0; d < c->n_devices; d++) {
+                        free(c->devices[d].container_path);
+                        free(c->devices[d].host_path);
+                }
+                free(c->devices);
+        }
+        free(v->containers);
         for (size_t i = 0; i < v->n_volumes; i++) {
+                free(v->volumes[i].runner_type);
                 free(v->volumes[i].name);
                 free(v->volumes[i].driver);
                 free(v->volumes[i].host_path);
@@ -112,12 +135,18 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         }
         if (set_str(&out->driver, s->driver) < 0)
                 return -ENOMEM;
+        out->kind = s->kind->name;
         out->read_only = s->read_only;
         out->block = s->block;
         av = hashmap_get(m->volumes, s->unique_name);
         pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
-        out->host_path =
-                pub && !s->block ? abs_path(m, pub->target) : host_path(m, s, e->uid, s->spec_name, s->block);
+        if (s->kind->runtime_host_path && !s->block) {
+                /* Not under root-dir: what the runtime is given (hostPath's path). */
+                if (s->kind->runtime_host_path(s, &out->host_path) < 0)
+                        return -ENOMEM;
+        } else
+                out->host_path = pub && !s->block ? abs_path(m, pub->target)
+                                                  : host_path(m, s, e->uid, s->spec_name, s->block);
         if (!out->host_path)
                 return -ENOMEM;
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
@@ -177,6 +206,188 @@ static int describe_nothing_desired(VolumeManager *m, const PodEntry *e, PodView
         return 0;
 }
 
+/* A volume left to the runner ([volumes] runner-kinds): listed so that the
+ * runner sees it is its own; it neither holds nor fails all_mounted. */
+static int describe_runner(const RunnerVolume *rv, PodVolumeView *out) {
+        out->kind = "runner";
+        out->runner = true;
+        out->state = POD_VOLUME_PENDING;
+        if (set_str(&out->name, rv->name) < 0 || set_str(&out->runner_type, rv->type) < 0)
+                return -ENOMEM;
+        if (asprintf(&out->reason, "a %s volume: the pod runner sets it up ([volumes] runner-kinds)", rv->type) < 0) {
+                out->reason = NULL;
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* ---- the runner's mounts (kubelet's makeMounts, makeBlockVolumes) ------------------- */
+
+static const char *cri_propagation(const char *mode) {
+        if (streq_ptr(mode, "HostToContainer"))
+                return "PROPAGATION_HOST_TO_CONTAINER";
+        if (streq_ptr(mode, "Bidirectional"))
+                return "PROPAGATION_BIDIRECTIONAL";
+        return "PROPAGATION_PRIVATE"; /* unset or None (validated: nothing else gets here) */
+}
+
+/* kubelet's resolveRecursiveReadOnly: Enabled asks for it; IfPossible takes
+ * it where the runtime handler supports it, which kvolumed does not ask the
+ * runtime (false: the runner may set it when its runtime has
+ * RuntimeHandlerFeatures.recursive_read_only). */
+static bool cri_recursive_read_only(const char *rro) {
+        return streq_ptr(rro, "Enabled");
+}
+
+static const PodVolumeView *view_find(const PodView *v, const char *name) {
+        for (size_t i = 0; i < v->n_volumes; i++)
+                if (v->volumes[i].state != POD_VOLUME_TEARING_DOWN && streq(v->volumes[i].name, name))
+                        return &v->volumes[i];
+        return NULL;
+}
+
+/* Where kubelet binds a subPath: pods/<uid>/volume-subpaths/<volume>/<container>/<index>
+ * (index: the volumeMount's in the container's list), and whether that bind
+ * is in place.  The subPath kind's pass (volume/host/subpath.h's
+ * subpath_prepare, run by the emptyDir/hostPath/subPath work) owns that
+ * state; until it answers here, none is ready: a pod with a subPath is
+ * never all mounted rather than started with the volume's root where it
+ * asked for a directory in it. */
+static int subpath_bind(VolumeManager *m, const char *uid, const char *volume, const char *container,
+                        size_t index, char **ret_path, bool *ret_ready) {
+        if (asprintf(ret_path, "%s/pods/%s/volume-subpaths/%s/%s/%zu", m->root->path, uid, volume, container,
+                     index) < 0) {
+                *ret_path = NULL;
+                return -ENOMEM;
+        }
+        *ret_ready = false;
+        return 0;
+}
+
+static PodMountView *mount_add(PodMountView **a, size_t *n) {
+        PodMountView *b = reallocarray(*a, *n + 1, sizeof *b);
+        if (!b)
+                return NULL;
+        *a = b;
+        b[*n] = (PodMountView){};
+        return &b[(*n)++];
+}
+
+/* One volumeMount as makeMounts makes it.  readonly: the mount's or the
+ * volume's (mustMountRO: the volume's readOnly, or a kind always read-only);
+ * selinux_relabel: Managed && SELinuxRelabel (kubelet's SELinuxLabeled
+ * mark is set on a copy of the map's value: every mount of the volume asks). */
+static int describe_mount(VolumeManager *m, PodEntry *e, PodView *v, const K8sContainer *c, size_t index,
+                          PodContainerView *out) {
+        const K8sVolumeMount *mnt = &c->mounts[index];
+        const PodVolumeView *pv = view_find(v, mnt->name);
+        const DesiredVolume *dv;
+        const ActualVolume *av;
+        PodMountView *o;
+        unsigned attrs;
+        bool managed, relabels, ready;
+        int r;
+
+        if (!pv)
+                return 0;
+        if (pv->runner) {
+                o = mount_add(&out->runner_mounts, &out->n_runner_mounts);
+                if (!o || set_str(&o->volume, pv->name) < 0 || set_str(&o->container_path, mnt->path) < 0)
+                        return -ENOMEM;
+                o->readonly = mnt->read_only;
+                o->propagation = cri_propagation(mnt->mount_propagation);
+                o->recursive_read_only = cri_recursive_read_only(mnt->recursive_read_only);
+                return 0;
+        }
+        dv = desired_pod_find_volume(e->desired, mnt->name);
+        if (!pv->host_path || pv->block || !dv || !dv->spec)
+                return 0; /* not set up (failed, waiting): the pod is not all mounted */
+        attrs = dv->spec->kind->mount_attributes;
+        av = hashmap_get(m->volumes, dv->spec->unique_name);
+        managed = !(attrs & VOLUME_ATTR_UNMANAGED) && ((attrs & VOLUME_ATTR_READ_ONLY) || !dv->spec->read_only);
+        relabels = !(attrs & VOLUME_ATTR_RELABEL_IF_SELINUX) || (m->selinux_enabled && !(av && av->selinux_context));
+        o = mount_add(&out->mounts, &out->n_mounts);
+        if (!o || set_str(&o->container_path, mnt->path) < 0)
+                return -ENOMEM;
+        o->readonly = mnt->read_only || dv->spec->read_only || (attrs & VOLUME_ATTR_READ_ONLY);
+        o->selinux_relabel = managed && relabels;
+        o->propagation = cri_propagation(mnt->mount_propagation);
+        o->recursive_read_only = cri_recursive_read_only(mnt->recursive_read_only);
+        if (isempty(mnt->sub_path) && isempty(mnt->sub_path_expr))
+                return set_str(&o->host_path, pv->host_path);
+        r = subpath_bind(m, e->uid, mnt->name, c->name, index, &o->host_path, &ready);
+        if (r < 0)
+                return r;
+        if (!ready && v->all_mounted) {
+                v->all_mounted = false;
+                if (!v->reason && asprintf(&v->reason, "subPath of volume \"%s\" for container \"%s\" (volumeMount %zu) "
+                                           "is not prepared yet", mnt->name, c->name, index) < 0) {
+                        v->reason = NULL;
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+static int describe_container(VolumeManager *m, PodEntry *e, PodView *v, const K8sContainer *c, const char *type) {
+        PodContainerView *a = reallocarray(v->containers, v->n_containers + 1, sizeof *a), *out;
+        int r;
+
+        if (!a)
+                return -ENOMEM;
+        v->containers = a;
+        out = &a[v->n_containers++];
+        *out = (PodContainerView){ .type = type };
+        if (set_str(&out->name, c->name) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_mounts; i++) {
+                r = describe_mount(m, e, v, c, i, out);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < c->n_devices; i++) {
+                const PodVolumeView *pv = view_find(v, c->devices[i].name);
+                PodDeviceView *d;
+
+                if (!pv || !pv->block || !pv->host_path)
+                        continue;
+                d = reallocarray(out->devices, out->n_devices + 1, sizeof *d);
+                if (!d)
+                        return -ENOMEM;
+                out->devices = d;
+                d = &d[out->n_devices++];
+                *d = (PodDeviceView){ .permissions = pv->read_only ? "r" : "mrw" };
+                if (set_str(&d->container_path, c->devices[i].path) < 0 || set_str(&d->host_path, pv->host_path) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* Every container kind, in kubelet's order of running them. */
+static int describe_containers(VolumeManager *m, PodEntry *e, PodView *v) {
+        const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
+        int r;
+
+        if (!pod || !streq_ptr(pod->meta.uid, e->uid) || !e->desired)
+                return 0;
+        const struct {
+                const K8sContainer *c;
+                size_t n;
+                const char *type;
+        } lists[] = {
+                { pod->init_containers, pod->n_init_containers, "init" },
+                { pod->containers, pod->n_containers, "app" },
+                { pod->ephemeral_containers, pod->n_ephemeral_containers, "ephemeral" },
+        };
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++) {
+                        r = describe_container(m, e, v, &lists[l].c[i], lists[l].type);
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
+}
+
 int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret) {
         _cleanup_(pod_view_freep) PodView *v = NULL;
         PodEntry *e = hashmap_get(m->pod_entries, uid);
@@ -201,6 +412,14 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                         return r;
                 v->all_mounted = v->all_mounted && pv->state == POD_VOLUME_PUBLISHED;
                 v->failed = v->failed || pv->state == POD_VOLUME_FAILED;
+        }
+        for (size_t i = 0; e && e->desired && i < e->desired->n_runner_volumes; i++) {
+                PodVolumeView *pv = view_add(v);
+                if (!pv)
+                        return -ENOMEM;
+                r = describe_runner(&e->desired->runner_volumes[i], pv);
+                if (r < 0)
+                        return r;
         }
         if (e && !e->desired) {
                 r = describe_nothing_desired(m, e, v);
@@ -238,6 +457,11 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
         }
         if (!e && v->n_volumes == 0 && v->all_torn_down)
                 return -ENOENT;
+        if (e) {
+                r = describe_containers(m, e, v);
+                if (r < 0)
+                        return r;
+        }
         *ret = TAKE_PTR(v);
         return 0;
 }

@@ -24,6 +24,12 @@
 
 typedef struct PodVolumeView {
         char *name;   /* the pod's name of the volume (pod.spec.volumes[].name) */
+        /* Its kind's name ("csi", "configmap", ...), "runner" for a source
+         * left to the runner, NULL while its claim is not bound or when its
+         * source is one kvolumed does not set up (then it is failed). */
+        const char *kind;
+        bool runner;       /* [volumes] runner-kinds: the runner sets it up; never in all_mounted */
+        char *runner_type; /* then: its source ("nfs", "image") */
         char *driver; /* NULL: not known yet (its claim is not bound) */
         PodVolumeState state;
         char *host_path; /* absolute: the publish target, or for block the pod device path */
@@ -31,6 +37,35 @@ typedef struct PodVolumeView {
         bool block;
         char *reason; /* why it is not published; NULL when published */
 } PodVolumeView;
+
+/* What the runner passes to CRI for a container, as kubelet's makeMounts and
+ * makeBlockVolumes build it (runtime.v1 Mount and Device). */
+typedef struct PodMountView {
+        char *container_path;
+        char *host_path;         /* the volume's, a subPath's bind; NULL for a runner's volume */
+        bool readonly;           /* the volumeMount's, or the volume's (a kind always read-only) */
+        bool selinux_relabel;    /* kubelet's rule: a managed volume whose kind relabels */
+        const char *propagation; /* "PROPAGATION_PRIVATE", "PROPAGATION_HOST_TO_CONTAINER", "PROPAGATION_BIDIRECTIONAL" */
+        bool recursive_read_only;
+        char *volume;            /* runner mounts only: the pod's volume they need */
+} PodMountView;
+
+typedef struct PodDeviceView {
+        char *container_path; /* devicePath */
+        char *host_path;      /* pods/<uid>/volumeDevices/<plugin>/<name>, absolute */
+        const char *permissions; /* "mrw", "r" for a read-only volume */
+} PodDeviceView;
+
+typedef struct PodContainerView {
+        char *name;
+        const char *type; /* "init", "app", "ephemeral" */
+        PodMountView *mounts;
+        size_t n_mounts;
+        PodDeviceView *devices;
+        size_t n_devices;
+        PodMountView *runner_mounts; /* of volumes left to the runner: it fills host_path */
+        size_t n_runner_mounts;
+} PodContainerView;
 
 typedef struct PodView {
         char *uid;
@@ -40,7 +75,14 @@ typedef struct PodView {
         bool all_mounted;   /* every wanted volume published (none wanted: true) */
         bool all_torn_down; /* nothing of the pod published, uncertain or in flight on the node */
         bool failed;        /* a volume, or the pod as a whole, has a final error */
-        char *reason;       /* why none of the pod's volumes is desired, when none is (NULL otherwise) */
+        char *reason;       /* why none of the pod's volumes is desired, when none is; or what a
+                             * subPath waits for (NULL otherwise) */
+        /* Per container (init, app, ephemeral, in the pod's order): the
+         * mounts and devices of its volumeMounts and volumeDevices whose
+         * volume has a host path; complete only when all_mounted.  NULL when
+         * the pod object is not known. */
+        PodContainerView *containers;
+        size_t n_containers;
 } PodView;
 
 /* -ENOENT when the manager knows nothing of that pod: no pod object and

@@ -27,6 +27,7 @@ csi.stats-interval = 1m
 csi.attach-limit-refresh-interval = 0
 volumes.selinux-mount-all = false
 volumes.expand-check-interval = 1m
+volumes.runner-kinds = 
 runtime.endpoint = unix:///run/containerd/containerd.sock
 api.socket = /run/kvolumed/kvolumed.sock
 api.group = 

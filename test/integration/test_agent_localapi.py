@@ -124,12 +124,12 @@ def test_state_and_host_paths_of_inline_persistent_and_block_volumes(volume_env,
     assert (status, ctype) == (200, "application/json"), body
     assert (body["uid"], body["pod"], body["allMounted"], body["allTornDown"]) == (uid, "default/web", True, False)
     vols = {v["name"]: v for v in body["volumes"]}
-    assert vols["scratch"] == {"name": "scratch", "driver": DRIVER, "state": "published",
+    assert vols["scratch"] == {"name": "scratch", "kind": "csi", "driver": DRIVER, "state": "published",
                                "hostPath": env.target(pod, "scratch"), "readOnly": False, "block": False}
-    assert vols["data"] == {"name": "data", "driver": DRIVER, "state": "published",
+    assert vols["data"] == {"name": "data", "kind": "csi", "driver": DRIVER, "state": "published",
                             "hostPath": env.target(pod, "pv-fs"), "readOnly": True, "block": False}
     disk = f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi/pv-blk"
-    assert vols["disk"] == {"name": "disk", "driver": DRIVER, "state": "published", "hostPath": disk,
+    assert vols["disk"] == {"name": "disk", "kind": "csi", "driver": DRIVER, "state": "published", "hostPath": disk,
                             "readOnly": False, "block": True}
     # What the runner puts in the container spec is there.
     assert os.path.ismount(vols["scratch"]["hostPath"]) and os.path.ismount(vols["data"]["hostPath"])

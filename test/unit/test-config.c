@@ -180,6 +180,7 @@ static void test_every_key(void **state) {
                                   "csi.attach-limit-refresh-interval = 0\n"
                                   "volumes.selinux-mount-all = false\n"
                                   "volumes.expand-check-interval = 1m\n"
+                                  "volumes.runner-kinds = \n"
                                   "runtime.endpoint = unix:///run/containerd/containerd.sock\n"
                                   "api.socket = /run/kvolumed/kvolumed.sock\n"
                                   "api.group = \n"
@@ -268,6 +269,26 @@ static void test_errors_name_file_and_line(void **state) {
                     "(shorter than 108 bytes)");
         parse_fails("[agent]\nnode-name = n\n[driver \"d.example\"]\n[log]\n",
                     "t.conf:3: [driver \"d.example\"] has no endpoint (endpoint = unix:///path/to/csi.sock)");
+}
+
+/* [volumes] runner-kinds: source names, normalised; a source kvolumed sets
+ * up itself, or something that is no field name, is refused. */
+static void test_runner_kinds(void **state) {
+        Config *c = parse_ok("[agent]\nnode-name = n\n");
+        assert_null(c->runner_kinds);
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[volumes]\nrunner-kinds = nfs,image   iscsi\n");
+        assert_string_equal(c->runner_kinds, "nfs, image, iscsi");
+        config_free(c);
+        c = parse_ok("[agent]\nnode-name = n\n[volumes]\nrunner-kinds =\n");
+        assert_null(c->runner_kinds);
+        config_free(c);
+        parse_fails("[agent]\nnode-name = n\n[volumes]\nrunner-kinds = nfs, configMap\n",
+                    "t.conf:4: runner-kinds: kvolumed sets up configMap volumes itself; only a source it does not "
+                    "set up (nfs, iscsi, image, ...) can be left to the runner");
+        parse_fails("[agent]\nnode-name = n\n[volumes]\nrunner-kinds = nfs/x\n",
+                    "t.conf:4: runner-kinds: \"nfs/x\" is not a volume source name (the field of the pod's volume, "
+                    "e.g. nfs, iscsi, image)");
 }
 
 static void test_bool(void **state) {
@@ -533,6 +554,7 @@ int main(void) {
                 cmocka_unit_test(test_errors_name_file_and_line),
                 cmocka_unit_test(test_more_errors),
                 cmocka_unit_test(test_bool),
+                cmocka_unit_test(test_runner_kinds),
                 cmocka_unit_test(test_driver_without_endpoint_at_end),
                 cmocka_unit_test(test_long_line),
                 cmocka_unit_test(test_durations),

@@ -119,6 +119,11 @@ DesiredPod *desired_pod_free(DesiredPod *p) {
                 free(p->volumes[i].failed);
         }
         free(p->volumes);
+        for (size_t i = 0; i < p->n_runner_volumes; i++) {
+                free(p->runner_volumes[i].name);
+                free(p->runner_volumes[i].type);
+        }
+        free(p->runner_volumes);
         free(p->uid);
         free(p->namespace);
         free(p->name);
@@ -366,8 +371,50 @@ static int pv_bound_to_claim(const K8sPod *pod, const char *claim, const K8sPers
         return r < 0 ? r : 1;
 }
 
+static bool runner_kind(const ClusterView *view, const char *type) {
+        return view->runner_kinds && k8s_strv_contains(view->runner_kinds, type);
+}
+
+/* The field name of a source no kind claimed: what the API calls it, which
+ * is also what [volumes] runner-kinds names.  A known source whose kind is
+ * not built in (a test's list of kinds) is named too. */
+static const char *pod_volume_type(const K8sPodVolume *v) {
+        return v->other_source  ? v->other_source
+               : v->config_map  ? "configMap"
+               : v->secret      ? "secret"
+               : v->downward_api ? "downwardAPI"
+               : v->projected   ? "projected"
+               : v->empty_dir   ? "emptyDir"
+               : v->host_path   ? "hostPath"
+               : v->csi         ? "csi"
+                                : "unknown";
+}
+
+static const char *pv_type(const K8sPersistentVolume *pv) {
+        return pv->other_source ? pv->other_source
+               : pv->host_path  ? "hostPath"
+               : pv->local_path ? "local"
+               : pv->csi        ? "csi"
+                                : "unknown";
+}
+
+/* kubelet fails such a volume with "cannot find volume plugin"; here at
+ * once and for good, with what to do: a runner that starts the container
+ * without it would let it write into its own root file system. */
+static int set_unsupported(DesiredVolume *dv, const char *type, const char *pv_name) {
+        _cleanup_free_ char *of = NULL;
+
+        if (pv_name && asprintf(&of, " (persistentvolume \"%s\")", pv_name) < 0)
+                return -ENOMEM;
+        return desired_set_text(&dv->failed,
+                                "unsupported volume type %s%s: kvolumed does not set up %s volumes; use a CSI "
+                                "driver, or set it up in the pod runner and name %s in [volumes] runner-kinds",
+                                type, strempty(of), type, type);
+}
+
+/* 1 with *ret_runner_type when the claim's PV is of a type left to the runner. */
 static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block, const ClusterView *view,
-                            DesiredVolume *dv) {
+                            DesiredVolume *dv, const char **ret_runner_type) {
         _cleanup_free_ char *ephemeral_claim = NULL;
         const K8sPersistentVolumeClaim *pvc;
         const K8sPersistentVolume *pv;
@@ -412,18 +459,110 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         if (!pv)
                 return desired_set_text(&dv->waiting, "persistentvolume \"%s\" of claim \"%s\" not found", pvc->volume_name,
                                 claim);
-        /* A PV no kind claims is not ours (volume/kinds/kinds.c). */
-        kind = volume_kind_of_pv(pv);
-        if (!kind || !kind->desire_pv)
-                return 1;
         r = pv_bound_to_claim(pod, claim, pvc, pv, dv);
         if (r != 0)
                 return r < 0 ? r : 0;
+        /* A PV no kind claims (volume/kinds/kinds.c): in-tree nfs, EBS, ... */
+        kind = volume_kind_of_pv(pv);
+        if (!kind || !kind->desire_pv) {
+                if (runner_kind(view, pv_type(pv))) {
+                        *ret_runner_type = pv_type(pv);
+                        return 1;
+                }
+                return set_unsupported(dv, pv_type(pv), pv->meta.name);
+        }
         pv_block = streq_ptr(pv->volume_mode, "Block");
         if (pv_block != block)
                 return desired_set_text(&dv->failed, "volume \"%s\" has volumeMode %s but is used in %s", v->name,
                                 pv_block ? "Block" : "Filesystem", block ? "volumeDevices" : "volumeMounts");
         return kind->desire_pv(pod, v, pv, view, block, dv);
+}
+
+/* What the API server would have refused (a pod from a newer or a
+ * non-validating server): the volume fails with the rule, never half set
+ * up.  A source kvolumed does not set up is left to the caller. */
+static int volume_checked(const K8sPod *pod, const K8sPodVolume *v, DesiredVolume *dv) {
+        const ContainerList lists[] = POD_CONTAINER_LISTS(pod);
+        const char *problem = NULL;
+        int r;
+
+        r = k8s_pod_volume_validate(v, &problem);
+        if (r == -EOPNOTSUPP && v->other_source)
+                return 0;
+        if (r == -EOPNOTSUPP && v->projected) {
+                const char *other = "unknown";
+                for (size_t i = 0; i < v->projected->n_sources; i++)
+                        if (v->projected->sources[i].other)
+                                other = v->projected->sources[i].other;
+                return desired_set_text(&dv->failed,
+                                        "unsupported volume type projected %s: kvolumed does not set up projected %s "
+                                        "sources",
+                                        other, other);
+        }
+        if (r < 0)
+                return desired_set_text(&dv->failed, "volume \"%s\" is invalid: %s", v->name, strempty(problem));
+        for (size_t l = 0; l < ELEMENTSOF(lists); l++)
+                for (size_t i = 0; i < lists[l].n; i++) {
+                        const K8sContainer *c = &lists[l].c[i];
+                        for (size_t m = 0; m < c->n_mounts; m++) {
+                                if (!streq_ptr(c->mounts[m].name, v->name))
+                                        continue;
+                                r = k8s_volume_mount_validate(&c->mounts[m], c, &problem);
+                                if (r < 0)
+                                        return desired_set_text(&dv->failed,
+                                                                "volumeMount %s of volume \"%s\" in container \"%s\" "
+                                                                "is invalid: %s",
+                                                                strempty(c->mounts[m].path), v->name, strempty(c->name),
+                                                                strempty(problem));
+                        }
+                }
+        return 0;
+}
+
+static int add_runner_volume(DesiredPod *p, const char *name, const char *type) {
+        RunnerVolume *a = reallocarray(p->runner_volumes, p->n_runner_volumes + 1, sizeof *a);
+
+        if (!a)
+                return -ENOMEM;
+        p->runner_volumes = a;
+        a[p->n_runner_volumes] = (RunnerVolume){ .name = strdup(name), .type = strdup(type) };
+        if (!a[p->n_runner_volumes].name || !a[p->n_runner_volumes].type) {
+                free(a[p->n_runner_volumes].name);
+                free(a[p->n_runner_volumes].type);
+                return -ENOMEM;
+        }
+        p->n_runner_volumes++;
+        return 0;
+}
+
+int desired_parse_runner_kinds(const char *list, char ***ret) {
+        _cleanup_free_ char *copy = NULL;
+        char **v = NULL;
+        size_t n = 0;
+
+        *ret = NULL;
+        if (isempty(list))
+                return 0;
+        copy = strdup(list);
+        if (!copy)
+                return -ENOMEM;
+        for (char *save = NULL, *t = strtok_r(copy, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+                char **a = reallocarray(v, n + 2, sizeof *a);
+                if (!a) {
+                        k8s_strv_free(v);
+                        return -ENOMEM;
+                }
+                v = a;
+                v[n] = strdup(t);
+                v[n + 1] = NULL;
+                if (!v[n]) {
+                        k8s_strv_free(v);
+                        return -ENOMEM;
+                }
+                n++;
+        }
+        *ret = v;
+        return 0;
 }
 
 int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field) {
@@ -453,11 +592,9 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                 const K8sPodVolume *v = &pod->volumes[i];
                 const VolumeKind *kind = volume_kind_of_pod_volume(v);
                 DesiredVolume *dv = &p->volumes[p->n_volumes];
+                const char *runner_type = NULL;
                 unsigned usage;
 
-                /* A source no kind claims is skipped (volume/kinds/kinds.c). */
-                if (!kind && !v->claim_name && !v->ephemeral)
-                        continue;
                 usage = volume_usage(pod, v->name);
                 if (usage == 0)
                         continue; /* kubelet sets up only volumes that containers use */
@@ -465,17 +602,37 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                 if (!dv->name)
                         return -ENOMEM;
                 p->n_volumes++;
-                if (usage == 3) {
+                r = volume_checked(pod, v, dv);
+                if (r < 0)
+                        return r;
+                if (dv->failed)
+                        continue;
+                if (!kind && !v->claim_name && !v->ephemeral) {
+                        /* A source no kind claims (nfs, gitRepo, image, ...). */
+                        if (runner_kind(view, pod_volume_type(v)))
+                                runner_type = pod_volume_type(v);
+                        else
+                                r = set_unsupported(dv, pod_volume_type(v), NULL);
+                } else if (usage == 3) {
                         r = desired_set_text(&dv->failed, "volume \"%s\" is used both in volumeMounts and volumeDevices",
                                      v->name);
                 } else if (kind)
                         r = kind->desire(pod, v, view, usage == 2, dv);
-                else
-                        r = build_persistent(pod, v, usage == 2, view, dv);
+                else {
+                        r = build_persistent(pod, v, usage == 2, view, dv, &runner_type);
+                        if (r > 0)
+                                r = 0;
+                }
                 if (r < 0)
                         return r;
-                if (r > 0) { /* a PV no kind claims */
+                if (runner_type) {
+                        r = add_runner_volume(p, v->name, runner_type);
+                        if (r < 0)
+                                return r;
                         free(dv->name);
+                        volume_spec_free(dv->spec);
+                        free(dv->waiting);
+                        free(dv->failed);
                         p->n_volumes--;
                 }
         }

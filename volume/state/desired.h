@@ -57,6 +57,15 @@ typedef struct DesiredVolume {
         char *failed;       /* a problem only a change of the objects can fix */
 } DesiredVolume;
 
+/* A volume some container uses whose source kvolumed does not set up and
+ * the configuration leaves to the pod runner ([volumes] runner-kinds): not
+ * desired here (nothing is set up, torn down or waited for), only listed for
+ * the runner by the local API. */
+typedef struct RunnerVolume {
+        char *name; /* pod.spec.volumes[].name */
+        char *type; /* the source's field name: "nfs", "image", ... */
+} RunnerVolume;
+
 typedef struct DesiredPod {
         char *uid;
         char *namespace;
@@ -68,6 +77,8 @@ typedef struct DesiredPod {
         char *fs_group_change_policy; /* NULL: Always */
         DesiredVolume *volumes;
         size_t n_volumes;
+        RunnerVolume *runner_volumes;
+        size_t n_runner_volumes;
 } DesiredPod;
 
 /* Lookups of the objects a pod's volumes refer to: 0 with *ret the object,
@@ -92,6 +103,10 @@ typedef struct ClusterView {
         const K8sNode *(*get_node)(void *userdata);
         void *userdata;
         const char *(*lookup_error)(void *userdata, const K8sKind *kind, const char *namespace, const char *name);
+        /* [volumes] runner-kinds (NULL-terminated; NULL: none): the sources
+         * no kind claims that the runner sets up; any other such source is
+         * a final error of the volume ("unsupported volume type"). */
+        char *const *runner_kinds;
 } ClusterView;
 
 /* Whether the pod's volumes are wanted: while its status shows any
@@ -103,10 +118,17 @@ bool pod_volumes_wanted(const K8sPod *pod);
 /* Builds the desired volumes of a pod; -EINVAL (with *ret_field) when a name
  * of the pod that becomes a path is malformed: then nothing of it may touch
  * the disk.  Only volumes some container mounts or maps are included, as
- * kubelet does; a source no kind claims, and a claim's PV no kind claims, are
- * ignored (volume/kinds/kinds.c). */
+ * kubelet does.  Each is checked against API validation first
+ * (k8s_pod_volume_validate, and k8s_volume_mount_validate for each of its
+ * mounts): a volume the API would refuse fails with the rule it breaks.  A
+ * source no kind claims (volume/kinds/kinds.c), and a claim's PV no kind
+ * claims, fail as "unsupported volume type <type>" unless
+ * view->runner_kinds names the type: then it is in p->runner_volumes. */
 int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **ret, const char **ret_field);
 DesiredPod *desired_pod_free(DesiredPod *p);
+/* "nfs, image" ([volumes] runner-kinds, already checked) → a
+ * NULL-terminated list; NULL or "" → NULL. */
+int desired_parse_runner_kinds(const char *list, char ***ret);
 DEFINE_TRIVIAL_CLEANUP_FUNC(DesiredPod *, desired_pod_free);
 
 const DesiredVolume *desired_pod_find_volume(const DesiredPod *p, const char *name);

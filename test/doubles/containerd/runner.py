@@ -88,16 +88,19 @@ class PodRunner:
         self.pods.append(pod)
         return pod
 
-    def create_container(self, pod, name, script, mounts=()):
+    def create_container(self, pod, name, script, mounts=(), cri_mounts=()):
         """CreateContainer: `sh -c script`, with mounts [(host path,
-        container path, read-only)]."""
+        container path, read-only)], and cri_mounts: runtime.v1 Mount
+        messages as dicts in the proto's field names (what kvolumed's local
+        API gives per container), passed as they are."""
+        from google.protobuf import json_format
         pb = self.pb
         ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)
         config = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=IMAGE),
             command=["/bin/sh", "-c", script],
             mounts=[pb.Mount(host_path=h, container_path=c, readonly=ro, propagation=pb.PROPAGATION_PRIVATE)
-                    for h, c, ro in mounts],
+                    for h, c, ro in mounts] + [json_format.ParseDict(m, pb.Mount()) for m in cri_mounts],
             linux=pb.LinuxContainerConfig(security_context=pb.LinuxContainerSecurityContext(namespace_options=ns)))
         cid = self._call("CreateContainer", pod_sandbox_id=pod.sandbox_id, config=config,
                          sandbox_config=pod.config).container_id
@@ -107,8 +110,8 @@ class PodRunner:
     def start_container(self, cid):
         self._call("StartContainer", container_id=cid)
 
-    def run_container(self, pod, name, script, mounts=()):
-        cid = self.create_container(pod, name, script, mounts)
+    def run_container(self, pod, name, script, mounts=(), cri_mounts=()):
+        cid = self.create_container(pod, name, script, mounts, cri_mounts)
         self.start_container(cid)
         return cid
 

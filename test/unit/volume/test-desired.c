@@ -209,12 +209,73 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
                                           "\"uid\":\"" UID "\",\"controller\":true,\"blockOwnerDeletion\":true}]},"
                                           "\"spec\":{\"volumeName\":\"pv-1\"},\"status\":{\"phase\":\"Bound\"}}");
         f.pvs[1] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p2\",\"name\":\"pv-nfs\",\"resourceVersion\":\"1\"},"
-                                        "\"spec\":{\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
+                                        "\"spec\":{" REF_C1 "\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        /* The generic ephemeral volume's claim is "<pod>-<volume>"; NFS and configMap are not ours. */
-        assert_int_equal(p->n_volumes, 1);
+        /* The generic ephemeral volume's claim is "<pod>-<volume>"; an NFS PV
+         * and (with no configMap kind in this list) a configMap are final
+         * errors, never left out in silence. */
+        assert_int_equal(p->n_volumes, 3);
         assert_string_equal(p->volumes[0].name, "eph");
         assert_string_equal(p->volumes[0].spec->spec_name, "pv-1");
+        assert_string_equal(p->volumes[1].name, "nfs");
+        assert_null(p->volumes[1].spec);
+        assert_string_equal(p->volumes[1].failed,
+                            "unsupported volume type nfs (persistentvolume \"pv-nfs\"): kvolumed does not set up nfs "
+                            "volumes; use a CSI driver, or set it up in the pod runner and name nfs in [volumes] "
+                            "runner-kinds");
+        assert_null(p->volumes[2].spec);
+        assert_non_null(strstr(p->volumes[2].failed, "unsupported volume type configMap"));
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
+/* [volumes] runner-kinds: a pod's nfs volume and a claim's nfs PV are the
+ * runner's, listed apart and never desired; an image volume not named there
+ * is a final error; a volume or a mount the API would refuse is one too. */
+static void test_runner_kinds_and_validation(void **state) {
+        Fake f = {};
+        char *runner[] = { (char *) "nfs", NULL };
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error,
+                             .runner_kinds = runner };
+        K8sPod *pod = pod_with("{\"name\":\"share\",\"nfs\":{\"server\":\"s\",\"path\":\"/\"}},"
+                               "{\"name\":\"claimed\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}},"
+                               "{\"name\":\"img\",\"image\":{\"reference\":\"busybox\"}},"
+                               "{\"name\":\"two\",\"csi\":{\"driver\":\"d\"},\"emptyDir\":{}},"
+                               "{\"name\":\"bidi\",\"csi\":{\"driver\":\"hostpath.csi.k8s.io\"}},"
+                               "{\"name\":\"unused\",\"gitRepo\":{\"repository\":\"r\"}}",
+                               "{\"name\":\"share\",\"mountPath\":\"/s\"},{\"name\":\"claimed\",\"mountPath\":\"/c\"},"
+                               "{\"name\":\"img\",\"mountPath\":\"/i\"},{\"name\":\"two\",\"mountPath\":\"/t\"},"
+                               "{\"name\":\"bidi\",\"mountPath\":\"/b\",\"mountPropagation\":\"Bidirectional\"}",
+                               "");
+        DesiredPod *p = NULL;
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-nfs"));
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p2\",\"name\":\"pv-nfs\",\"resourceVersion\":\"1\"},"
+                                        "\"spec\":{" REF_C1 "\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_int_equal(p->n_runner_volumes, 2);
+        assert_string_equal(p->runner_volumes[0].name, "share");
+        assert_string_equal(p->runner_volumes[0].type, "nfs");
+        assert_string_equal(p->runner_volumes[1].name, "claimed");
+        assert_string_equal(p->runner_volumes[1].type, "nfs");
+        assert_int_equal(p->n_volumes, 3); /* the unused gitRepo is not looked at, as kubelet */
+        assert_string_equal(desired_pod_find_volume(p, "img")->failed,
+                            "unsupported volume type image: kvolumed does not set up image volumes; use a CSI "
+                            "driver, or set it up in the pod runner and name image in [volumes] runner-kinds");
+        assert_string_equal(desired_pod_find_volume(p, "two")->failed,
+                            "volume \"two\" is invalid: more than one volume source");
+        assert_string_equal(desired_pod_find_volume(p, "bidi")->failed,
+                            "volumeMount /b of volume \"bidi\" in container \"c\" is invalid: Bidirectional mount "
+                            "propagation is available only to privileged containers");
+        desired_pod_free(p);
+        /* Without runner-kinds both nfs volumes are final errors. */
+        view.runner_kinds = NULL;
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_int_equal(p->n_runner_volumes, 0);
+        assert_non_null(strstr(desired_pod_find_volume(p, "share")->failed, "unsupported volume type nfs:"));
+        assert_non_null(strstr(desired_pod_find_volume(p, "claimed")->failed,
+                               "unsupported volume type nfs (persistentvolume \"pv-nfs\")"));
         desired_pod_free(p);
         k8s_pod_free(pod);
         fake_free(&f);
@@ -681,6 +742,7 @@ int main(void) {
                 cmocka_unit_test(test_inline_volume),
                 cmocka_unit_test(test_pvc_waits_then_resolves),
                 cmocka_unit_test(test_generic_ephemeral_and_non_csi),
+                cmocka_unit_test(test_runner_kinds_and_validation),
                 cmocka_unit_test(test_mode_mismatch_and_other_claim),
                 cmocka_unit_test(test_refused_lookup_waits_with_server_message),
                 cmocka_unit_test(test_malicious_names_refused),

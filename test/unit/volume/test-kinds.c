@@ -140,8 +140,9 @@ static void teardown_claim(void) {
         the_pv = NULL;
 }
 
-/* With the built-in list, what no kind claims is skipped as before kinds:
- * the pod has its inline CSI volume only. */
+/* With the built-in list (CSI only here), what no kind claims is a final
+ * error of its volume, never skipped: the runner must not start the pod
+ * without it. */
 static void test_unclaimed_skipped(void **state) {
         ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv };
         K8sPod *pod = scratch_pod();
@@ -150,9 +151,12 @@ static void test_unclaimed_skipped(void **state) {
         setup_claim();
         volume_kinds_set_for_tests(NULL);
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        assert_int_equal(p->n_volumes, 1);
-        assert_string_equal(p->volumes[0].name, "inline");
-        assert_ptr_equal(p->volumes[0].spec->kind, &volume_kind_csi);
+        assert_int_equal(p->n_volumes, 3);
+        const DesiredVolume *dv = desired_pod_find_volume(p, "inline");
+        assert_ptr_equal(dv->spec->kind, &volume_kind_csi);
+        dv = desired_pod_find_volume(p, "claimed");
+        assert_null(dv->spec);
+        assert_non_null(strstr(dv->failed, "unsupported volume type hostPath (persistentvolume \"scratch-pv\")"));
         desired_pod_free(p);
         k8s_pod_free(pod);
         teardown_claim();

@@ -148,6 +148,7 @@ const VolumeKind volume_kind_csi = {
                 [OP_UNPUBLISH] = "NodeUnpublishVolume",
                 [OP_UNSTAGE] = "NodeUnstageVolume",
         },
+        .mount_attributes = VOLUME_ATTR_RELABEL_IF_SELINUX,
         .setup = csi_setup,
         .start = csi_start,
         .free = csi_free,

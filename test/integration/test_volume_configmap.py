@@ -196,3 +196,178 @@ def test_secret_on_tmpfs_default_mode_updates_and_deletion_keeps_the_files(volum
     out = env.agent.output()
     assert "hunter2" not in out and "correct horse" not in out
     remove_pods(env, pod)
+
+
+# --- the local API's answers, optional objects and keys ------------------------------
+
+from integration.test_agent_localapi import api_get, sockdir, start as start_with_api  # noqa: E402,F401
+
+
+def volumes_state(body):
+    return {v["name"]: (v["state"], v.get("reason")) for v in body["volumes"]}
+
+
+def test_missing_configmap_waits_with_the_reason_and_harms_nothing_else(volume_env, sockdir):
+    env = volume_env
+    configmap(env, "present", {"k": "v"})
+    configmap(env, "partial", {"k": "v"})
+    sock = start_with_api(env, sockdir)
+    pod = env.pod("web", [cm_volume("good", "present"), cm_volume("missing", "absent"),
+                          cm_volume("opt", "absent", optional=True),
+                          cm_volume("keyless", "partial", items=[{"key": "nope", "path": "n"}]),
+                          cm_volume("keyopt", "partial", optional=True,
+                                    items=[{"key": "nope", "path": "n"}, {"key": "k", "path": "k"}])])
+    uid = pod["metadata"]["uid"]
+    # The other volumes are set up meanwhile.
+    wait_until(lambda: read(f"{vol_dir(env, pod, 'configmap', 'good')}/k") == "v", timeout=20, what="good")
+    wait_until(lambda: read(f"{vol_dir(env, pod, 'configmap', 'keyopt')}/k") == "v", timeout=20, what="keyopt")
+    # An optional object that does not exist: mounted, empty.
+    opt = vol_dir(env, pod, "configmap", "opt")
+    wait_until(lambda: os.path.islink(f"{opt}/..data"), timeout=20, what="the empty optional volume")
+    assert sorted(os.listdir(opt)) == sorted(["..data", os.readlink(f"{opt}/..data")])
+    assert os.listdir(f"{opt}/..data") == []
+    # The runner's wait is answered at once with kubelet's words (and retried by it).
+    t0 = time.time()
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s")
+    assert status == 409 and time.time() - t0 < 10, body
+    states = volumes_state(body)
+    assert states["missing"][0] == "failed" and 'configmap "absent" not found' in states["missing"][1], states
+    assert states["keyless"][0] == "failed"
+    assert "configmap references non-existent config key: nope" in states["keyless"][1], states
+    for name in ("good", "opt", "keyopt"):
+        assert states[name][0] == "published", states
+    assert not os.path.exists(vol_dir(env, pod, "configmap", "missing"))
+    assert not os.path.exists(vol_dir(env, pod, "configmap", "keyless"))
+    env.wait_event("FailedMount", 'configmap "absent" not found')
+
+    # Not final: the object created, the key added, the watches bring them.
+    configmap(env, "absent", {"x": "y"})
+    update_data(env, "configmaps", "partial", {"k": "v", "nope": "here"})
+    status, body = wait_until(
+        lambda: (r := api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s"))[0] == 200 and r[:2],
+        timeout=30, what="every volume mounted")
+    assert read(f"{vol_dir(env, pod, 'configmap', 'missing')}/x") == "y"
+    assert read(f"{vol_dir(env, pod, 'configmap', 'keyless')}/n") == "here"
+    wait_until(lambda: read(f"{opt}/x") == "y", timeout=20, what="the optional object's keys once it exists")
+    wait_until(lambda: read(f"{vol_dir(env, pod, 'configmap', 'keyopt')}/n") == "here", timeout=20,
+               what="the optional key once it exists")
+    remove_pods(env, pod)
+
+
+def test_configmaps_read_by_name_only(volume_env):
+    """kubelet reads configMaps as the node: the one object a pod names, by
+    GET and a watch with fieldSelector metadata.name, never a list of the
+    namespace; the fake's Node authorizer refuses any other, and one no pod
+    references is never asked for."""
+    env = volume_env
+    configmap(env, "cfg", {"k": "v"})
+    configmap(env, "unrelated", {"secret": "no"})
+    env.start()
+    pod = env.pod("web", [cm_volume("cfg", "cfg")])
+    d = vol_dir(env, pod, "configmap", "cfg")
+    wait_until(lambda: read(f"{d}/k") == "v", timeout=20, what="the configMap's files")
+    env.agent.wait_for_log("Watching ConfigMap/default/cfg by name", timeout=10)
+    update_data(env, "configmaps", "cfg", {"k": "w"})
+    wait_until(lambda: read(f"{d}/k") == "w", timeout=20, what="the update")
+    cm_requests = [r for r in env.api.requests() if "/configmaps" in r["path"]]
+    assert cm_requests
+    for r in cm_requests:
+        by_get = r["path"] == "/api/v1/namespaces/default/configmaps/cfg"
+        by_watch = (r["path"] == "/api/v1/namespaces/default/configmaps"
+                    and r["query"].get("fieldSelector") == "metadata.name=cfg")
+        assert by_get or by_watch, r
+        assert r["status"] in (200, None), r
+    assert any(r.get("watch") for r in cm_requests)
+    assert not configmap_reads(env, "unrelated")
+    remove_pods(env, pod)
+    # Nobody asks any more: its watch stops.
+    env.agent.wait_for_log("No longer watching ConfigMap/default/cfg", timeout=30)
+
+
+# --- restart, reboot, teardown -----------------------------------------------------------
+
+def kill_agent(env):
+    env.agent.proc.send_signal(signal.SIGKILL)
+    env.agent.proc.wait()
+
+
+def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_env):
+    env = volume_env
+    configmap(env, "cfg", {"a": "1"})
+    secret(env, "creds", {"password": "hunter2"})
+    env.start()
+    pod = env.pod("web", [cm_volume("cfg", "cfg"), secret_volume("creds", "creds")],
+                  security_context={"fsGroup": 4321})
+    c, s = vol_dir(env, pod, "configmap", "cfg"), vol_dir(env, pod, "secret", "creds")
+    wait_until(lambda: read(f"{c}/a") == "1" and read(f"{s}/password") == "hunter2", timeout=20,
+               what="both volumes")
+    env.agent.wait_for_log("watched for its loss", timeout=10)
+    before = (snapshot(c), snapshot(s))
+
+    # kill -9 and start: both found set up, compared by the writer, nothing rewritten.
+    kill_agent(env)
+    env.start()
+    wait_until(lambda: env.agent.output().count("already holds the content of") >= 2, timeout=30,
+               what="both volumes compared after the restart\n" + env.agent.output()[-3000:])
+    assert (snapshot(c), snapshot(s)) == before
+    assert fs_type(s) == "tmpfs"
+
+    # A reboot: the tmpfs is gone with the boot, the records name another boot.
+    kill_agent(env)
+    subprocess.run(["umount", s], check=True)
+    assert not os.listdir(s)
+    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
+        with open(path) as f:
+            record = json.load(f)
+        record["bootID"] = "00000000-0000-4000-8000-000000000000"
+        with open(path, "w") as f:
+            json.dump(record, f)
+    env.start()
+    wait_until(lambda: fs_type(s) == "tmpfs" and read(f"{s}/password") == "hunter2", timeout=30,
+               what="the secret's tmpfs set up again\n" + env.agent.output()[-3000:])
+    st = os.stat(f"{s}/password")
+    assert st.st_gid == 4321 and stat.S_IMODE(st.st_mode) == 0o644
+    wait_until(lambda: "already holds the content of kubernetes.io/configmap/" in env.agent.output(), timeout=30,
+               what="the configMap compared")
+    assert snapshot(c) == before[0]  # on the disk: it survived the boot, nothing rewritten
+    remove_pods(env, pod)
+
+
+def test_teardown_waits_for_the_runtime_and_the_mount_guard(volume_env, tmp_path):
+    """A pod deleted while its container runs keeps its volumes (the runtime's
+    word, the frame's); once it stopped, a bind of the secret's tmpfs still
+    there (a container's mount the runtime has not cleaned) holds the
+    unmount back, the files untouched; then everything goes."""
+    from integration.test_volume_runtime import _mock_cri
+    gen = _mock_cri("unimplemented")
+    cri = next(gen)
+    try:
+        env = volume_env
+        configmap(env, "cfg", {"a": "1"})
+        secret(env, "creds", {"password": "hunter2"})
+        env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
+        pod = env.pod("web", [cm_volume("cfg", "cfg"), secret_volume("creds", "creds")])
+        uid = pod["metadata"]["uid"]
+        c, s = vol_dir(env, pod, "configmap", "cfg"), vol_dir(env, pod, "secret", "creds")
+        wait_until(lambda: read(f"{c}/a") == "1" and read(f"{s}/password") == "hunter2", timeout=20,
+                   what="both volumes")
+        cri.add_pod(uid, name="web")
+        bind = f"{env.root}/container-rootfs-creds"
+        os.mkdir(bind)
+        subprocess.run(["mount", "--bind", s, bind], check=True)
+        try:
+            env.api.remove("pods", "default", "web")
+            env.agent.wait_for_log("Not unpublishing volume", timeout=15)
+            time.sleep(0.5)
+            assert read(f"{c}/a") == "1" and read(f"{s}/password") == "hunter2" and fs_type(s) == "tmpfs"
+            cri.stop_pod(uid)
+            env.wait_gone(c, timeout=20)
+            env.agent.wait_for_log(f"The tmpfs at {s} is still mounted at {bind}", timeout=20)
+            assert fs_type(s) == "tmpfs" and read(f"{bind}/password") == "hunter2"  # held: left as it is
+        finally:
+            subprocess.run(["umount", bind], check=False)
+            os.rmdir(bind)
+        env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+        assert not mounts_under(env.root)
+    finally:
+        next(gen, None)

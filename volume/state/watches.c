@@ -465,8 +465,11 @@ void object_watches_forget_asker(ObjectWatches *w, const char *asker) {
                 /* A final answer is kept: it costs no GET, and a pod that
                  * wants the object and is not rebuilt yet (its event in the
                  * same iteration) must find it, not wait for a new first
-                 * answer meanwhile (its volume not desired: unstaged). */
-                if (hashmap_size(e->askers) > 0 || e->askers_unknown || entry_final(e))
+                 * answer meanwhile (its volume not desired: unstaged).  Not
+                 * a watched configMap or secret: its watch is a connection
+                 * held open, and a pod that wants it again reads it again. */
+                if (hashmap_size(e->askers) > 0 || e->askers_unknown ||
+                    (entry_final(e) && !watched_kind(e->kind)))
                         continue;
                 log_debug("No longer looking up %s: %s needs it no more", e->key, asker);
                 hashmap_remove(w->entries, key);

@@ -297,6 +297,18 @@ static void unpublish(const FileKindType *t, Operation *op) {
                 return;
         }
         op->called = true;
+        /* The tmpfs first, and only once nothing else holds it: its content
+         * goes with it (a bind of it elsewhere keeps seeing the files until
+         * then); what is left below is the dir on root-dir's disk. */
+        if (t->tmpfs) {
+                r = unmount_tmpfs(op, abs, &f);
+                if (r < 0) {
+                        operation_fail(op, r, true, "UnmountVolume.TearDown failed for volume \"%s\" : %s is %s",
+                                       op->spec_name, abs,
+                                       r == -EBUSY ? "still in use by another mount" : "not unmountable");
+                        return;
+                }
+        }
         r = root_dir_open_dir(op->m->root, op->target, &fd);
         if (r >= 0) {
                 AtomicWriteOptions opts = { .note_changed = note_changed, .userdata = &note, .log = &f, .path = abs };
@@ -306,20 +318,10 @@ static void unpublish(const FileKindType *t, Operation *op) {
                                        op->spec_name, reason ? reason : strerror(-r));
                         return;
                 }
-                close(TAKE_FD(fd)); /* nothing of ours holds the tmpfs */
         } else if (r != -ENOENT) {
                 operation_fail(op, r, true, "UnmountVolume.TearDown failed for volume \"%s\" : cannot open %s: %s",
                                op->spec_name, abs, strerror(-r));
                 return;
-        }
-        if (t->tmpfs) {
-                r = unmount_tmpfs(op, abs, &f);
-                if (r < 0) {
-                        operation_fail(op, r, true, "UnmountVolume.TearDown failed for volume \"%s\" : %s is %s",
-                                       op->spec_name, abs,
-                                       r == -EBUSY ? "still in use by another mount" : "not unmountable");
-                        return;
-                }
         }
         op->call_ok = true;
         log_fields(LOG_DEBUG, &f, "Cleared %s of %s", abs, op->av->unique_name);

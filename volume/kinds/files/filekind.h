@@ -28,11 +28,12 @@
  * with the pod's fsGroup applied before the swap, and every change is
  * noted in root-dir's notes, so that the pass's batched sync makes it
  * durable (root_dir_note_changed).
- * Unpublish (after the runtime's word, the frame's): atomic_clear (only
- * what the writer made), then, for a tmpfs, the mount-table guard (no other
- * mount of that tmpfs under root-dir: a container's bind still holds it)
- * and the unmount; the frame's rmdir takes the dir (never recursively: a
- * dir that is not empty or still a mount point stays, with a log line).
+ * Unpublish (after the runtime's word, the frame's): for a tmpfs, the
+ * mount-table guard (no other mount of that tmpfs under root-dir: a
+ * container's bind still holds it, and its files stay as they are) and the
+ * unmount; then atomic_clear (only what the writer made); the frame's rmdir
+ * takes the dir (never recursively: a dir that is not empty or still a
+ * mount point stays, with a log line).
  * Reconstruction: a dir found is published (uncertain when its tmpfs is
  * gone — a reboot: set up again), its digest unknown (see above).
  * All of it is plain blocking file I/O on kvolumed's own tmpfs or

@@ -166,12 +166,23 @@ def test_configmap_update_reaches_the_files_and_only_a_real_change_writes(volume
 def test_secret_on_tmpfs_default_mode_updates_and_deletion_keeps_the_files(volume_env):
     env = volume_env
     secret(env, "creds", {"password": "hunter2", "user": "admin"})
+    node = env.node()
+    node["status"]["allocatable"] = {"memory": "4Gi", "cpu": "2"}
+    env.api.update(node)
     env.start()
-    pod = env.pod("web", [secret_volume("creds", "creds")])
+    pod = env.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+                          "spec": {"nodeName": "test-node", "volumes": [secret_volume("creds", "creds")],
+                                   "containers": [{"name": "c", "image": "busybox",
+                                                   "resources": {"limits": {"memory": "64Mi"}},
+                                                   "volumeMounts": [{"name": "creds", "mountPath": "/s"}]}]},
+                          "status": {"phase": "Running"}})
     d = vol_dir(env, pod, "secret", "creds")
     wait_until(lambda: read(f"{d}/password") == "hunter2", timeout=20, what="the secret's files")
-    # On a tmpfs of its own (kubelet's Memory emptyDir), never on the disk.
+    # On a tmpfs of its own (kubelet's Memory emptyDir), never on the disk,
+    # sized as kubelet sizes it: the pod's memory limit, below allocatable.
     assert fs_type(d) == "tmpfs"
+    [fields] = [m for m in mounts_under(env.root) if m[4] == d]
+    assert "size=65536k" in fields[-1].split(","), fields
     assert stat.S_IMODE(os.stat(f"{d}/password").st_mode) == 0o644
     assert os.readlink(f"{d}/password") == "..data/password"
     env.agent.wait_for_log("Watching Secret/default/creds by name", timeout=10)

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "k8s/quantity.h"
 #include "systemd/validate.h"
 #include "volume/host/tmpfs.h"
 #include "volume/internal.h"
@@ -49,7 +50,7 @@ void *file_source_copy(const void *source) {
                 key_payload_wipe(&p);
                 return NULL;
         }
-        *s = (FileSource){ .payload = p, .secret = from->secret };
+        *s = (FileSource){ .payload = p, .secret = from->secret, .tmpfs_size = from->tmpfs_size };
         memcpy(s->digest, from->digest, sizeof s->digest);
         return s;
 }
@@ -127,7 +128,37 @@ int file_kind_desire_keys(const FileKindType *t, const char *kind_name, const K8
         fs = file_source_new(&payload, t->secret);
         if (!fs)
                 return -ENOMEM;
+        if (t->tmpfs)
+                fs->tmpfs_size = file_kind_tmpfs_size(pod, view);
         return file_kind_spec(t, pod, v->name, fs, dv);
+}
+
+/* A container's memory limit in bytes; 0: none (or one that does not parse). */
+static uint64_t memory_limit(const K8sContainer *c) {
+        const char *q = k8s_string_map_get(&c->limits, "memory");
+        int64_t v = 0;
+
+        return q && k8s_quantity_parse(q, &v) >= 0 && v > 0 ? (uint64_t) v : 0;
+}
+
+uint64_t file_kind_tmpfs_size(const K8sPod *pod, const ClusterView *view) {
+        const K8sNode *node = view->get_node ? view->get_node(view->userdata) : NULL;
+        const char *q = node ? k8s_string_map_get(&node->allocatable, "memory") : NULL;
+        _cleanup_free_ uint64_t *limits = calloc(pod->n_containers + 1, sizeof *limits),
+                                *init = calloc(pod->n_init_containers + 1, sizeof *init);
+        int64_t allocatable = 0;
+
+        if (!limits || !init || !q || k8s_quantity_parse(q, &allocatable) < 0 || allocatable <= 0)
+                return 0;
+        for (size_t i = 0; i < pod->n_containers; i++)
+                limits[i] = memory_limit(&pod->containers[i]);
+        for (size_t i = 0; i < pod->n_init_containers; i++)
+                init[i] = memory_limit(&pod->init_containers[i]);
+        /* The pod's overhead (a RuntimeClass's) is not decoded: 0. */
+        return emptydir_memory_size((uint64_t) allocatable,
+                                    emptydir_pod_memory_limit(limits, pod->n_containers, init,
+                                                              pod->n_init_containers, 0),
+                                    0);
 }
 
 /* ---- paths --------------------------------------------------------------------- */
@@ -169,8 +200,8 @@ static void note_changed(const char *relpath, AtomicChange kind, void *userdata)
         else if (asprintf(&path, "%s/%s", n->base, relpath) >= 0)
                 root_dir_note_changed(n->root, path,
                                       kind & ATOMIC_CHANGED_FILE ? ROOT_CHANGED_FILE : ROOT_CHANGED_DIR);
-        else
-                root_dir_note_changed(n->root, "", ROOT_CHANGED_DIR | ROOT_CHANGED_FILE); /* keeps nothing: all */
+        else /* out of memory: the volume dir at least */
+                root_dir_note_changed(n->root, n->base, ROOT_CHANGED_DIR);
 }
 
 /* kubelet's emptyDir setupDir: the volume dir is 0777 whatever the umask,
@@ -200,7 +231,8 @@ static int mount_tmpfs(Operation *op, const char *abs, const LogFields *f) {
         r = root_dir_open_dir(op->m->root, parent, &parent_fd);
         if (r < 0)
                 return r;
-        return tmpfs_mount(parent_fd, slash + 1, abs, 0, 0, op->selinux_context, f);
+        return tmpfs_mount(parent_fd, slash + 1, abs, ((const FileSource *) op->spec->source)->tmpfs_size, 0,
+                           op->selinux_context, f);
 }
 
 static void publish(const FileKindType *t, Operation *op) {

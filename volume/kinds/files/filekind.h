@@ -57,6 +57,11 @@ typedef struct FileSource {
         AtomicPayload payload;                   /* normalized (key_payload_normalize) */
         uint8_t digest[KEY_PAYLOAD_DIGEST_SIZE]; /* key_payload_digest of it */
         bool secret;
+        /* The tmpfs's size= when the kind has one: kubelet's Memory emptyDir
+         * wrapper's, the Node's allocatable memory lowered to the pod's
+         * memory limit (file_kind_tmpfs_size); 0: the kernel's default.  Not
+         * in the digest: a tmpfs mounted keeps its size, as kubelet's. */
+        uint64_t tmpfs_size;
 } FileSource;
 
 /* Takes *payload (emptied); normalizes and digests it.  NULL: out of memory. */
@@ -81,6 +86,12 @@ int file_kind_spec(const FileKindType *t, const K8sPod *pod, const char *name, F
 int file_kind_desire_keys(const FileKindType *t, const char *kind_name, const K8sPod *pod, const K8sPodVolume *v,
                           const K8sKeyProjection *proj, const ClusterView *view, bool block, int lookup,
                           bool exists, const KeySource *src, DesiredVolume *dv);
+
+/* kubelet's calculateEmptyDirMemorySize for the Memory emptyDir its
+ * secret, downwardAPI and projected volumes are wrapped in (no sizeLimit):
+ * the Node's allocatable memory (view->get_node; 0 while unknown), lowered
+ * to the pod's memory limit (host/tmpfs.h's rules). */
+uint64_t file_kind_tmpfs_size(const K8sPod *pod, const ClusterView *view);
 
 /* kind.h's paths: pods/<uid>/volumes/<pod_dir>/<spec_name>, both the dir
  * and the target; no staging (-EOPNOTSUPP). */

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import wait_until
+from integration.agent_fixtures import answered_requests, wait_until
 
 
 def cm_volume(name, cm, **kw):
@@ -382,3 +382,23 @@ def test_teardown_waits_for_the_runtime_and_the_mount_guard(volume_env, tmp_path
         assert not mounts_under(env.root)
     finally:
         next(gen, None)
+
+
+def test_authorizer_lag_on_a_new_configmap_is_retried(volume_env):
+    """The Node authorizer's graph does not relate the new pod to its
+    configMap for a moment: the node's GET is refused (403) and retried with
+    the claims' backoff, then the watch starts; nothing reported."""
+    env = volume_env
+    configmap(env, "cfg", {"k": "v"})
+    env.start()
+    env.api.set_graph_lag(2.0)
+    pod = env.pod("web", [cm_volume("cfg", "cfg")])
+    d = vol_dir(env, pod, "configmap", "cfg")
+    wait_until(lambda: read(f"{d}/k") == "v", timeout=30, what="the configMap's files")
+    # A request's effect comes before its answer is logged: wait for the answers.
+    statuses = [r["status"] for r in answered_requests(
+        env.api, lambda r: r["method"] == "GET" and r["path"] == "/api/v1/namespaces/default/configmaps/cfg")]
+    assert statuses[0] == 403 and 200 in statuses, statuses
+    assert not [e for e in env.events() if e.get("reason") == "FailedMount"]
+    env.api.set_graph_lag(0)
+    remove_pods(env, pod)

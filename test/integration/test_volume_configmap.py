@@ -81,6 +81,20 @@ def snapshot(d):
     return found
 
 
+def settled(d, timeout=10):
+    """The writer's call done: it reads back as one version, ..data naming
+    it (a reader sees the new content as soon as ..data is swapped, before
+    the writer has removed the old version and the old names)."""
+    def one_version():
+        try:
+            versions = [n for n in os.listdir(d) if n.startswith("..") and n not in ("..data", "..data_tmp")]
+            return len(versions) == 1 and os.readlink(f"{d}/..data") == versions[0] and \
+                not os.path.lexists(f"{d}/..data_tmp")
+        except OSError:
+            return False
+    wait_until(one_version, timeout=timeout, what=f"one version in {d}")
+
+
 def configmap_reads(env, name):
     return [r for r in env.api.requests() if "/configmaps" in r["path"] and
             (r["path"].endswith("/" + name) or r["query"].get("fieldSelector", "").endswith("=" + name))]
@@ -105,6 +119,7 @@ def test_configmap_files_modes_layout_and_fsgroup(volume_env):
                   security_context={"fsGroup": 1234})
     d = vol_dir(env, pod, "configmap", "all")
     wait_until(lambda: read(f"{d}/a.conf") == "alpha\n", timeout=20, what="the configMap's files\n" + "")
+    settled(d)
     # kubelet's AtomicWriter layout: ..data -> ..<timestamp>, a symlink per key.
     data = os.readlink(f"{d}/..data")
     assert data.startswith("..") and data != "..data" and os.path.isdir(f"{d}/{data}")
@@ -121,6 +136,7 @@ def test_configmap_files_modes_layout_and_fsgroup(volume_env):
     # items: only the keys named, at their paths, with their modes.
     s = vol_dir(env, pod, "configmap", "some")
     wait_until(lambda: read(f"{s}/b") == "beta\n", timeout=20, what="the items volume")
+    settled(s)
     assert read(f"{s}/sub/dir/a") == "alpha\n"
     assert stat.S_IMODE(os.stat(f"{s}/sub/dir/a").st_mode) == 0o440  # 0400 | fsGroup's 0440
     assert stat.S_IMODE(os.stat(f"{s}/b").st_mode) == 0o644
@@ -137,6 +153,7 @@ def test_configmap_update_reaches_the_files_and_only_a_real_change_writes(volume
     d = vol_dir(env, pod, "configmap", "cfg")
     wait_until(lambda: read(f"{d}/a") == "1", timeout=20, what="the configMap's files")
     env.agent.wait_for_log("Watching ConfigMap/default/cfg by name", timeout=10)
+    settled(d)
     before = snapshot(d)
 
     # A change of the object that changes no file (a label): nothing written.
@@ -154,6 +171,7 @@ def test_configmap_update_reaches_the_files_and_only_a_real_change_writes(volume
     latency = time.monotonic() - t0
     print(f"configMap change -> file: {latency * 1000:.0f} ms (kubelet: about 60-90 s, its sync period "
           "plus the watch cache's)")
+    settled(d)
     after = snapshot(d)
     assert after["..data"] != before["..data"]
     assert read(f"{d}/c") == "3"
@@ -189,6 +207,7 @@ def test_secret_on_tmpfs_default_mode_updates_and_deletion_keeps_the_files(volum
 
     update_data(env, "secrets", "creds", {"password": "correct horse", "user": "admin"})
     wait_until(lambda: read(f"{d}/password") == "correct horse", timeout=20, what="the secret's update")
+    settled(d)
     before = snapshot(d)
 
     # Deleted while the pod runs: kubelet keeps the last content, and says why.
@@ -235,9 +254,13 @@ def test_missing_configmap_waits_with_the_reason_and_harms_nothing_else(volume_e
     # An optional object that does not exist: mounted, empty.
     opt = vol_dir(env, pod, "configmap", "opt")
     wait_until(lambda: os.path.islink(f"{opt}/..data"), timeout=20, what="the empty optional volume")
+    settled(opt)
     assert sorted(os.listdir(opt)) == sorted(["..data", os.readlink(f"{opt}/..data")])
     assert os.listdir(f"{opt}/..data") == []
-    # The runner's wait is answered at once with kubelet's words (and retried by it).
+    # Both reported (their objects answered), the runner's wait is answered at
+    # once with kubelet's words (and retried by it).
+    env.wait_event("FailedMount", 'configmap "absent" not found')
+    env.wait_event("FailedMount", "configmap references non-existent config key: nope")
     t0 = time.time()
     status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s")
     assert status == 409 and time.time() - t0 < 10, body
@@ -249,7 +272,6 @@ def test_missing_configmap_waits_with_the_reason_and_harms_nothing_else(volume_e
         assert states[name][0] == "published", states
     assert not os.path.exists(vol_dir(env, pod, "configmap", "missing"))
     assert not os.path.exists(vol_dir(env, pod, "configmap", "keyless"))
-    env.wait_event("FailedMount", 'configmap "absent" not found')
 
     # Not final: the object created, the key added, the watches bring them.
     configmap(env, "absent", {"x": "y"})
@@ -313,6 +335,8 @@ def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_en
     wait_until(lambda: read(f"{c}/a") == "1" and read(f"{s}/password") == "hunter2", timeout=20,
                what="both volumes")
     env.agent.wait_for_log("watched for its loss", timeout=10)
+    settled(c)
+    settled(s)
     before = (snapshot(c), snapshot(s))
 
     # kill -9 and start: both found set up, compared by the writer, nothing rewritten.

@@ -250,3 +250,5 @@ void volume_kinds_set_for_tests(const VolumeKind *const *kinds);
 const char *volume_kind_call_name(const VolumeKind *k, OpKind op);
 
 extern const VolumeKind volume_kind_csi;
+extern const VolumeKind volume_kind_configmap;
+extern const VolumeKind volume_kind_secret;

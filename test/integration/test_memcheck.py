@@ -141,3 +141,47 @@ def test_root_dir_lost_and_regained_under_memcheck(volume_env):
     summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
     assert summary, log[-3000:]
     assert summary.group(1) == "0" and code == 0, log[-6000:]
+
+
+# Not "volume" nor "agent" in the name: see above.
+def test_configmap_and_secret_flows_under_memcheck(volume_env):
+    """kvolumed writing a configMap's and a secret's files: set-up, an update,
+    the secret deleted (its files kept) and created again, teardown."""
+    import base64
+    env = volume_env
+    env.api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "default"},
+                    "data": {"a": "1"}})
+    enc = lambda v: base64.b64encode(v.encode()).decode()  # noqa: E731
+    env.api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "default"},
+                    "data": {"p": enc("x")}})
+    agent = env.start(wrapper=VALGRIND)
+    pod = env.pod("web", [{"name": "cfg", "configMap": {"name": "cfg"}},
+                          {"name": "creds", "secret": {"secretName": "creds"}},
+                          {"name": "gone", "configMap": {"name": "absent", "optional": True}}])
+    base = f"{env.root}/pods/{pod['metadata']['uid']}/volumes"
+
+    def read(path):
+        try:
+            return open(path).read()
+        except OSError:
+            return None
+    wait_until(lambda: read(f"{base}/kubernetes.io~configmap/cfg/a") == "1" and
+               read(f"{base}/kubernetes.io~secret/creds/p") == "x", timeout=60, what="the files")
+    cm = env.api.get("configmaps", "default", "cfg")
+    cm["data"] = {"a": "2"}
+    env.api.update(cm)
+    wait_until(lambda: read(f"{base}/kubernetes.io~configmap/cfg/a") == "2", timeout=60, what="the update")
+    env.api.remove("secrets", "default", "creds")
+    agent.wait_for_log("keeps its last content", timeout=60)
+    env.api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": "default"},
+                    "data": {"p": enc("y")}})
+    wait_until(lambda: read(f"{base}/kubernetes.io~secret/creds/p") == "y", timeout=60, what="the new secret")
+    env.api.remove("pods", "default", "web")
+    wait_until(lambda: not os.path.exists(f"{env.root}/pods/{pod['metadata']['uid']}"), timeout=60,
+               what="teardown")
+    agent.signal(signal.SIGTERM)
+    code = agent.wait(timeout=60)
+    log = agent.output()
+    summary = re.search(r"ERROR SUMMARY: (\d+) errors", log)
+    assert summary, log[-3000:]
+    assert summary.group(1) == "0" and code == 0, log[-6000:]

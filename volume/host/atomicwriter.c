@@ -78,6 +78,10 @@ int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, siz
 void atomic_payload_done(AtomicPayload *p) {
         for (size_t i = 0; i < p->n; i++) {
                 free(p->files[i].path);
+                /* A secret's bytes (the payload, or what was read back to
+                 * compare) must not linger in freed memory. */
+                if (p->files[i].data)
+                        explicit_bzero(p->files[i].data, p->files[i].size);
                 free(p->files[i].data);
         }
         free(p->files);

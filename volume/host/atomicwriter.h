@@ -52,7 +52,8 @@ typedef struct AtomicPayload {
 /* Appends a copy of path and data.  uid: ATOMIC_UID_NONE unless a token's fsUser. */
 int atomic_payload_add(AtomicPayload *p, const char *path, const void *data, size_t size, mode_t mode,
                        uid_t uid);
-/* Frees what the payload holds (paths, data, the array) and empties it. */
+/* Frees what the payload holds (paths, data, the array) and empties it; the
+ * data is wiped first (explicit_bzero): it may be a secret's. */
 void atomic_payload_done(AtomicPayload *p);
 
 /* kubelet's validatePath: not empty, relative, at most 4096 bytes, no ".."

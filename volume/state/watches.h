@@ -80,7 +80,8 @@ void object_watches_refresh_asker(ObjectWatches *w, const char *asker);
 /* The asker needs nothing any more (a pod deleted or gone from the node):
  * the entries only it looked up and not in their final state (a claim not
  * bound, not found, refused) are dropped at once, their GETs cancelled;
- * final ones stay until a full pass sweeps them (they cost no GET).
+ * final ones stay until a full pass sweeps them (they cost no GET), except
+ * a watched configMap or secret, whose watch stops at once.
  * Before, they lived until the next full pass's sweep, and a deleted pod's
  * claim, which the Node authorizer no longer lets the node read, was asked
  * for again and again: 403s, and after five a warning about a pod that is
@@ -97,5 +98,13 @@ uint64_t object_watches_round_begin(ObjectWatches *w);
  * those no asker is known for are fetched again (their askers' slices could
  * not). */
 void object_watches_round_sweep(ObjectWatches *w, uint64_t epoch);
+
+/* ConfigMaps and secrets (k8s_kind_configmap, k8s_kind_secret): after the
+ * first answer of a GET (the object, or 404), that one object is watched by
+ * name (k8s_informer_new_configmap/_secret, fieldSelector metadata.name, as
+ * kubelet's watch-based manager; never a list of the namespace).  Each event
+ * of the watch GETs it again, so an update or a deletion reaches exactly its
+ * askers; while watched, the entry is final (no polling).  The watch stops
+ * when the entry goes (a sweep, or its last asker forgotten). */
 
 size_t object_watches_count(ObjectWatches *w);

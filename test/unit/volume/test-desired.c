@@ -212,8 +212,8 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
                                         "\"spec\":{" REF_C1 "\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
         /* The generic ephemeral volume's claim is "<pod>-<volume>"; an NFS PV
-         * and (with no configMap kind in this list) a configMap are final
-         * errors, never left out in silence. */
+         * is a final error, never left out in silence; the configMap is the
+         * configmap kind's, which waits while this view cannot look it up. */
         assert_int_equal(p->n_volumes, 3);
         assert_string_equal(p->volumes[0].name, "eph");
         assert_string_equal(p->volumes[0].spec->spec_name, "pv-1");
@@ -223,8 +223,9 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
                             "unsupported volume type nfs (persistentvolume \"pv-nfs\"): kvolumed does not set up nfs "
                             "volumes; use a CSI driver, or set it up in the pod runner and name nfs in [volumes] "
                             "runner-kinds");
+        assert_string_equal(p->volumes[2].name, "cfg");
         assert_null(p->volumes[2].spec);
-        assert_non_null(strstr(p->volumes[2].failed, "unsupported volume type configMap"));
+        assert_true(p->volumes[2].looking_up);
         desired_pod_free(p);
         k8s_pod_free(pod);
         fake_free(&f);

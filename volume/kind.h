@@ -70,6 +70,10 @@ typedef struct VolumeKind {
         /* What an operation of each OpKind is called in logs and messages
          * ("NodePublishVolume", "SetUp"); NULL: op_kind_to_string(). */
         const char *call_names[_OP_KIND_MAX];
+        /* The volume has no directory under root-dir (hostPath: the runtime
+         * is given the spec's host path): the frame makes none before a
+         * setup; its intent record is kept all the same. */
+        bool no_volume_dir;
 
         /* ---- the kind's node-wide services (volume/manager.c) ---- */
 
@@ -226,3 +230,5 @@ void volume_kinds_set_for_tests(const VolumeKind *const *kinds);
 const char *volume_kind_call_name(const VolumeKind *k, OpKind op);
 
 extern const VolumeKind volume_kind_csi;
+extern const VolumeKind volume_kind_empty_dir;
+extern const VolumeKind volume_kind_host_path;

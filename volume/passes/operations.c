@@ -12,6 +12,7 @@
 
 #include "systemd/log.h"
 #include "volume/host/fsgroup.h"
+#include "volume/host/offloop.h"
 #include "volume/host/paths.h"
 #include "volume/internal.h"
 #include "volume/kinds/csi/blockmap.h"
@@ -149,6 +150,8 @@ static int make_dirs(Operation *op, const char *dir) {
         const char *paths[2] = { dir, NULL };
         int r;
 
+        if (op->av->kind->no_volume_dir)
+                return 0;
         if (op->kind == OP_STAGE)
                 paths[1] = op->target;
         else if (op->av->block) {
@@ -535,6 +538,7 @@ Operation *operation_free(Operation *op) {
         if (op->call)
                 csi_call_cancel(op->call);
         fsgroup_walk_free(op->fsgroup); /* a child still walking is killed */
+        offloop_free(op->job);          /* a thread still working finishes alone */
         k8s_secret_free(op->secret);
         tokens_free(op->tokens);
         k8s_string_map_done(&op->publish_context);

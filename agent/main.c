@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <getopt.h>
 #include <malloc.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "agent/agent.h"
 #include "agent/check.h"
@@ -12,6 +14,7 @@
 #include "systemd/log.h"
 #include "systemd/testhook.h"
 #include "volume/host/rootlock.h"
+#include "volume/host/rootshared.h"
 
 /* Exit codes of DESIGN.md §2. */
 enum {
@@ -170,6 +173,28 @@ int main(int argc, char *argv[]) {
         if (r < 0) {
                 log_error("%s", error ? error : strerror(-r));
                 return EXIT_CONFIG_ERROR;
+        }
+
+        /* root-dir a shared mount, as kubelet's setupDataDirs makes it, so
+         * that a node plugin's Bidirectional mounts reach the host: before the
+         * lock opens it (a descriptor opened before the bind would name the
+         * directory under it).  Made here when missing, as the lock would.  A
+         * failure stops kvolumed as it stops kubelet ("error configuring root
+         * directory"); systemd's restart tries again. */
+        if (mkdir(config->root_dir, 0750) < 0 && errno != EEXIST) {
+                /* A missing parent: the lock below says what to fix. */
+                if (errno != ENOENT) {
+                        log_error_errno(errno, "Cannot create root-dir %s: %m", config->root_dir);
+                        return EXIT_STARTUP_FAILURE;
+                }
+        } else if (test_hook_getenv("ROOT_DIR_PRIVATE")) {
+                /* TEST ONLY: the suite's tests move and rename mounts under
+                 * root-dir, which the kernel refuses under a shared mount. */
+                log_debug("Leaving root-dir %s as it is (KVOLUMED_TEST_ROOT_DIR_PRIVATE)", config->root_dir);
+        } else if (rootdir_make_shared(config->root_dir) < 0) {
+                log_error("Error configuring root directory %s: it cannot be made a shared mount; stopping",
+                          config->root_dir);
+                return EXIT_STARTUP_FAILURE;
         }
 
         /* Before anything reads root-dir or calls a driver; held until exit.

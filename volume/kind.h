@@ -232,3 +232,4 @@ const char *volume_kind_call_name(const VolumeKind *k, OpKind op);
 extern const VolumeKind volume_kind_csi;
 extern const VolumeKind volume_kind_empty_dir;
 extern const VolumeKind volume_kind_host_path;
+extern const VolumeKind volume_kind_local;

@@ -150,3 +150,22 @@ def test_restart_keeps_the_tmpfs_and_a_reboot_mounts_it_again(volume_env):
     assert open(f"{disk}/data").read() == "kept on disk"
     env.api.remove("pods", "default", "web")
     env.wait_gone(f"{env.root}/pods/{pod['metadata']['uid']}", timeout=30)
+
+
+def test_root_dir_is_made_a_shared_mount_at_start(volume_env):
+    """kubelet's setupDataDirs: root-dir rshared, so that Bidirectional
+    mounts of node plugins reach the host; said once in the log."""
+    env = volume_env
+    real = os.path.realpath(env.root)
+    env.start(env={"KVOLUMED_TEST_ROOT_DIR_PRIVATE": None})
+    env.agent.wait_for_log("a shared mount", timeout=30)
+    with open("/proc/self/mountinfo") as f:
+        entries = [line.split() for line in f if line.split()[4] == real]
+    assert entries, "root-dir is no mount point"
+    assert any(o.startswith("shared:") for o in entries[-1][6:entries[-1].index("-")])
+    # A restart finds it shared already: nothing stacked.
+    env.agent.stop()
+    env.start(env={"KVOLUMED_TEST_ROOT_DIR_PRIVATE": None})
+    env.agent.wait_for_log("is on a shared mount already", timeout=30)
+    with open("/proc/self/mountinfo") as f:
+        assert len([line for line in f if line.split()[4] == real]) == len(entries)

@@ -335,7 +335,7 @@ static bool empty_dir_selinux_mount(VolumeManager *m, const VolumeSpec *s) {
 
 static void empty_dir_reconstruct_publish(VolumeManager *m, ReconstructScan *c, const char *pod_uid,
                                           const char *spec_name) {
-        podkind_reconstruct_publish(m, &volume_kind_empty_dir, VOLUME_EPHEMERAL, pod_uid, spec_name);
+        podkind_reconstruct_publish(m, &volume_kind_empty_dir, VOLUME_EPHEMERAL, true, pod_uid, spec_name);
 }
 
 const VolumeKind volume_kind_empty_dir = {

@@ -11,6 +11,7 @@ static const VolumeKind *const builtin_kinds[] = {
         &volume_kind_csi,
         &volume_kind_empty_dir,
         &volume_kind_host_path,
+        &volume_kind_local,
         NULL,
 };
 

@@ -77,7 +77,7 @@ void podkind_publish_made_no_mount(Operation *op) {
 }
 
 void podkind_reconstruct_publish(VolumeManager *m, const VolumeKind *kind, VolumeLifecycle lifecycle,
-                                 const char *pod_uid, const char *spec_name) {
+                                 bool per_pod, const char *pod_uid, const char *spec_name) {
         _cleanup_free_ char *unique = NULL, *dir = NULL, *record = NULL, *text = NULL, *abs = NULL;
         _cleanup_(intent_done) Intent i = {};
         LogFields f = { .pod_uid = pod_uid, .volume = spec_name };
@@ -86,7 +86,8 @@ void podkind_reconstruct_publish(VolumeManager *m, const VolumeKind *kind, Volum
         bool has_intent = false, mounted, made_no_mount;
         int r;
 
-        if (asprintf(&unique, "%s/%s-%s", kind->plugin_name, pod_uid, spec_name) < 0)
+        if ((per_pod ? asprintf(&unique, "%s/%s-%s", kind->plugin_name, pod_uid, spec_name)
+                     : asprintf(&unique, "%s/%s", kind->plugin_name, spec_name)) < 0)
                 return;
         av = &(ActualVolume){ .kind = kind };
         if (kind->paths(av, false, pod_uid, spec_name, &dir, NULL) < 0 || path_intent_record(dir, NULL, &record) < 0 ||

@@ -27,12 +27,14 @@ void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (
  * intent record says so at once (a restart then takes it for set up). */
 void podkind_publish_made_no_mount(Operation *op);
 
-/* Reconstruction of pods/<uid>/volumes/<pod_dir>/<spec_name>: set up when
+/* Reconstruction of pods/<uid>/volumes/<pod_dir>/<spec_name> (the volume's
+ * unique name per pod, "<plugin>/<uid>-<name>", or per PV, "<plugin>/<pv>"):
+ * set up when
  * mounted (a tmpfs, a bind), or when the record says this boot's publish
  * made no mount; otherwise uncertain: published again if a pod wants it,
  * torn down if none does. */
 void podkind_reconstruct_publish(VolumeManager *m, const VolumeKind *kind, VolumeLifecycle lifecycle,
-                                 const char *pod_uid, const char *spec_name);
+                                 bool per_pod, const char *pod_uid, const char *spec_name);
 
 /* The parts of the work's data every kind has: root-dir (a descriptor of
  * its own), the target, the journal fields. */

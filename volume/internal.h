@@ -180,6 +180,7 @@ struct Operation {
         bool resume;            /* an earlier attempt's call answered OK: resume after it */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
         OffloopJob *job;        /* a kind's work off the loop in flight (volume/host/offloop.h) */
+        bool subpaths_done;     /* publish: its subPaths prepared; unpublish: removed (passes/subpaths.c) */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */
         char *message;          /* its text */

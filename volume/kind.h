@@ -128,6 +128,11 @@ typedef struct VolumeKind {
         int (*paths)(const ActualVolume *av, bool staging, const char *pod_uid, const char *spec_name,
                      char **ret_dir, char **ret_target);
 
+        /* The absolute path a pod's volume is at for the runtime, where its
+         * subPaths are resolved (volume/passes/subpaths.c).  NULL: root-dir
+         * joined with the publish target.  hostPath: the spec's path. */
+        int (*host_path)(const VolumeSpec *s, char **ret);
+
         /* ---- planning (volume/passes/reconciler.c) ---- */
 
         /* Before the volume enters the actual state: a problem only a change

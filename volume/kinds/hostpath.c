@@ -145,6 +145,16 @@ static void host_path_run(Operation *op) {
         podkind_run_off_loop(op, work, w, work_free);
 }
 
+static int host_path_host_path(const VolumeSpec *s, char **ret) {
+        const HostPathSource *src = s->source;
+        char *p = strdup(src->path);
+
+        if (!p)
+                return -ENOMEM;
+        *ret = p;
+        return 0;
+}
+
 static void host_path_outcome(Operation *op, bool success) {
         if (success && op->kind == OP_PUBLISH)
                 podkind_publish_made_no_mount(op);
@@ -168,6 +178,7 @@ const VolumeKind volume_kind_host_path = {
         .source_copy = source_copy,
         .source_free = source_free,
         .paths = podkind_paths,
+        .host_path = host_path_host_path,
         .run = host_path_run,
         .outcome = host_path_outcome,
         .reconstruct_publish = host_path_reconstruct_publish,

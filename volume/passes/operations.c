@@ -17,6 +17,7 @@
 #include "volume/internal.h"
 #include "volume/kinds/csi/blockmap.h"
 #include "volume/passes/operation.h"
+#include "volume/passes/subpaths.h"
 #include "volume/state/voldata.h"
 
 LogFields operation_fields(const Operation *op) {
@@ -282,6 +283,9 @@ void operation_run(Operation *op) {
                 root_watch_park(op->m, op, OP_RESUME_RUN);
                 return;
         }
+        /* A pod's subPath binds go before its volume does (subpaths.c). */
+        if (op->kind == OP_UNPUBLISH && !op->subpaths_done && subpaths_unpublish_start(op))
+                return;
         op->av->kind->run(op);
 }
 
@@ -454,6 +458,9 @@ void operation_finish(Operation *op, bool success) {
                 root_watch_park(m, op, success ? OP_RESUME_SUCCEEDED : OP_RESUME_FAILED);
                 return;
         }
+        /* A publish is done once its subPaths are prepared too (subpaths.c). */
+        if (success && op->kind == OP_PUBLISH && !op->subpaths_done && subpaths_publish_end(op))
+                return;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         duration = now - op->start_usec;
         op->secret = k8s_secret_free(op->secret);

@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <getopt.h>
 #include <malloc.h>
-#include <errno.h>
 #include <stdio.h>
-#include <sys/stat.h>
 
 #include "agent/agent.h"
 #include "agent/check.h"
@@ -175,28 +173,6 @@ int main(int argc, char *argv[]) {
                 return EXIT_CONFIG_ERROR;
         }
 
-        /* root-dir a shared mount, as kubelet's setupDataDirs makes it, so
-         * that a node plugin's Bidirectional mounts reach the host: before the
-         * lock opens it (a descriptor opened before the bind would name the
-         * directory under it).  Made here when missing, as the lock would.  A
-         * failure stops kvolumed as it stops kubelet ("error configuring root
-         * directory"); systemd's restart tries again. */
-        if (mkdir(config->root_dir, 0750) < 0 && errno != EEXIST) {
-                /* A missing parent: the lock below says what to fix. */
-                if (errno != ENOENT) {
-                        log_error_errno(errno, "Cannot create root-dir %s: %m", config->root_dir);
-                        return EXIT_STARTUP_FAILURE;
-                }
-        } else if (test_hook_getenv("ROOT_DIR_PRIVATE")) {
-                /* TEST ONLY: the suite's tests move and rename mounts under
-                 * root-dir, which the kernel refuses under a shared mount. */
-                log_debug("Leaving root-dir %s as it is (KVOLUMED_TEST_ROOT_DIR_PRIVATE)", config->root_dir);
-        } else if (rootdir_make_shared(config->root_dir) < 0) {
-                log_error("Error configuring root directory %s: it cannot be made a shared mount; stopping",
-                          config->root_dir);
-                return EXIT_STARTUP_FAILURE;
-        }
-
         /* Before anything reads root-dir or calls a driver; held until exit.
          * Another kvolumed there is a setup error that a restart cannot fix:
          * the configuration-error code stops systemd's restart loop
@@ -213,6 +189,33 @@ int main(int argc, char *argv[]) {
         }
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
+
+        /* root-dir a shared mount, as kubelet's setupDataDirs makes it, so
+         * that a node plugin's Bidirectional mounts reach the host.  After the
+         * lock (a second kvolumed stops there, before it could stack a bind
+         * over the running one's root-dir) and before anything else opens
+         * root-dir.  The lock's own descriptor names the directory under a
+         * bind made now: it is taken again through the bind.  A failure stops
+         * kvolumed as it stops kubelet ("error configuring root directory");
+         * systemd's restart tries again. */
+        if (test_hook_getenv("ROOT_DIR_PRIVATE"))
+                /* TEST ONLY: the suite's tests move and rename mounts under
+                 * root-dir, which the kernel refuses under a shared mount. */
+                log_debug("Leaving root-dir %s as it is (KVOLUMED_TEST_ROOT_DIR_PRIVATE)", config->root_dir);
+        else {
+                r = rootdir_make_shared(root_lock_path(root_lock));
+                if (r < 0) {
+                        log_error("Error configuring root directory %s: it cannot be made a shared mount; stopping",
+                                  config->root_dir);
+                        return EXIT_STARTUP_FAILURE;
+                }
+                if (r > 0) {
+                        root_lock = root_lock_free(root_lock);
+                        r = root_lock_take(config->root_dir, ROOT_LOCK_DIR, &root_lock);
+                        if (r < 0)
+                                return r == -EBUSY ? EXIT_CONFIG_ERROR : EXIT_STARTUP_FAILURE;
+                }
+        }
 
         if (curl_loop_global_init() < 0)
                 return EXIT_STARTUP_FAILURE;

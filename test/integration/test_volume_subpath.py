@@ -75,3 +75,30 @@ def test_subpath_through_a_symlink_out_of_the_volume_is_refused(volume_env, tmp_
     assert sorted(os.listdir("/etc")) == sorted(os.listdir(host / "evil"))
     env.api.remove("pods", "default", "web")
     env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+
+
+def test_subpath_binds_of_a_csi_pv_go_before_its_unpublish_and_unstage(volume_env):
+    env = volume_env
+    env.csidriver(attachRequired=False)
+    env.pv("pv-1", "vol-1", claim="c1")
+    env.pvc("c1", "pv-1")
+    env.start()
+    pod = subpath_pod(env, [{"name": "data", "persistentVolumeClaim": {"claimName": "c1"}}],
+                      [{"name": "data", "mountPath": "/a", "subPath": "inner"}])
+    uid = pod["metadata"]["uid"]
+    bind = f"{env.root}/pods/{uid}/volume-subpaths/data/c/0"
+    wait_until(lambda: mounted(bind), 30, what=f"{bind} bound\n" + env.agent.output()[-3000:])
+    with open(f"{bind}/f", "w") as f:
+        f.write("pv")
+    assert open(f"{env.target(pod, 'pv-1')}/inner/f").read() == "pv"
+    env.api.remove("pods", "default", "web")
+    env.wait_calls("NodeUnstageVolume", 1, timeout=30)
+    env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+    out = env.agent.output()
+    unbound = out.index(f"Unmounted subPath bind {env.root}/pods/{uid}/volume-subpaths/data/c/0")
+    unpublished = out.index("Volume pv-1 unpublished")
+    unstaged = out.index("Volume pv-1 unstaged")
+    assert unbound < unpublished < unstaged
+    # The driver was asked to unpublish once the bind was gone: its target held nothing of ours.
+    assert [c["code"] for c in env.calls("NodeUnpublishVolume")] == ["OK"]
+    assert [c["code"] for c in env.calls("NodeUnstageVolume")] == ["OK"]

@@ -6,6 +6,9 @@ the volume's unpublish."""
 import os
 
 from integration.agent_fixtures import DRIVER, wait_until
+from integration.test_agent_localapi import api_get
+
+API_SOCKET = "/run/kvolumed/kvolumed.sock"
 
 
 def mounted(path):
@@ -67,6 +70,12 @@ def test_subpath_through_a_symlink_out_of_the_volume_is_refused(volume_env, tmp_
     event = env.wait_event("FailedMount", 'failed to prepare subPath for volumeMount "data" of container "c"',
                            timeout=30)[0]
     assert event["type"] == "Warning"
+    # The local API says why the pod waits, as the Event does.
+    def reason():
+        status, body, _ = api_get(API_SOCKET, f"/v1/pods/{uid}/volumes")
+        vols = {v["name"]: v for v in body.get("volumes", [])} if status == 200 else {}
+        return "failed to prepare subPath for volumeMount" in (vols.get("data") or {}).get("reason", "")
+    wait_until(reason, 30, what="the reason in /v1/pods/<uid>/volumes")
     # The reason, with the host's layout, is the journal's.
     wait_until(lambda: "resolves outside the volume" in env.agent.output(), 30, what="the reason logged")
     assert not mounted(f"{env.root}/pods/{uid}/volume-subpaths/data/c/0")

@@ -116,8 +116,13 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
         out->block = s->block;
         av = hashmap_get(m->volumes, s->unique_name);
         pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
-        out->host_path =
-                pub && !s->block ? abs_path(m, pub->target) : host_path(m, s, e->uid, s->spec_name, s->block);
+        /* A kind whose volume is not under root-dir says where it is (hostPath: the spec's path). */
+        if (s->kind->host_path && !s->block) {
+                if (s->kind->host_path(s, &out->host_path) < 0)
+                        return -ENOMEM;
+        } else
+                out->host_path = pub && !s->block ? abs_path(m, pub->target)
+                                                  : host_path(m, s, e->uid, s->spec_name, s->block);
         if (!out->host_path)
                 return -ENOMEM;
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {

@@ -63,6 +63,22 @@ def test_disk_emptydir_is_a_0777_dir_removed_at_teardown(volume_env, tmp_path):
     assert not glob.glob(f"{env.root}/kvolumed/pods/*")
 
 
+def test_fs_group_is_applied_to_an_emptydir(volume_env):
+    """kubelet's SetVolumeOwnership after SetUp: the group, setgid."""
+    env = volume_env
+    env.start()
+    pod = env.pod("web", [empty_dir("scratch"), empty_dir("mem", medium="Memory")],
+                  security_context={"fsGroup": 2345})
+    for name in ("scratch", "mem"):
+        path = path_of(env, pod, name)
+        wait_until(lambda: os.path.isdir(path) and os.stat(path).st_gid == 2345
+                   and os.stat(path).st_mode & stat.S_ISGID, 30,
+                   what=f"{path} owned by group 2345, setgid\n" + env.agent.output()[-3000:])
+    assert stat.S_IMODE(os.stat(path_of(env, pod, "scratch")).st_mode) == 0o2777
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(f"{env.root}/pods/{pod['metadata']['uid']}", timeout=30)
+
+
 def test_memory_emptydir_with_size_limit_is_a_tmpfs_of_that_size(volume_env):
     env = volume_env
     env.start()

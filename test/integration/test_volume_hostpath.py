@@ -6,6 +6,7 @@ import socket
 import stat
 
 from integration.agent_fixtures import wait_until
+from integration.test_agent_localapi import api_get
 
 
 def host_path(name, path, type_=None):
@@ -32,6 +33,11 @@ def test_directory_or_create_makes_0755_and_teardown_leaves_it(volume_env, tmp_p
     assert stat.S_IMODE(made.stat().st_mode) == 0o755
     wait_published(env, "data")
     uid = pod["metadata"]["uid"]
+    # The runtime is given the spec's path.
+    status, body, _ = api_get("/run/kvolumed/kvolumed.sock", f"/v1/pods/{uid}/volumes")
+    assert status == 200, body
+    vol = {v["name"]: v for v in body["volumes"]}["data"]
+    assert (vol["state"], vol["hostPath"]) == ("published", str(made)), vol
     assert not os.path.exists(f"{env.root}/pods/{uid}/volumes/kubernetes.io~host-path")
     (made / "file").write_text("the host's")
     env.api.remove("pods", "default", "web")

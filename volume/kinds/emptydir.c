@@ -317,7 +317,7 @@ static void empty_dir_run(Operation *op) {
                 operation_fail(op, r, false, "out of memory");
                 return;
         }
-        podkind_run_off_loop(op, work, w, work_free);
+        podkind_run_off_loop(op, work, w, work_free, true);
 }
 
 static void empty_dir_outcome(Operation *op, bool success) {

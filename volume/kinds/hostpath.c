@@ -142,7 +142,7 @@ static void host_path_run(Operation *op) {
                 operation_fail(op, r, false, "out of memory");
                 return;
         }
-        podkind_run_off_loop(op, work, w, work_free);
+        podkind_run_off_loop(op, work, w, work_free, false);
 }
 
 static int host_path_host_path(const VolumeSpec *s, char **ret) {

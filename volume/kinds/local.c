@@ -202,7 +202,7 @@ static void local_run(Operation *op) {
                 operation_fail(op, r, false, "out of memory");
                 return;
         }
-        podkind_run_off_loop(op, work, w, work_free);
+        podkind_run_off_loop(op, work, w, work_free, true);
 }
 
 static void local_reconstruct_publish(VolumeManager *m, ReconstructScan *c, const char *pod_uid,

@@ -4,7 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <inttypes.h>
+
 #include "systemd/log.h"
+#include "volume/host/fsgroup.h"
 #include "systemd/validate.h"
 #include "volume/host/beneath.h"
 #include "volume/host/mounttable.h"
@@ -30,6 +33,43 @@ int podkind_paths(const ActualVolume *av, bool staging, const char *pod_uid, con
         return 0;
 }
 
+static void ownership_done(FsGroupWalk *w, int result, void *userdata) {
+        Operation *op = userdata;
+
+        op->fsgroup = fsgroup_walk_free(op->fsgroup);
+        if (result < 0) {
+                /* Set up, but not as the pod asked: uncertain, as kubelet has it. */
+                operation_fail(op, result, true, "%s: failed to apply fsGroup %" PRIi64 " to the volume%s",
+                               op->av->kind->plugin_name, op->pod.fs_group,
+                               result == -ETIMEDOUT ? ": its file system does not answer" : "");
+                return;
+        }
+        operation_finish(op, true);
+}
+
+/* kubelet's SetVolumeOwnership after the kind's SetUp (emptyDir, a local PV
+ * not read-only): the pod's fsGroup on every file, setgid directories, by a
+ * child process (host/fsgroup.h). */
+static void ownership(Operation *op) {
+        _cleanup_free_ char *target = operation_abs_path(op, op->target);
+        LogFields f = operation_fields(op);
+        int r;
+
+        if (!target) {
+                operation_fail(op, -ENOMEM, true, "out of memory");
+                return;
+        }
+        r = fsgroup_walk_start(op->m->event, target, (gid_t) op->pod.fs_group,
+                               streq_ptr(op->pod.fs_group_change_policy, "OnRootMismatch"), ownership_done, op,
+                               &op->fsgroup);
+        if (r < 0) {
+                operation_fail(op, r, true, "failed to start applying fsGroup: %s", strerror(-r));
+                return;
+        }
+        log_fields(LOG_DEBUG, &f, "Applying fsGroup %" PRIi64 " to %s in child process %d", op->pod.fs_group, target,
+                   (int) fsgroup_walk_pid(op->fsgroup));
+}
+
 static void work_ended(OffloopJob *j, int result, char *error, void *userdata) {
         Operation *op = userdata;
         _cleanup_free_ char *message = error;
@@ -39,16 +79,23 @@ static void work_ended(OffloopJob *j, int result, char *error, void *userdata) {
                 operation_fail(op, result, false, "%s", message ?: strerror(-result));
                 return;
         }
+        if (op->kind == OP_PUBLISH && op->step == 1 && op->pod.has_fs_group && op->spec && !op->spec->read_only) {
+                ownership(op);
+                return;
+        }
         operation_finish(op, true);
 }
 
-void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (*data_free)(void *)) {
+void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (*data_free)(void *),
+                          bool fs_group) {
         int r;
 
-        if (op->job) {
+        if (op->job || op->fsgroup) {
                 data_free(data);
                 return;
         }
+        /* step 1: the pod's fsGroup is applied after the work. */
+        op->step = fs_group ? 1 : 0;
         r = offloop_start(op->m->event, op->av->kind->name, work, data, data_free, work_ended, op, &op->job);
         if (r < 0)
                 operation_fail(op, r, false, "cannot start the %s of volume \"%s\": %s",

@@ -19,8 +19,10 @@ int podkind_paths(const ActualVolume *av, bool staging, const char *pod_uid, con
 /* Runs work(data) off the loop (volume/host/offloop.h), then ends op: a
  * success, or a failure with the work's message.  The job is op->job; while
  * one is in flight a second call (root-dir came back, run again) does
- * nothing. */
-void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (*data_free)(void *));
+ * nothing.  fs_group: a publish then applies the pod's fsGroup (kubelet's
+ * SetVolumeOwnership) unless the volume is read-only. */
+void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (*data_free)(void *),
+                          bool fs_group);
 
 /* A kind's outcome entry for a publish that makes no mount (a disk emptyDir,
  * hostPath): nothing for the mount watch to wait for or watch, and the

@@ -140,8 +140,8 @@ static void teardown_claim(void) {
         the_pv = NULL;
 }
 
-/* With the built-in list, what no kind claims is skipped as before kinds:
- * the pod has its inline CSI volume only. */
+/* With the built-in list, each source goes to its own kind: the emptyDir
+ * to empty-dir, the inline CSI volume to CSI, the hostPath PV to host-path. */
 static void test_unclaimed_skipped(void **state) {
         ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv };
         K8sPod *pod = scratch_pod();
@@ -150,9 +150,10 @@ static void test_unclaimed_skipped(void **state) {
         setup_claim();
         volume_kinds_set_for_tests(NULL);
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        assert_int_equal(p->n_volumes, 1);
-        assert_string_equal(p->volumes[0].name, "inline");
-        assert_ptr_equal(p->volumes[0].spec->kind, &volume_kind_csi);
+        assert_int_equal(p->n_volumes, 3);
+        assert_ptr_equal(desired_pod_find_volume(p, "scratch-a")->spec->kind, &volume_kind_empty_dir);
+        assert_ptr_equal(desired_pod_find_volume(p, "inline")->spec->kind, &volume_kind_csi);
+        assert_ptr_equal(desired_pod_find_volume(p, "claimed")->spec->kind, &volume_kind_host_path);
         desired_pod_free(p);
         k8s_pod_free(pod);
         teardown_claim();

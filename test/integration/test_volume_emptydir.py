@@ -185,3 +185,33 @@ def test_root_dir_is_made_a_shared_mount_at_start(volume_env):
     env.agent.wait_for_log("is on a shared mount already", timeout=30)
     with open("/proc/self/mountinfo") as f:
         assert len([line for line in f if line.split()[4] == real]) == len(entries)
+
+
+def test_emptydir_is_kept_while_the_runtime_says_its_container_runs(volume_env, tmp_path):
+    """The runtime's word before any teardown (DESIGN §3), for an emptyDir
+    too: its data stays while the mock CRI runtime says the pod runs."""
+    from integration.test_volume_runtime import _mock_cri
+    gen = _mock_cri("unimplemented")
+    cri = next(gen)
+    try:
+        env = volume_env
+        env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
+        pod = env.pod("web", [empty_dir("scratch"), empty_dir("mem", medium="Memory")])
+        uid = pod["metadata"]["uid"]
+        disk, mem = path_of(env, pod, "scratch"), path_of(env, pod, "mem")
+        wait_dir(env, disk)
+        env.wait_mounted(mem)
+        with open(f"{disk}/f", "w") as f:
+            f.write("still used")
+        cri.add_pod(uid, name="web")
+        env.api.remove("pods", "default", "web")
+        # Said once for the pod, of whichever volume the pass met first.
+        wait_until(lambda: "of pod default/web: container runtime" in env.agent.output(), 30,
+                   what="the teardown held by the runtime")
+        assert open(f"{disk}/f").read() == "still used"
+        assert os.path.ismount(mem)
+        cri.stop_pod(uid)
+        env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+        assert mount_of(mem) is None
+    finally:
+        next(gen, None)

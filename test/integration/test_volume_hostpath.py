@@ -96,3 +96,25 @@ def test_host_path_pv(volume_env, tmp_path):
     env.pod("web", [{"name": "data", "persistentVolumeClaim": {"claimName": "claim"}}])
     wait_until(lambda: made.is_dir(), 30, what=f"{made} made\n" + env.agent.output()[-3000:])
     wait_published(env, "pv-host")
+
+
+def test_restart_checks_again_harmlessly(volume_env, tmp_path):
+    import glob
+    import signal
+    env = volume_env
+    env.start()
+    made = tmp_path / "made"
+    pod = env.pod("web", [host_path("data", made, "DirectoryOrCreate")])
+    wait_published(env, "data")
+    (made / "file").write_text("kept")
+    env.agent.proc.send_signal(signal.SIGKILL)
+    env.agent.proc.wait()
+    env.start()
+    wait_published(env, "data")
+    assert (made / "file").read_text() == "kept"
+    uid = pod["metadata"]["uid"]
+    assert not os.path.exists(f"{env.root}/pods/{uid}/volumes/kubernetes.io~host-path")
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+    wait_until(lambda: not glob.glob(f"{env.root}/kvolumed/pods/*"), 30, what="no records left")
+    assert (made / "file").read_text() == "kept"

@@ -4,6 +4,7 @@
  * thread (host/offloop.h): resolving a path inside a volume may block on
  * the volume's file system. */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -256,10 +257,19 @@ static int clean(SubpathWork *w, char **ret_error) {
         return r;
 }
 
+/* The pod's volumes are published and unpublished side by side, and a gone
+ * pod's cleanup takes every volume of it: one thread at a time under
+ * volume-subpaths, so that two never unmount or remove the same entry. */
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int work(void *p, char **ret_error) {
         SubpathWork *w = p;
+        int r;
 
-        return w->setup ? prepare(w, ret_error) : clean(w, ret_error);
+        pthread_mutex_lock(&work_lock);
+        r = w->setup ? prepare(w, ret_error) : clean(w, ret_error);
+        pthread_mutex_unlock(&work_lock);
+        return r;
 }
 
 static void ended(OffloopJob *j, int result, char *error, void *userdata) {

@@ -12,6 +12,7 @@
 #include "systemd/log.h"
 #include "systemd/testhook.h"
 #include "volume/host/rootlock.h"
+#include "volume/host/rootshared.h"
 
 /* Exit codes of DESIGN.md §2. */
 enum {
@@ -188,6 +189,33 @@ int main(int argc, char *argv[]) {
         }
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
+
+        /* root-dir a shared mount, as kubelet's setupDataDirs makes it, so
+         * that a node plugin's Bidirectional mounts reach the host.  After the
+         * lock (a second kvolumed stops there, before it could stack a bind
+         * over the running one's root-dir) and before anything else opens
+         * root-dir.  The lock's own descriptor names the directory under a
+         * bind made now: it is taken again through the bind.  A failure stops
+         * kvolumed as it stops kubelet ("error configuring root directory");
+         * systemd's restart tries again. */
+        if (test_hook_getenv("ROOT_DIR_PRIVATE"))
+                /* TEST ONLY: the suite's tests move and rename mounts under
+                 * root-dir, which the kernel refuses under a shared mount. */
+                log_debug("Leaving root-dir %s as it is (KVOLUMED_TEST_ROOT_DIR_PRIVATE)", config->root_dir);
+        else {
+                r = rootdir_make_shared(root_lock_path(root_lock));
+                if (r < 0) {
+                        log_error("Error configuring root directory %s: it cannot be made a shared mount; stopping",
+                                  config->root_dir);
+                        return EXIT_STARTUP_FAILURE;
+                }
+                if (r > 0) {
+                        root_lock = root_lock_free(root_lock);
+                        r = root_lock_take(config->root_dir, ROOT_LOCK_DIR, &root_lock);
+                        if (r < 0)
+                                return r == -EBUSY ? EXIT_CONFIG_ERROR : EXIT_STARTUP_FAILURE;
+                }
+        }
 
         if (curl_loop_global_init() < 0)
                 return EXIT_STARTUP_FAILURE;

@@ -92,6 +92,7 @@ typedef struct MountWatch MountWatch;
 typedef struct RootWatch RootWatch;
 typedef struct Wakes Wakes;
 typedef struct FsGroupWalk FsGroupWalk;
+typedef struct OffloopJob OffloopJob;
 
 /* One volume as this node has it: keyed by the unique name (per PV for
  * persistent volumes, per pod and volume for inline ones). */
@@ -183,6 +184,8 @@ struct Operation {
         bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
         bool resume;            /* an earlier attempt's call answered OK: resume after it */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */
+        OffloopJob *job;        /* a kind's work off the loop in flight (volume/host/offloop.h) */
+        bool subpaths_done;     /* publish: its subPaths prepared; unpublish: removed (passes/subpaths.c) */
         bool unresponsive;      /* the failure: its file system did not answer */
         int error;              /* the failure being reported, -errno */
         char *message;          /* its text */

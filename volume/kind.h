@@ -83,6 +83,10 @@ typedef struct VolumeKind {
         /* What an operation of each OpKind is called in logs and messages
          * ("NodePublishVolume", "SetUp"); NULL: op_kind_to_string(). */
         const char *call_names[_OP_KIND_MAX];
+        /* The volume has no directory under root-dir (hostPath: the runtime
+         * is given the spec's host path): the frame makes none before a
+         * setup; its intent record is kept all the same. */
+        bool no_volume_dir;
 
         /* ---- the kind's node-wide services (volume/manager.c) ---- */
 
@@ -136,6 +140,7 @@ typedef struct VolumeKind {
          * another answers -EOPNOTSUPP. */
         int (*paths)(const ActualVolume *av, bool staging, const char *pod_uid, const char *spec_name,
                      char **ret_dir, char **ret_target);
+
 
         /* ---- planning (volume/passes/reconciler.c) ---- */
 
@@ -219,7 +224,8 @@ typedef struct VolumeKind {
          * VOLUME_ATTR_* below, or 0: read-only as the volume's readOnly says,
          * managed (relabelled) unless read-only (emptyDir, local). */
         unsigned mount_attributes;
-        /* The absolute host path the runtime is given for a set-up volume
+        /* The absolute host path the runtime is given for a set-up volume,
+         * and where its subPaths are resolved (volume/passes/subpaths.c),
          * when it is not the kind's publish target under root-dir
          * (hostPath: the spec's path).  NULL: that target. */
         int (*runtime_host_path)(const VolumeSpec *s, char **ret);
@@ -252,3 +258,6 @@ const char *volume_kind_call_name(const VolumeKind *k, OpKind op);
 extern const VolumeKind volume_kind_csi;
 extern const VolumeKind volume_kind_configmap;
 extern const VolumeKind volume_kind_secret;
+extern const VolumeKind volume_kind_empty_dir;
+extern const VolumeKind volume_kind_host_path;
+extern const VolumeKind volume_kind_local;

@@ -6,6 +6,7 @@
 
 #include "volume/host/paths.h"
 #include "volume/internal.h"
+#include "volume/passes/subpaths.h"
 #include "volume/podview.h"
 #include "volume/state/desired.h"
 
@@ -248,19 +249,25 @@ static const PodVolumeView *view_find(const PodView *v, const char *name) {
 
 /* Where kubelet binds a subPath: pods/<uid>/volume-subpaths/<volume>/<container>/<index>
  * (index: the volumeMount's in the container's list), and whether that bind
- * is in place.  The subPath kind's pass (volume/host/subpath.h's
- * subpath_prepare, run by the emptyDir/hostPath/subPath work) owns that
- * state; until it answers here, none is ready: a pod with a subPath is
- * never all mounted rather than started with the volume's root where it
- * asked for a directory in it. */
+ * is in place (volume/passes/subpaths.c binds them at the end of the
+ * volume's publish for the pod): until it is, the pod is never all mounted
+ * rather than started with the volume's root where it asked for a directory
+ * in it. */
 static int subpath_bind(VolumeManager *m, const char *uid, const char *volume, const char *container,
                         size_t index, char **ret_path, bool *ret_ready) {
-        if (asprintf(ret_path, "%s/pods/%s/volume-subpaths/%s/%s/%zu", m->root->path, uid, volume, container,
-                     index) < 0) {
-                *ret_path = NULL;
-                return -ENOMEM;
+        int r = subpaths_host_path(m, uid, volume, container, (unsigned) index, ret_path);
+        if (r == -ENOENT) {
+                /* Not known yet: the path it will have, not ready. */
+                if (asprintf(ret_path, "%s/pods/%s/volume-subpaths/%s/%s/%zu", m->root->path, uid, volume,
+                             container, index) < 0) {
+                        *ret_path = NULL;
+                        return -ENOMEM;
+                }
+                r = 0;
         }
-        *ret_ready = false;
+        if (r < 0)
+                return r;
+        *ret_ready = r > 0;
         return 0;
 }
 

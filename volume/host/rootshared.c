@@ -46,7 +46,9 @@ int rootdir_make_shared(const char *root_dir) {
                 return 0;
         }
         if (!is_mount_point) {
-                if (mount(path, path, "none", MS_BIND, NULL) < 0)
+                /* Recursive: volumes mounted below by a kvolumed that did not
+                 * make it shared (an upgrade) stay where the runtime sees them. */
+                if (mount(path, path, "none", MS_BIND | MS_REC, NULL) < 0)
                         return log_error_errno(errno, "Cannot bind-mount root-dir %s onto itself: %m", path);
                 log_info("Bind-mounted root-dir %s onto itself, to make it a shared mount", path);
         }

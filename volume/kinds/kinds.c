@@ -11,6 +11,9 @@ static const VolumeKind *const builtin_kinds[] = {
         &volume_kind_csi,
         &volume_kind_configmap,
         &volume_kind_secret,
+        &volume_kind_empty_dir,
+        &volume_kind_host_path,
+        &volume_kind_local,
         NULL,
 };
 

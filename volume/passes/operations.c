@@ -12,10 +12,12 @@
 
 #include "systemd/log.h"
 #include "volume/host/fsgroup.h"
+#include "volume/host/offloop.h"
 #include "volume/host/paths.h"
 #include "volume/internal.h"
 #include "volume/kinds/csi/blockmap.h"
 #include "volume/passes/operation.h"
+#include "volume/passes/subpaths.h"
 #include "volume/state/voldata.h"
 
 LogFields operation_fields(const Operation *op) {
@@ -149,6 +151,8 @@ static int make_dirs(Operation *op, const char *dir) {
         const char *paths[2] = { dir, NULL };
         int r;
 
+        if (op->av->kind->no_volume_dir)
+                return 0;
         if (op->kind == OP_STAGE)
                 paths[1] = op->target;
         else if (op->av->block) {
@@ -279,6 +283,9 @@ void operation_run(Operation *op) {
                 root_watch_park(op->m, op, OP_RESUME_RUN);
                 return;
         }
+        /* A pod's subPath binds go before its volume does (subpaths.c). */
+        if (op->kind == OP_UNPUBLISH && !op->subpaths_done && subpaths_unpublish_start(op))
+                return;
         op->av->kind->run(op);
 }
 
@@ -451,6 +458,9 @@ void operation_finish(Operation *op, bool success) {
                 root_watch_park(m, op, success ? OP_RESUME_SUCCEEDED : OP_RESUME_FAILED);
                 return;
         }
+        /* A publish is done once its subPaths are prepared too (subpaths.c). */
+        if (success && op->kind == OP_PUBLISH && !op->subpaths_done && subpaths_publish_end(op))
+                return;
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         duration = now - op->start_usec;
         op->secret = k8s_secret_free(op->secret);
@@ -535,6 +545,7 @@ Operation *operation_free(Operation *op) {
         if (op->call)
                 csi_call_cancel(op->call);
         fsgroup_walk_free(op->fsgroup); /* a child still walking is killed */
+        offloop_free(op->job);          /* a thread still working finishes alone */
         k8s_secret_free(op->secret);
         tokens_free(op->tokens);
         k8s_string_map_done(&op->publish_context);

@@ -140,9 +140,8 @@ static void teardown_claim(void) {
         the_pv = NULL;
 }
 
-/* With the built-in list (CSI only here), what no kind claims is a final
- * error of its volume, never skipped: the runner must not start the pod
- * without it. */
+/* With the built-in list, each source goes to its own kind: the emptyDir
+ * to empty-dir, the inline CSI volume to CSI, the hostPath PV to host-path. */
 static void test_unclaimed_skipped(void **state) {
         ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv };
         K8sPod *pod = scratch_pod();
@@ -152,11 +151,9 @@ static void test_unclaimed_skipped(void **state) {
         volume_kinds_set_for_tests(NULL);
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
         assert_int_equal(p->n_volumes, 3);
-        const DesiredVolume *dv = desired_pod_find_volume(p, "inline");
-        assert_ptr_equal(dv->spec->kind, &volume_kind_csi);
-        dv = desired_pod_find_volume(p, "claimed");
-        assert_null(dv->spec);
-        assert_non_null(strstr(dv->failed, "unsupported volume type hostPath (persistentvolume \"scratch-pv\")"));
+        assert_ptr_equal(desired_pod_find_volume(p, "scratch-a")->spec->kind, &volume_kind_empty_dir);
+        assert_ptr_equal(desired_pod_find_volume(p, "inline")->spec->kind, &volume_kind_csi);
+        assert_ptr_equal(desired_pod_find_volume(p, "claimed")->spec->kind, &volume_kind_host_path);
         desired_pod_free(p);
         k8s_pod_free(pod);
         teardown_claim();

@@ -110,6 +110,11 @@ def test_a_subpath_mount_is_the_kubelet_bind_and_holds_all_mounted(volume_env, s
     assert status == 200 and body["allMounted"] is True, body
     assert os.path.ismount(bind)
     assert os.path.isdir(os.path.join(env.target(pod, "scratch"), "a", "b"))
+    # The bind goes before the volume, and nothing is left to the fixtures.
+    env.api.remove("pods", "default", "sub")
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=unmounted&timeout=60s", timeout=90)
+    assert status == 200, body
+    assert not os.path.lexists(bind)
 
 
 def test_an_unsupported_type_fails_at_once_with_one_event(volume_env, sockdir):

@@ -167,9 +167,9 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                 pub->not_a_mount = true;
                 log_fields(LOG_DEBUG, &f, "NodePublishVolume made no mount at %s/%s: nothing to watch",
                            m->root->path, pub->target);
+                /* The record beside the volume dir its kind keeps (kind.h paths). */
                 if (!actual_volume_pod_busy(av, pub->pod_uid) &&
-                    (av->block ? path_block_data_dir(pub->spec_name, &dir)
-                               : path_pod_volume_dir(pub->pod_uid, pub->spec_name, &dir)) >= 0 &&
+                    av->kind->paths(av, false, pub->pod_uid, pub->spec_name, &dir, NULL) >= 0 &&
                     path_intent_record(dir, av->block ? pub->pod_uid : NULL, &record) >= 0)
                         (void) intent_write(m, record,
                                             &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
@@ -189,9 +189,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                 av->staged_mount = false;
                 log_fields(LOG_DEBUG, &f, "NodeStageVolume made no mount at %s/%s: nothing to watch",
                            m->root->path, staging);
-                if (!av->op &&
-                    (av->block ? path_block_data_dir(av->spec_name, &dir)
-                               : path_staging_volume_dir(av->driver, av->handle, &dir)) >= 0 &&
+                if (!av->op && av->kind->paths(av, true, NULL, NULL, &dir, NULL) >= 0 &&
                     path_intent_record(dir, NULL, &record) >= 0)
                         (void) intent_write(m, record, &(Intent){ .operation = OP_STAGE, .done = true }, false);
         }

@@ -63,6 +63,11 @@ typedef struct ActualPublish {
         /* The same for NodeUnpublishVolume: it answered OK, nothing is
          * mounted there, and the directories could not be removed. */
         bool unpublish_call_done;
+        /* A kind that writes the files itself (volume/kinds/files/): the
+         * digest of the content it last wrote there; none: not known (found
+         * after a restart), compared by writing. */
+        bool has_content_digest;
+        uint8_t content_digest[32];
 } ActualPublish;
 
 typedef struct Operation Operation;
@@ -401,6 +406,11 @@ bool reconciler_pod_wants(VolumeManager *m, const char *pod_uid, const char *uni
  * their vol_data.json and intent records (moving an older kvolumed's out of
  * the volume dirs, removing those of volume dirs that are gone), and the
  * mount table: run once at start-up, before any pass. */
+/* What the scan found, for its log line; the kinds' reconstruct entries
+ * (volume/kind.h) count in it too. */
+struct ReconstructScan {
+        unsigned staged, published, uncertain, stale, leftovers, skipped, moved, pruned;
+};
 int reconstruct_actual_state(VolumeManager *m);
 /* CSI's reconstruct entries (volume/kinds/csi/kind.c), here with the record
  * reading they share with the scan: kvolumed's records are CSI's layout. */

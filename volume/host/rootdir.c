@@ -121,6 +121,10 @@ overflow:
         r->changed_all = true;
 }
 
+void root_dir_note_changed(RootDir *r, const char *relpath, int kind) {
+        note_changed_n(r, relpath, strlen(relpath), kind);
+}
+
 /* The directory holding relpath's entry ("" for root-dir itself). */
 static void note_parent(RootDir *r, const char *relpath) {
         const char *slash = strrchr(relpath, '/');

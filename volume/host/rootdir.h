@@ -93,6 +93,13 @@ typedef struct RootChanges {
         bool whole_fs;          /* tests: the syncfs() rule (RootDir.sync_whole_fs) */
 } RootChanges;
 
+/* Notes relpath (below root-dir, "" for root-dir itself) as changed, with
+ * ROOT_CHANGED_FILE or ROOT_CHANGED_DIR, for a writer that works through
+ * descriptors of its own instead of the functions above (the atomic writer's
+ * note_changed callback, volume/host/atomicwriter.h): the pass's batched
+ * sync then covers its writes like every other. */
+void root_dir_note_changed(RootDir *r, const char *relpath, int kind);
+
 /* Moves the notes into *ret and starts a new set: what is changed after this
  * call goes to the next take. */
 void root_dir_take_changes(RootDir *r, RootChanges *ret);

@@ -35,9 +35,6 @@ typedef enum Found {
 
 /* What the scan found, for its log line; the kinds' reconstruct entries
  * (volume/kind.h) count in it too. */
-struct ReconstructScan {
-        unsigned staged, published, uncertain, stale, leftovers, skipped, moved, pruned;
-};
 typedef struct ReconstructScan Counts;
 
 /* The files of one volume dir; either may be missing. */

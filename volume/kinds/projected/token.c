@@ -10,6 +10,7 @@
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/testhook.h"
+#include "systemd/trace.h"
 #include "volume/internal.h"
 #include "volume/kinds/projected/token.h"
 
@@ -79,8 +80,13 @@ static void entry_free(TokenEntry *e) {
         if (!e)
                 return;
         k8s_request_cancel(e->request);
-        /* Waiters of a dropped entry hear of it, so an operation never hangs. */
-        entry_notify(e, -ECANCELED, "the pod's tokens were dropped");
+        /* Waiters of a dropped entry (the manager is being freed, the pod's
+         * volumes are gone) are dropped with it: their operations are. */
+        while (e->waiters) {
+                TokenWaiter *w = e->waiters;
+                e->waiters = w->next;
+                free(w);
+        }
         wipe_token(e);
         free(e->key);
         free(e->pod_uid);
@@ -139,6 +145,16 @@ uint64_t token_cache_refresh_at(TokenCache *c, const TokenRequestArgs *args) {
         return e && e->token ? e->refresh_at : 0;
 }
 
+/* TEST ONLY (trace.h): the renewal time drawn, "token-refresh-due", beside
+ * "token-issued": a test reads the spread kvolumed chose rather than the
+ * requests' arrival times, which a busy machine bunches up.  Times only. */
+static void trace_schedule(const TokenEntry *e) {
+        if (test_trace_now() == 0)
+                return;
+        test_trace_at(e->issued, "token-issued", e->pod_uid);
+        test_trace_at(e->refresh_at, "token-refresh-due", e->pod_uid);
+}
+
 static void on_token(K8sClient *client, int error, const char *message, char *token, char *expiration,
                      void *userdata) {
         TokenEntry *e = userdata;
@@ -164,6 +180,7 @@ static void on_token(K8sClient *client, int error, const char *message, char *to
         e->expires = (uint64_t) exp * USEC_PER_SEC;
         e->refresh_at = token_refresh_at(e->issued, e->expires, k8s_random01());
         free(expiration);
+        trace_schedule(e);
         entry_notify(e, 0, NULL);
 }
 
@@ -231,6 +248,34 @@ void token_cache_forget_pod(TokenCache *c, const char *pod_uid) {
                 (void) hashmap_remove(c->entries, k);
                 entry_free(e);
         }
+}
+
+int token_cache_seed(TokenCache *c, const TokenRequestArgs *args, const char *token, size_t size, uint64_t issued) {
+        TokenEntry *e = lookup(c, args);
+
+        if (e && e->token)
+                return 0;
+        if (!e) {
+                e = calloc(1, sizeof *e);
+                if (!e)
+                        return -ENOMEM;
+                e->cache = c;
+                e->key = key_of(args);
+                e->pod_uid = strdup(strempty(args->pod_uid));
+                if (!e->key || !e->pod_uid || hashmap_put(c->entries, e->key, e, NULL) < 0) {
+                        entry_free(e);
+                        return -ENOMEM;
+                }
+        }
+        e->token = strndup(token, size);
+        if (!e->token)
+                return -ENOMEM;
+        e->size = strlen(e->token);
+        e->issued = issued;
+        e->expires = issued + (uint64_t) MAX(args->expiration_seconds, 0) * USEC_PER_SEC;
+        e->refresh_at = token_refresh_at(e->issued, e->expires, k8s_random01());
+        trace_schedule(e);
+        return 0;
 }
 
 size_t token_cache_size(const TokenCache *c) {

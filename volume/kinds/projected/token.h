@@ -80,5 +80,9 @@ void token_waiter_cancel(TokenWaiter *w);
  * DeleteServiceAccountToken after the volume's teardown). */
 void token_cache_forget_pod(TokenCache *c, const char *pod_uid);
 
+/* A token found on disk after a restart, issued at "issued" (realtime
+ * usec) for args' expirationSeconds: cached unless one is already. */
+int token_cache_seed(TokenCache *c, const TokenRequestArgs *args, const char *token, size_t size, uint64_t issued);
+
 /* Number of tokens cached, for tests. */
 size_t token_cache_size(const TokenCache *c);

@@ -226,5 +226,7 @@ void volume_kinds_set_for_tests(const VolumeKind *const *kinds);
 const char *volume_kind_call_name(const VolumeKind *k, OpKind op);
 
 extern const VolumeKind volume_kind_csi;
+extern const VolumeKind volume_kind_configmap;
+extern const VolumeKind volume_kind_secret;
 extern const VolumeKind volume_kind_downwardapi;
 extern const VolumeKind volume_kind_projected;

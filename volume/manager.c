@@ -212,6 +212,22 @@ static int view_get_pv(void *userdata, const char *name, const K8sPersistentVolu
         return r == -EAGAIN || r == -EACCES ? r : 0;
 }
 
+/* A configMap or secret of the pod's volumes: a GET, then a watch of that
+ * one object by name (watches.c), never a list of the namespace. */
+static int view_get_configmap(void *userdata, const char *namespace, const char *name, const K8sConfigMap **ret) {
+        PodLookups *l = userdata;
+        int r = object_watches_get(l->m->watches, &k8s_kind_configmap, namespace, name, l->asker,
+                                   (const void **) ret);
+        return r == -EAGAIN || r == -EACCES ? r : 0;
+}
+
+static int view_get_secret(void *userdata, const char *namespace, const char *name, const K8sSecret **ret) {
+        PodLookups *l = userdata;
+        int r = object_watches_get(l->m->watches, &k8s_kind_secret, namespace, name, l->asker,
+                                   (const void **) ret);
+        return r == -EAGAIN || r == -EACCES ? r : 0;
+}
+
 static const K8sNode *view_get_node(void *userdata) {
         PodLookups *l = userdata;
         return l->m->node ? k8s_informer_get(l->m->node, NULL, l->m->node_name) : NULL;
@@ -577,6 +593,24 @@ static void on_watch_changed(const char *const *askers, size_t n_askers, void *u
         }
 }
 
+/* A volume that follows objects (a configMap, a secret) whose object went
+ * keeps its files as they are, as kubelet's do: said once, in the log and an
+ * Event with kubelet's words, until the object comes back. */
+static void note_kept(VolumeManager *m, PodEntry *e, const DesiredPod *p, DesiredVolume *dv,
+                      const DesiredVolume *before) {
+        const char *why = dv->waiting ?: dv->failed;
+        PodInfo info = { .uid = p->uid, .namespace = p->namespace, .name = p->name, .key = p->key };
+        LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name,
+                        .message_id = LOG_MESSAGE_ID_VOLUME_FAILED };
+
+        if (free_and_strdup(&dv->kept, why) < 0 || streq_ptr(before->kept, why))
+                return;
+        log_fields(LOG_WARNING, &f, "Volume %s of pod %s keeps its last content: %s", dv->name, p->key, why);
+        manager_pod_event(m, &info, "Warning", "FailedMount",
+                          "MountVolume.SetUp failed for volume \"%s\" : %s; its files keep their last content",
+                          dv->name, why);
+}
+
 /* Rebuilds a pod's desired volumes from the informer's pod and the watches. */
 void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
@@ -585,6 +619,8 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
         ClusterView view = {
                 .get_pvc = view_get_pvc,
                 .get_pv = view_get_pv,
+                .get_configmap = view_get_configmap,
+                .get_secret = view_get_secret,
                 .get_node = view_get_node,
                 .userdata = &lookups,
                 .lookup_error = view_lookup_error,
@@ -646,6 +682,8 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                         volume_spec_free(dv->spec);
                 }
                 dv->spec = TAKE_PTR(((DesiredVolume *) before)->spec);
+                if (dv->spec->follows_objects && !dv->looking_up && (dv->waiting || dv->failed))
+                        note_kept(m, e, p, dv, before);
                 dv->waiting = mfree_str(dv->waiting);
                 dv->failed = mfree_str(dv->failed);
                 dv->looking_up = false;

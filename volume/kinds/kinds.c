@@ -9,6 +9,8 @@
 
 static const VolumeKind *const builtin_kinds[] = {
         &volume_kind_csi,
+        &volume_kind_configmap,
+        &volume_kind_secret,
         &volume_kind_downwardapi,
         &volume_kind_projected,
         NULL,

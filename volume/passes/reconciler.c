@@ -29,7 +29,8 @@
 
 static bool pod_uses_claims(const DesiredPod *p) {
         for (size_t i = 0; p && i < p->n_volumes; i++)
-                if (!p->volumes[i].spec || p->volumes[i].spec->lifecycle == VOLUME_PERSISTENT)
+                if (!p->volumes[i].spec || p->volumes[i].spec->lifecycle == VOLUME_PERSISTENT ||
+                    p->volumes[i].spec->follows_objects)
                         return true;
         return false;
 }

@@ -91,6 +91,7 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
         }
         s->lifecycle = from->lifecycle;
         s->block = from->block;
+        s->follows_objects = from->follows_objects;
         s->read_only = from->read_only;
         s->rwop = from->rwop;
         if (strdup_or_null(from->selinux_label, &s->selinux_label) < 0 ||
@@ -117,6 +118,7 @@ DesiredPod *desired_pod_free(DesiredPod *p) {
                 volume_spec_free(p->volumes[i].spec);
                 free(p->volumes[i].waiting);
                 free(p->volumes[i].failed);
+                free(p->volumes[i].kept);
         }
         free(p->volumes);
         free(p->uid);

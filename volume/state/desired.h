@@ -25,6 +25,10 @@ typedef struct VolumeSpec {
         void *source;        /* the kind's own data (kind->source_copy/source_free); NULL: none */
         VolumeLifecycle lifecycle;
         bool block;          /* volumeMode Block, used through volumeDevices */
+        /* Its content follows objects looked up through the ClusterView (a
+         * configMap, a secret): the pod is rebuilt on every full pass, as a
+         * pod with claims is, which keeps those lookups and their watches. */
+        bool follows_objects;
         char *spec_name;     /* the PV name, or the pod's volume name for inline volumes */
         char *driver;
         char *handle;        /* PV volumeHandle, or "csi-" + sha256(podUID + name) */
@@ -55,6 +59,10 @@ typedef struct DesiredVolume {
         char *waiting;      /* what it waits for (PVC not bound, PV missing, ...) */
         bool looking_up;    /* waiting only because a lookup has not answered yet */
         char *failed;       /* a problem only a change of the objects can fix */
+        /* manager.c: why a volume that follows objects keeps what it resolved
+         * before (its configMap or secret deleted: kubelet keeps the last
+         * content); said once, while it lasts.  NULL: nothing kept. */
+        char *kept;
 } DesiredVolume;
 
 typedef struct DesiredPod {

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <systemd/sd-event.h>
 
+#include "k8s/informer.h"
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/validate.h"
@@ -38,6 +39,13 @@ typedef struct ObjectEntry {
          * unused): told of its changes.  NULL until someone asks. */
         Hashmap *askers;
         bool askers_unknown;    /* a lookup without an asker, or out of memory */
+
+        /* A configMap or secret: after its first answer, a watch of that one
+         * object by name (kubelet's watch-based manager; the Node authorizer
+         * allows it for an object a pod of the node references).  Its
+         * events make the entry GET the object again: what changed reaches
+         * exactly the askers.  NULL: not started (yet). */
+        K8sInformer *informer;
 } ObjectEntry;
 
 struct ObjectWatches {
@@ -65,7 +73,14 @@ static uint64_t now_usec(ObjectWatches *w) {
 /* Whether the answer is what a volume waits for (a bound claim, a PV bound
  * to a claim, an attached VolumeAttachment): no need to look again while pods
  * use it. */
+static bool watched_kind(const K8sKind *kind) {
+        return kind == &k8s_kind_configmap || kind == &k8s_kind_secret;
+}
+
 static bool entry_final(const ObjectEntry *e) {
+        /* A watched object, there or not: its watch says when that changes. */
+        if (watched_kind(e->kind))
+                return e->answered && e->informer && !e->forbidden_reported;
         if (!e->answered || !e->obj || e->forbidden_reported)
                 return false;
         if (e->kind == &k8s_kind_pvc) {
@@ -129,6 +144,9 @@ static void entry_free(ObjectEntry *e) {
                 }
         }
         k8s_request_cancel(e->request);
+        if (e->informer)
+                log_debug("No longer watching %s", e->key);
+        k8s_informer_free(e->informer);
         sd_event_source_disable_unref(e->timer);
         if (e->obj)
                 e->kind->free(e->obj);
@@ -224,6 +242,50 @@ static bool entry_failed(ObjectEntry *e, const K8sResponse *resp, char *message,
         return was_reported != e->forbidden_reported;
 }
 
+
+/* Any event of the watched object: GET it, and the answer tells the askers
+ * when it differs (a deletion: 404, the object gone). */
+static void on_watch_add(K8sInformer *i, const void *obj, void *userdata) {
+        entry_fetch(userdata);
+}
+
+static void on_watch_update(K8sInformer *i, const void *old, const void *new, void *userdata) {
+        entry_fetch(userdata);
+}
+
+static void on_watch_delete(K8sInformer *i, const void *old, void *userdata) {
+        entry_fetch(userdata);
+}
+
+/* The watch began after the GET: what changed in between is read again. */
+static void on_watch_synced(K8sInformer *i, void *userdata) {
+        entry_fetch(userdata);
+}
+
+static void entry_watch(ObjectEntry *e) {
+        static const K8sInformerHandlers handlers = {
+                .on_add = on_watch_add,
+                .on_update = on_watch_update,
+                .on_delete = on_watch_delete,
+                .on_synced = on_watch_synced,
+        };
+        int r;
+
+        if (e->informer || !watched_kind(e->kind))
+                return;
+        r = e->kind == &k8s_kind_configmap
+                    ? k8s_informer_new_configmap(e->w->client, e->namespace, e->name, &handlers, e, &e->informer)
+                    : k8s_informer_new_secret(e->w->client, e->namespace, e->name, &handlers, e, &e->informer);
+        if (r >= 0)
+                r = k8s_informer_start(e->informer);
+        if (r < 0) {
+                e->informer = k8s_informer_free(e->informer);
+                log_warning_errno(r, "Cannot watch %s, looking it up with GETs instead: %m", e->key);
+                return;
+        }
+        log_debug("Watching %s by name", e->key);
+}
+
 static bool entry_answered(ObjectEntry *e, void *obj) {
         bool changed = !e->answered || e->forbidden_reported || !same_answer(e->obj, obj);
 
@@ -237,6 +299,7 @@ static bool entry_answered(ObjectEntry *e, void *obj) {
         e->forbidden = 0;
         e->forbidden_reported = false;
         e->error = mfree_str(e->error);
+        entry_watch(e);
         if (entry_final(e)) {
                 e->delay_usec = 0;
                 (void) sd_event_source_set_enabled(e->timer, SD_EVENT_OFF);

@@ -211,10 +211,14 @@ static void test_generic_ephemeral_and_non_csi(void **state) {
         f.pvs[1] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p2\",\"name\":\"pv-nfs\",\"resourceVersion\":\"1\"},"
                                         "\"spec\":{\"nfs\":{\"server\":\"s\",\"path\":\"/\"}}}");
         assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
-        /* The generic ephemeral volume's claim is "<pod>-<volume>"; NFS and configMap are not ours. */
-        assert_int_equal(p->n_volumes, 1);
+        /* The generic ephemeral volume's claim is "<pod>-<volume>"; NFS is not ours; the
+         * configMap is the configmap kind's, which waits while this view cannot look it up. */
+        assert_int_equal(p->n_volumes, 2);
         assert_string_equal(p->volumes[0].name, "eph");
         assert_string_equal(p->volumes[0].spec->spec_name, "pv-1");
+        assert_string_equal(p->volumes[1].name, "cfg");
+        assert_null(p->volumes[1].spec);
+        assert_true(p->volumes[1].looking_up);
         desired_pod_free(p);
         k8s_pod_free(pod);
         fake_free(&f);

@@ -91,7 +91,7 @@ static void test_missing_key(void **state) {
         AtomicPayload p = {};
         char *error = NULL;
 
-        assert_int_equal(key_projection_append(proj, &src, 0644, &p, &error), -EINVAL);
+        assert_int_equal(key_projection_append(proj, &src, 0644, &p, &error), -ENOENT);
         assert_string_equal(error, "configmap references non-existent config key: nope");
         free(error);
         key_payload_wipe(&p);
@@ -105,7 +105,7 @@ static void test_missing_key(void **state) {
         /* The secret's words. */
         proj->optional = false;
         src = key_source_secret(NULL);
-        assert_int_equal(key_projection_append(proj, &src, 0644, &p, &error), -EINVAL);
+        assert_int_equal(key_projection_append(proj, &src, 0644, &p, &error), -ENOENT);
         assert_string_equal(error, "secret references non-existent secret key: a");
         free(error);
         key_payload_wipe(&p);

@@ -76,6 +76,7 @@ int file_kind_spec(const FileKindType *t, const K8sPod *pod, const char *name, F
         s->source = src;
         s->lifecycle = VOLUME_EPHEMERAL;
         s->read_only = true;
+        s->follows_objects = true; /* downwardAPI's fields are the pod's own: its kind may clear it */
         if (!(s->spec_name = strdup(name)) ||
             asprintf(&s->unique_name, "%s/%s-%s", t->kind->plugin_name, pod->meta.uid, name) < 0) {
                 s->unique_name = NULL;
@@ -83,6 +84,50 @@ int file_kind_spec(const FileKindType *t, const K8sPod *pod, const char *name, F
         }
         dv->spec = TAKE_PTR(s);
         return 0;
+}
+
+int file_kind_desire_keys(const FileKindType *t, const char *kind_name, const K8sPod *pod, const K8sPodVolume *v,
+                          const K8sKeyProjection *proj, const ClusterView *view, bool block, int lookup,
+                          bool exists, const KeySource *src, DesiredVolume *dv) {
+        _cleanup_free_ char *error = NULL;
+        const char *problem = NULL, *refusal;
+        AtomicPayload payload = {};
+        FileSource *fs;
+        int r;
+
+        if (k8s_pod_volume_validate(v, &problem) < 0)
+                return desired_set_text(&dv->failed, "volume \"%s\": %s", v->name, strempty(problem));
+        if (block)
+                return desired_set_text(&dv->failed, "%s volume \"%s\" cannot be used as a block device",
+                                        kind_name, v->name);
+        if (lookup == -EAGAIN) {
+                dv->looking_up = true;
+                return desired_set_text(&dv->waiting, "looking up %s \"%s\"", kind_name, strempty(proj->name));
+        }
+        if (lookup == -EACCES) {
+                refusal = view->lookup_error ? view->lookup_error(view->userdata,
+                                                                  streq(kind_name, "secret") ? &k8s_kind_secret
+                                                                                             : &k8s_kind_configmap,
+                                                                  pod->meta.namespace, proj->name)
+                                             : NULL;
+                return desired_set_text(&dv->waiting, "%s", refusal ? refusal : "the API server refuses the lookup");
+        }
+        if (!exists && !proj->optional)
+                /* kubelet's words: 'configmap "x" not found'. */
+                return desired_set_text(&dv->waiting, "%s \"%s\" not found", kind_name, strempty(proj->name));
+        r = key_projection_append(proj, src, (mode_t) (proj->default_mode & 07777), &payload, &error);
+        if (r < 0) {
+                key_payload_wipe(&payload);
+                if (r == -ENOMEM)
+                        return r;
+                /* A missing key may be added to the object; a bad path is the pod's. */
+                return desired_set_text(r == -ENOENT ? &dv->waiting : &dv->failed, "%s",
+                                        error ? error : "cannot make the volume's files");
+        }
+        fs = file_source_new(&payload, t->secret);
+        if (!fs)
+                return -ENOMEM;
+        return file_kind_spec(t, pod, v->name, fs, dv);
 }
 
 /* ---- paths --------------------------------------------------------------------- */

@@ -68,6 +68,19 @@ void file_source_free(void *source);
  * read-only.  0 or -ENOMEM. */
 int file_kind_spec(const FileKindType *t, const K8sPod *pod, const char *name, FileSource *src, DesiredVolume *dv);
 
+/* The rest of a configMap's or secret's desire entry, after its lookup in
+ * the view ("kind_name": "configmap" or "secret"; lookup: what the view's
+ * get answered; exists: the object was found; src: its keys): waiting while
+ * it is looked up (-EAGAIN) or refused (-EACCES: the server's words), waiting
+ * with kubelet's words while a non-optional object or key is missing (not
+ * final: it may be created; a volume already set up keeps its content
+ * meanwhile, as kubelet's does), an empty volume for an optional missing
+ * object, failed for a path no writer may write; else dv->spec.  The
+ * volume's source is validated first (k8s_pod_volume_validate). */
+int file_kind_desire_keys(const FileKindType *t, const char *kind_name, const K8sPod *pod, const K8sPodVolume *v,
+                          const K8sKeyProjection *proj, const ClusterView *view, bool block, int lookup,
+                          bool exists, const KeySource *src, DesiredVolume *dv);
+
 /* kind.h's paths: pods/<uid>/volumes/<pod_dir>/<spec_name>, both the dir
  * and the target; no staging (-EOPNOTSUPP). */
 int file_kind_paths(const ActualVolume *av, bool staging, const char *pod_uid, const char *spec_name, char **ret_dir,

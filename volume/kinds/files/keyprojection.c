@@ -74,7 +74,7 @@ int key_projection_append(const K8sKeyProjection *proj, const KeySource *src, mo
                                      streq(src->kind, "secret") ? "secret" : "configmap",
                                      streq(src->kind, "secret") ? "secret" : "config", strempty(it->key)) < 0)
                                 *ret_error = NULL;
-                        return -EINVAL;
+                        return -ENOENT;
                 }
                 r = add_checked(payload, it->path ? it->path : "", data, size,
                                 it->has_mode ? (mode_t) (it->mode & 07777) : default_mode, ret_error);

@@ -39,8 +39,9 @@ typedef struct KeySource {
 /* Appends the files of proj (items, optional) over src to *payload with
  * default_mode where an item has none (the caller passes the volume's
  * defaultMode, or the projected volume's for a projection whose own is 0).
- * 0; -EINVAL with *ret_error (allocated) saying what is wrong (kubelet's
- * words where it has them); -ENOMEM. */
+ * 0; -ENOENT for a key missing (not optional), -EINVAL for a bad path,
+ * both with *ret_error (allocated) saying what is wrong (kubelet's words
+ * where it has them); -ENOMEM. */
 int key_projection_append(const K8sKeyProjection *proj, const KeySource *src, mode_t default_mode,
                           AtomicPayload *payload, char **ret_error);
 

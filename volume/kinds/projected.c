@@ -362,6 +362,7 @@ static int projected_desire(const K8sPod *pod, const K8sPodVolume *v, const Clus
         free(files);
         ps->fetch = TAKE_PTR(b.fetch);
         ps->n_fetch = b.n_fetch;
+        b.n_fetch = 0;
         build_done(&b);
         return file_kind_spec(&projected_type, pod, v->name, (FileSource *) ps, dv);
 }
@@ -596,6 +597,11 @@ static void publish(Operation *op) {
         }
         fl->op = op;
         fl->n_fetch = ps->n_fetch;
+        if (ps->n_fetch > 0) {
+                LogFields f = operation_fields(op);
+                log_fields(LOG_DEBUG, &f, "Fetching %zu token(s) or trust bundle(s) for projected volume \"%s\" of pod %s",
+                           ps->n_fetch, op->spec_name, strempty(op->pod.key));
+        }
         fl->pending = 1; /* this function's own, so that no answer finishes it early */
         for (size_t i = 0; r >= 0 && i < ps->n_fetch; i++) {
                 ProjectedFetch *pf = &ps->fetch[i];

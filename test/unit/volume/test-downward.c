@@ -14,6 +14,8 @@
 
 #include "test/unit/volume/decode.h"
 #include "volume/kinds/files/downward.h"
+#include "volume/kinds/files/filekind.h"
+#include "volume/state/desired.h"
 #include "volume/kinds/projected/token.h"
 
 static K8sPod *pod_json(const char *metadata, const char *containers, const char *status) {
@@ -256,6 +258,49 @@ static void test_token_refresh_at(void **state) {
         assert_true(max <= 2);
 }
 
+static const K8sConfigMap *the_configmap;
+
+static int view_configmap(void *userdata, const char *namespace, const char *name, const K8sConfigMap **ret) {
+        *ret = the_configmap && streq(name, the_configmap->meta.name) ? the_configmap : NULL;
+        return 0;
+}
+
+/* kube-api-access exactly as the ServiceAccount admission plugin makes it:
+ * a spec whose content is ca.crt, namespace and the token's stand-in. */
+static void test_kube_api_access_desire(void **state) {
+        K8sPod *pod = decode(&k8s_kind_pod,
+                             "{\"metadata\":{\"name\":\"web\",\"namespace\":\"default\",\"uid\":\"0f4e1d2c-1111-2222-3333-444455556666\"},"
+                             "\"spec\":{\"nodeName\":\"n\",\"containers\":[{\"name\":\"c\",\"volumeMounts\":[{\"name\":\"kube-api-access-x\","
+                             "\"mountPath\":\"/var/run/secrets/kubernetes.io/serviceaccount\"}]}],"
+                             "\"volumes\":[{\"name\":\"kube-api-access-x\",\"projected\":{\"defaultMode\":420,\"sources\":["
+                             "{\"serviceAccountToken\":{\"expirationSeconds\":3607,\"path\":\"token\"}},"
+                             "{\"configMap\":{\"name\":\"kube-root-ca.crt\",\"items\":[{\"key\":\"ca.crt\",\"path\":\"ca.crt\"}]}},"
+                             "{\"downwardAPI\":{\"items\":[{\"path\":\"namespace\",\"fieldRef\":{\"apiVersion\":\"v1\","
+                             "\"fieldPath\":\"metadata.namespace\"}}]}}]}}]},\"status\":{\"phase\":\"Running\"}}");
+        K8sConfigMap *cm = decode(&k8s_kind_configmap, "{\"metadata\":{\"name\":\"kube-root-ca.crt\",\"namespace\":"
+                                                      "\"default\"},\"data\":{\"ca.crt\":\"PEM\"}}");
+        ClusterView view = { .get_configmap = view_configmap };
+        DesiredVolume dv = {};
+        const FileSource *src;
+
+        the_configmap = cm;
+        assert_int_equal(volume_kind_projected.desire(pod, &pod->volumes[0], &view, false, &dv), 0);
+        if (!dv.spec)
+                fail_msg("waiting: %s failed: %s", strempty(dv.waiting), strempty(dv.failed));
+        src = dv.spec->source;
+        assert_int_equal(src->payload.n, 3);
+        assert_string_equal(src->payload.files[0].path, "ca.crt");
+        assert_memory_equal(src->payload.files[0].data, "PEM", 3);
+        assert_string_equal(src->payload.files[1].path, "namespace");
+        assert_string_equal(src->payload.files[2].path, "token");
+        assert_int_equal(src->payload.files[2].size, 0);
+        assert_int_equal(src->payload.files[2].mode, 0644);
+        assert_string_equal(dv.spec->unique_name, "kubernetes.io/projected/0f4e1d2c-1111-2222-3333-444455556666-kube-api-access-x");
+        volume_spec_free(dv.spec);
+        k8s_configmap_free(cm);
+        k8s_pod_free(pod);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_fieldpath_like_kubelet),
@@ -264,6 +309,7 @@ int main(void) {
                 cmocka_unit_test(test_resources_like_kubelet),
                 cmocka_unit_test(test_collect),
                 cmocka_unit_test(test_token_refresh_at),
+                cmocka_unit_test(test_kube_api_access_desire),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

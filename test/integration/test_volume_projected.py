@@ -184,8 +184,8 @@ def test_token_mode_with_fs_user_and_fs_group(volume_env):
     env = volume_env
     cluster(env)
     env.start()
-    user = env.pod("user", [kube_api_access()], security_context={"runAsUser": 4321})
-    group = env.pod("group", [kube_api_access()], security_context={"fsGroup": 2345})
+    user = env.pod("user", [kube_api_access()], security_context={"runAsUser": 4321}, serviceAccountName=SA)
+    group = env.pod("group", [kube_api_access()], security_context={"fsGroup": 2345}, serviceAccountName=SA)
     du = vol_dir(env, user, "projected", "kube-api-access-x7k2p")
     dg = vol_dir(env, group, "projected", "kube-api-access-x7k2p")
     wait_for(env, lambda: read(f"{du}/token") and read(f"{dg}/token"), timeout=30, what="both tokens")
@@ -225,7 +225,7 @@ def test_token_renewed_before_80_percent_of_its_life_atomically(volume_env, tmp_
     cluster(env)
     trace = str(tmp_path / "trace")
     env.start(env={"KVOLUMED_TEST_TOKEN_CLOCK_SCALE": "60", "KVOLUMED_TEST_TRACE_FILE": trace})
-    pod = env.pod("web", [kube_api_access(expiration=600)])
+    pod = env.pod("web", [kube_api_access(expiration=600)], serviceAccountName=SA)
     d = vol_dir(env, pod, "projected", "kube-api-access-x7k2p")
     first = wait_for(env, lambda: read(f"{d}/token"), timeout=30, what="the token")
     version = os.readlink(f"{d}/..data")
@@ -366,7 +366,8 @@ def test_cluster_trust_bundles_served_are_merged_once_each(volume_env):
     d = vol_dir(env, pod, "projected", "bundle")
     got = wait_for(env, lambda: read(f"{d}/ca.pem"), timeout=30, what="the bundle")
     assert got == a + b, "each certificate once, of the matching bundles only"
-    assert read(f"{vol_dir(env, pod, 'projected', 'byname')}/ca.pem") == c
+    byname = vol_dir(env, pod, "projected", "byname")
+    assert wait_for(env, lambda: read(f"{byname}/ca.pem"), timeout=30, what="the bundle by name") == c
     remove_pods(env, pod)
 
 
@@ -382,7 +383,7 @@ def test_restart_rewrites_nothing_and_reboot_sets_up_again(volume_env):
     env = volume_env
     cluster(env)
     env.start()
-    pod = env.pod("web", [kube_api_access(), downward_volume("info")])
+    pod = env.pod("web", [kube_api_access(), downward_volume("info")], serviceAccountName=SA)
     d = vol_dir(env, pod, "projected", "kube-api-access-x7k2p")
     info = vol_dir(env, pod, "downward-api", "info")
     wait_for(env, lambda: read(f"{d}/token") and read(f"{info}/labels") is not None, timeout=30, what="both volumes")
@@ -423,7 +424,7 @@ def test_teardown_waits_for_the_runtime(volume_env):
         env = volume_env
         cluster(env)
         env.start(extra=f"[runtime]\nendpoint = {cri.endpoint}\n")
-        pod = env.pod("web", [kube_api_access()])
+        pod = env.pod("web", [kube_api_access()], serviceAccountName=SA)
         d = vol_dir(env, pod, "projected", "kube-api-access-x7k2p")
         wait_for(env, lambda: read(f"{d}/token"), timeout=30, what="the token")
         cri.add_pod(pod["metadata"]["uid"], name="web")
@@ -448,7 +449,7 @@ def test_two_hundred_tokens_renew_spread_out(volume_env, tmp_path):
     cluster(env)
     trace = str(tmp_path / "trace")
     env.start(env={"KVOLUMED_TEST_TRACE_FILE": trace})
-    pods = [env.pod(f"p{i}", [kube_api_access()]) for i in range(200)]
+    pods = [env.pod(f"p{i}", [kube_api_access()], serviceAccountName=SA) for i in range(200)]
     uids = {p["metadata"]["uid"] for p in pods}
     drawn = wait_until(lambda: (t := token_trace(trace)) and uids <= set(t) and t, timeout=180,
                        interval=0.5, what="200 renewal times drawn")

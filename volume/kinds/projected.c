@@ -466,8 +466,7 @@ static void fill_finish(Fill *fl) {
                 /* The API server's words (never a token); the backoff retries. */
                 log_fields(LOG_ERR, &f, "Projected volume \"%s\" of pod %s cannot be set up: %s; retrying with backoff",
                            op->spec_name, strempty(op->pod.key), strempty(message));
-                operation_fail(op, error, false, "MountVolume.SetUp failed for volume \"%s\" : %s", op->spec_name,
-                               strempty(message));
+                operation_fail(op, error, false, "%s", strempty(message));
                 return;
         }
         for (size_t i = 0; r >= 0 && i < ps->n_fetch; i++) {
@@ -495,8 +494,7 @@ static void fill_finish(Fill *fl) {
         }
         fill_free(fl);
         if (r < 0) {
-                operation_fail(op, r, false, "MountVolume.SetUp failed for volume \"%s\" : the token of the pod "
-                               "is not at hand (%s); retrying", op->spec_name, strerror(-r));
+                operation_fail(op, r, false, "the token of the pod is not at hand (%s); retrying", strerror(-r));
                 return;
         }
         file_kind_run(&projected_type, op);

@@ -9,9 +9,9 @@ sooner), for one hour of node time after the first tokens were issued.
 
 It reports the TokenRequests of the renewals (the first issue of every
 token, a burst by construction, is left out) per second of node time (a
-wall-clock second times --scale): the maximum and the median over the hour's
-seconds, and the same for the renewal times kvolumed drew (its trace), and,
-for comparison, for kubelet's rule on the same issue times (renewal at 80 %
+wall-clock second times --scale): the maximum over the hour's seconds and
+the median over the seconds from the first renewal to the last, and the same
+for the renewal times kvolumed drew (its trace), and, for comparison, for kubelet's rule on the same issue times (renewal at 80 %
 of the lifetime less up to 10 s of jitter: token_manager.go)."""
 import argparse
 import os
@@ -55,8 +55,12 @@ def per_second(times, start, hour):
 
 
 def summary(name, bins):
-    return f"{name:<34} max {max(bins):>3}/s   median {statistics.median(bins):>4}/s   " \
-           f"busiest 10 s: {max(sum(bins[i:i + 10]) for i in range(len(bins) - 9)):>4}"
+    """The maximum over the hour; the median over the seconds from the
+    first renewal to the last (the hour's other seconds hold none)."""
+    used = [i for i, n in enumerate(bins) if n]
+    window = bins[used[0]:used[-1] + 1] if used else [0]
+    return f"{name:<34} max {max(bins):>3}/s   median {statistics.median(window):>4}/s " \
+           f"over {len(window):>4} s   busiest 10 s: {max(sum(bins[i:i + 10]) for i in range(len(bins) - 9)):>4}"
 
 
 def main():

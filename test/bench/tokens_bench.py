@@ -60,7 +60,8 @@ def summary(name, bins):
     used = [i for i, n in enumerate(bins) if n]
     window = bins[used[0]:used[-1] + 1] if used else [0]
     return f"{name:<34} max {max(bins):>3}/s   median {statistics.median(window):>4}/s " \
-           f"over {len(window):>4} s   busiest 10 s: {max(sum(bins[i:i + 10]) for i in range(len(bins) - 9)):>4}"
+           f"mean {statistics.mean(window):.2f}/s over {len(window):>4} s   " \
+           f"busiest 10 s: {max(sum(bins[i:i + 10]) for i in range(len(bins) - 9)):>4}"
 
 
 def main():

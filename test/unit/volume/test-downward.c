@@ -17,6 +17,7 @@
 #include "volume/kinds/files/filekind.h"
 #include "volume/state/desired.h"
 #include "volume/kinds/projected/token.h"
+#include "volume/kinds/projected/trustbundle.h"
 
 static K8sPod *pod_json(const char *metadata, const char *containers, const char *status) {
         char *json = NULL;
@@ -258,6 +259,27 @@ static void test_token_refresh_at(void **state) {
         assert_true(max <= 2);
 }
 
+/* The bundles' certificates once each, sorted, re-encoded as Go's
+ * pem.EncodeToMemory (64 columns); whatever the input's line length. */
+static void test_trustbundle_merge(void **state) {
+        const char *a = "-----BEGIN CERTIFICATE-----\nMAFh\n-----END CERTIFICATE-----\n";
+        const char *b = "junk before\n-----BEGIN CERTIFICATE-----\nMA\nFi\n-----END CERTIFICATE-----\n";
+        const char *bundles[] = { b, a, a };
+        char *pem = NULL;
+        size_t size = 0;
+
+        assert_int_equal(trustbundle_merge(bundles, 3, &pem, &size), 0);
+        assert_string_equal(pem, "-----BEGIN CERTIFICATE-----\nMAFh\n-----END CERTIFICATE-----\n"
+                                 "-----BEGIN CERTIFICATE-----\nMAFi\n-----END CERTIFICATE-----\n");
+        assert_int_equal(size, strlen(pem));
+        free(pem);
+        assert_int_equal(trustbundle_merge(bundles, 0, &pem, &size), 0);
+        assert_int_equal(size, 0);
+        free(pem);
+        bundles[0] = "-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----\n";
+        assert_int_equal(trustbundle_merge(bundles, 1, &pem, &size), -EINVAL);
+}
+
 static const K8sConfigMap *the_configmap;
 
 static int view_configmap(void *userdata, const char *namespace, const char *name, const K8sConfigMap **ret) {
@@ -310,6 +332,7 @@ int main(void) {
                 cmocka_unit_test(test_collect),
                 cmocka_unit_test(test_token_refresh_at),
                 cmocka_unit_test(test_kube_api_access_desire),
+                cmocka_unit_test(test_trustbundle_merge),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -285,6 +285,21 @@ def test_downward_api_follows_the_pods_labels_and_defaults_limits_to_allocatable
     wait_for(env, lambda: read(f"{d}/labels") == 'app="shop"\ntier="back"', timeout=30, what="the new labels")
     assert read(f"{d}/tier") == "back"
     assert os.readlink(f"{d}/..data") != before["..data"]
+    # A change of the pod that changes no file writes nothing: the pod's
+    # events are handled in order, so once the next real change is written,
+    # the one before it was handled, and the writes counted are one.
+    unique = f"kubernetes.io/downward-api/{pod['metadata']['uid']}-info"
+    # The first version and the new labels' (logged just after the swap).
+    wait_for(env, lambda: env.agent.output().count(f"of {unique} to ") >= 2, timeout=10, what="two writes logged")
+    writes = env.agent.output().count(f"of {unique} to ")
+    assert writes == 2
+    obj = env.api.get("pods", "default", "web")
+    obj["status"]["podIP"] = "10.1.0.9"
+    env.api.update(obj)
+    set_labels(env, pod, {"tier": "back", "app": "shop", "x": "1"})
+    wait_for(env, lambda: 'x="1"' in (read(f"{d}/labels") or ""), timeout=30, what="the third labels")
+    wait_for(env, lambda: env.agent.output().count(f"of {unique} to ") >= writes + 1, timeout=10, what="the log")
+    assert env.agent.output().count(f"of {unique} to ") == writes + 1
     remove_pods(env, pod)
 
 

@@ -300,6 +300,12 @@ def test_downward_api_follows_the_pods_labels_and_defaults_limits_to_allocatable
     wait_for(env, lambda: 'x="1"' in (read(f"{d}/labels") or ""), timeout=30, what="the third labels")
     wait_for(env, lambda: env.agent.output().count(f"of {unique} to ") >= writes + 1, timeout=10, what="the log")
     assert env.agent.output().count(f"of {unique} to ") == writes + 1
+    # The Node's allocatable changes: the limit the container does not set follows.
+    node = env.node()
+    node["status"]["allocatable"]["cpu"] = "1500m"
+    env.api.update(node)
+    wait_for(env, lambda: read(f"{d}/cpu_limit") == "1500", timeout=30, what="the new allocatable cpu")
+    assert read(f"{d}/mem_limit") == "7168"
     remove_pods(env, pod)
 
 

@@ -371,7 +371,36 @@ static int projected_desire(const K8sPod *pod, const K8sPodVolume *v, const Clus
 
 struct ProjectedState {
         TokenCache *tokens;
+        char *allocatable; /* the Node's allocatable last seen, "k=v\n..." */
 };
+
+/* The Node's allocatable changed (its first sight too): a downwardAPI file
+ * whose limit the container does not set follows it, so the pods with
+ * downwardAPI or projected volumes, or volumes waiting, are built again
+ * (their digests keep every other pod's files as they are).  Other Node
+ * updates (volumesInUse, annotations, heartbeats) cost a comparison. */
+static void projected_node_changed(VolumeManager *m, const K8sNode *node) {
+        _cleanup_free_ char *now = NULL;
+        void *v;
+
+        if (!m->projected || !node || downward_format_map(&node->allocatable, &now) < 0 ||
+            streq_ptr(now, m->projected->allocatable))
+                return;
+        free(m->projected->allocatable);
+        m->projected->allocatable = TAKE_PTR(now);
+        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &v);) {
+                PodEntry *e = v;
+                bool concerned = false;
+                for (size_t j = 0; e->desired && !concerned && j < e->desired->n_volumes; j++) {
+                        const VolumeSpec *s = e->desired->volumes[j].spec;
+                        concerned = !s || s->kind == &volume_kind_projected || s->kind == &volume_kind_downwardapi;
+                }
+                if (!concerned)
+                        continue;
+                e->dirty = true;
+                manager_schedule_pod_pass(m, e->uid);
+        }
+}
 
 static int projected_setup(VolumeManager *m) {
         m->projected = calloc(1, sizeof *m->projected);
@@ -385,6 +414,7 @@ static void projected_free(VolumeManager *m) {
         if (!m->projected)
                 return;
         token_cache_free(m->projected->tokens);
+        free(m->projected->allocatable);
         free(m->projected);
         m->projected = NULL;
 }
@@ -738,6 +768,7 @@ const VolumeKind volume_kind_projected = {
         .setup = projected_setup,
         .free = projected_free,
         .ended = projected_ended,
+        .node_changed = projected_node_changed,
         .claims = projected_claims,
         .desire = projected_desire,
         .source_copy = projected_source_copy,

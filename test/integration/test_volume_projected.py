@@ -472,8 +472,8 @@ def test_two_hundred_tokens_renew_spread_out(volume_env, tmp_path):
     env.start(env={"KVOLUMED_TEST_TRACE_FILE": trace})
     pods = [env.pod(f"p{i}", [kube_api_access()], serviceAccountName=SA) for i in range(200)]
     uids = {p["metadata"]["uid"] for p in pods}
-    drawn = wait_until(lambda: (t := token_trace(trace)) and uids <= set(t) and t, timeout=180,
-                       interval=0.5, what="200 renewal times drawn")
+    drawn = wait_for(env, lambda: (t := token_trace(trace)) and uids <= set(t) and t, timeout=300,
+                     interval=0.5, what="200 renewal times drawn")
     dues = [drawn[u][0][1] for u in uids]
     issued = [drawn[u][0][0] for u in uids]
     # Before kubelet's point (80 % of 3607 s), over 40 % of it.
@@ -486,5 +486,5 @@ def test_two_hundred_tokens_renew_spread_out(volume_env, tmp_path):
     assert max(dues) - min(dues) > 600
     for p in pods:
         env.api.remove("pods", "default", p["metadata"]["name"])
-    for p in pods:
-        env.wait_gone(f"{env.root}/pods/{p['metadata']['uid']}", timeout=120)
+    wait_for(env, lambda: not any(os.path.lexists(f"{env.root}/pods/{u}") for u in uids), timeout=300,
+             interval=0.5, what="the 200 pods' volumes torn down")

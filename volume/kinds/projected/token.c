@@ -246,6 +246,10 @@ void token_cache_forget_pod(TokenCache *c, const char *pod_uid) {
                 if (!streq(e->pod_uid, pod_uid))
                         continue;
                 (void) hashmap_remove(c->entries, k);
+                /* A publish of another of the pod's volumes still waiting
+                 * hears of it (and is retried) rather than hanging. */
+                k8s_request_cancel(TAKE_PTR(e->request));
+                entry_notify(e, -ECANCELED, "the pod's tokens were dropped with its last projected volume");
                 entry_free(e);
         }
 }

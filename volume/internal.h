@@ -232,6 +232,7 @@ typedef struct DriverCaps {
 struct VolumeManager {
         sd_event *event;
         K8sClient *k8s;
+        struct ProjectedState *projected; /* kinds/projected.c: the pods' tokens */
         CsiClient *csi;
         char *node_name;
         uint64_t resync_interval_usec;

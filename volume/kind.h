@@ -261,3 +261,5 @@ extern const VolumeKind volume_kind_secret;
 extern const VolumeKind volume_kind_empty_dir;
 extern const VolumeKind volume_kind_host_path;
 extern const VolumeKind volume_kind_local;
+extern const VolumeKind volume_kind_downwardapi;
+extern const VolumeKind volume_kind_projected;

@@ -14,6 +14,8 @@ static const VolumeKind *const builtin_kinds[] = {
         &volume_kind_empty_dir,
         &volume_kind_host_path,
         &volume_kind_local,
+        &volume_kind_downwardapi,
+        &volume_kind_projected,
         NULL,
 };
 

@@ -251,8 +251,7 @@ static void publish(const FileKindType *t, Operation *op) {
         if (t->tmpfs) {
                 r = mount_tmpfs(op, abs, &f);
                 if (r < 0) {
-                        operation_fail(op, r, false, "MountVolume.SetUp failed for volume \"%s\" : mount of a tmpfs on %s failed: %s",
-                                       op->spec_name, abs, strerror(-r));
+                        operation_fail(op, r, false, "mount of a tmpfs on %s failed: %s", abs, strerror(-r));
                         return;
                 }
                 if (r > 0)
@@ -265,8 +264,7 @@ static void publish(const FileKindType *t, Operation *op) {
         if (r >= 0)
                 r = dir_mode(fd);
         if (r < 0) {
-                operation_fail(op, r, t->tmpfs, "MountVolume.SetUp failed for volume \"%s\" : cannot open %s: %s",
-                               op->spec_name, abs, strerror(-r));
+                operation_fail(op, r, t->tmpfs, "cannot open %s: %s", abs, strerror(-r));
                 return;
         }
         AtomicWriteOptions opts = {
@@ -279,8 +277,7 @@ static void publish(const FileKindType *t, Operation *op) {
         };
         r = atomic_write(fd, &src->payload, &opts, &changed, &reason);
         if (r < 0) {
-                operation_fail(op, r, t->tmpfs, "MountVolume.SetUp failed for volume \"%s\" : %s", op->spec_name,
-                               reason ? reason : strerror(-r));
+                operation_fail(op, r, t->tmpfs, "%s", reason ? reason : strerror(-r));
                 return;
         }
         op->call_ok = true;

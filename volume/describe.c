@@ -413,6 +413,6 @@ void describe_note_outcome(VolumeManager *m, const Operation *op, bool success) 
         av->last_error_op = op->kind;
         /* kubelet's isFinalError: a call that was made and failed without
          * leaving the volume uncertain (a timeout, UNAVAILABLE...). */
-        av->last_error_final = op->called && !op->uncertain;
+        av->last_error_final = (op->called && !op->uncertain) || op->final;
         av->last_error_at = clock_usec(CLOCK_REALTIME);
 }

@@ -191,6 +191,10 @@ struct Operation {
         char *message;          /* its text */
         char *selinux_context;  /* stage, publish: the context= mount option it passes; NULL: none */
         bool uncertain;         /* the failure leaves the volume maybe mounted */
+        /* The failure is the pod's to fix (a subPath that leaves its volume):
+         * final for the runner, which hears it at once, even where the
+         * volume itself stays set up (uncertain) and is tried again. */
+        bool final;
         OpTokens *tokens;       /* tokens.c: the service account tokens of a publish */
         bool republish;         /* a publish of a volume already published: its failure changes nothing */
         bool beside_others;     /* its CSI call went out while another of the volume's was in flight */

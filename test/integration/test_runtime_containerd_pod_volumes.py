@@ -8,7 +8,6 @@ on other branches at the same time: until they are merged the asserts on
 them fail, on purpose; none is skipped.  Which asserts wait for which branch
 is said at each."""
 import base64
-import hashlib
 import os
 import shutil
 import tempfile
@@ -64,12 +63,6 @@ def kube_api_access():
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace",
                                     "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
-
-
-def backing_dir(env, handle):
-    """The mock driver's directory behind a volume (what its mounts show)."""
-    sha = hashlib.sha256(handle.encode()).hexdigest()[:32]
-    return os.path.join(env.driver.state_dir, "volumes", sha + ".data")
 
 
 def test_the_apis_mounts_run_a_csi_pod_unchanged(node, api_socket):
@@ -174,7 +167,11 @@ def test_a_busybox_pod_reads_every_kind_through_the_apis_mounts(node, api_socket
     assert read(os.path.join(out, "secret")) == "s3cret"
     assert read(os.path.join(out, "df")).split()[1] == "16384", read(os.path.join(out, "df"))  # 16Mi in 1K blocks
     assert read(os.path.join(host_dir, "made-here")) == "from-container\n"
-    assert read(os.path.join(backing_dir(env, "vol-data"), "sub", "dir", "f")) == "sub\n"
+    # Into the volume (the driver's mount at the publish target: the mock
+    # keeps a tmpfs volume there while it is in use), not under it.
+    data_target = env.target(pod, "pv-data")  # a PV's dir is named after the PV
+    assert os.path.ismount(data_target)
+    assert read(os.path.join(data_target, "sub", "dir", "f")) == "sub\n"
 
     # Changes while it runs reach the container's view.
     wait_until(lambda: read(os.path.join(out, "cfg")) == "one", timeout=30, what="the configMap's first value")

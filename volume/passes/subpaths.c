@@ -279,7 +279,10 @@ static void ended(OffloopJob *j, int result, char *error, void *userdata) {
         op->job = offloop_free(op->job);
         if (result < 0) {
                 /* A publish stays uncertain: its volume is set up, the pod
-                 * cannot use it yet; tried again after the backoff. */
+                 * cannot use it yet; tried again after the backoff.  A
+                 * subPath that leaves its volume, loops or is no valid path
+                 * is the pod's to fix: the runner hears it at once. */
+                op->final = result == -EXDEV || result == -ELOOP || result == -EINVAL;
                 operation_fail(op, result, op->kind == OP_PUBLISH, "%s", message ?: strerror(-result));
                 return;
         }

@@ -132,10 +132,13 @@ def test_restart_keeps_the_tmpfs_and_a_reboot_mounts_it_again(volume_env):
     with open(f"{disk}/data", "w") as f:
         f.write("kept on disk")
     mount_id = mount_of(mem)[0]
-    # The disk one's record says it is set up without a mount.
-    wait_until(lambda: not json.load(open(glob.glob(f"{env.root}/kvolumed/**/kubernetes.io~empty-dir/disk/"
-                                                      "kvolumed.json", recursive=True)[0]))["mount"], 15,
-               what="the disk emptyDir recorded as no mount")
+    # The disk one's record says it is set up without a mount (done: the
+    # intent written before the work has no mount either).
+    def recorded_done_without_mount():
+        record = json.load(open(glob.glob(f"{env.root}/kvolumed/**/kubernetes.io~empty-dir/disk/kvolumed.json",
+                                          recursive=True)[0]))
+        return record.get("done") and not record["mount"]
+    wait_until(recorded_done_without_mount, 15, what="the disk emptyDir recorded as done, no mount")
 
     kill_agent(env)
     env.start()

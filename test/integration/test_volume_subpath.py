@@ -103,6 +103,8 @@ def test_subpath_binds_of_a_csi_pv_go_before_its_unpublish_and_unstage(volume_en
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnstageVolume", 1, timeout=30)
     env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
+    # The driver's log has the call before kvolumed has its answer.
+    wait_until(lambda: "Volume pv-1 unstaged" in env.agent.output(), 30, what="the unstage logged")
     out = env.agent.output()
     unbound = out.index(f"Unmounted subPath bind {env.root}/pods/{uid}/volume-subpaths/data/c/0")
     unpublished = out.index("Volume pv-1 unpublished")

@@ -83,7 +83,8 @@ int trustbundle_merge(const char *const *bundles, size_t n, char **ret, size_t *
                 }
         }
         if (r >= 0) {
-                qsort(ders, n_ders, sizeof *ders, cmp_der);
+                if (n_ders > 0) /* qsort of NULL is undefined, even of nothing */
+                        qsort(ders, n_ders, sizeof *ders, cmp_der);
                 f = open_memstream(&buf, &size);
                 if (!f)
                         r = -ENOMEM;

@@ -186,7 +186,7 @@ def main():
         print("|----------------------------------------------|-----------|----------|----------|")
         print(f"| (a) ordinary pod: creation -> wait=mounted   | {ms(mo)}  | {ms(min(ordinary))} | {ms(max(ordinary))} |")
         print(f"| (b) CSI-only pod: creation -> wait=mounted   | {ms(mc)}  | {ms(min(csi_only))} | {ms(max(csi_only))} |")
-        for what, changes in ((f"(c) configMap of 1 pod: update -> host file", own),
+        for what, changes in (("(c) configMap of 1 pod: update -> host file", own),
                               (f"(c') one of {users} pods': update -> host file", shared)):
             print(f"| {what:<44} | {ms(statistics.median(changes))}  | {ms(min(changes))} | {ms(max(changes))} |")
         print()

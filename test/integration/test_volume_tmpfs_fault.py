@@ -5,9 +5,11 @@ fail at will).  A clear reason in the API and the log, nothing else of the
 pod harmed, and set up once the cause is gone."""
 import os
 
+import pytest
+
 from integration.agent_fixtures import DRIVER, wait_until
 from integration.test_agent_localapi import api_config, api_get, sockdir  # noqa: F401
-from integration.test_volume_configmap import (cm_volume, configmap, read, remove_pods, secret, secret_volume,
+from integration.test_volume_configmap import (cm_volume, configmap, fs_type, read, remove_pods, secret, secret_volume,
                                                vol_dir)
 
 
@@ -24,7 +26,9 @@ def mount_id(path):
     return ids[-1] if ids else None
 
 
-def test_a_secret_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_retried(volume_env, sockdir):
+@pytest.mark.parametrize("kind", ["secret", "empty-dir"])
+def test_a_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_retried(volume_env, sockdir, kind):
+    """A secret's tmpfs, a Memory emptyDir's."""
     env = volume_env
     refuse = os.path.join(sockdir, "refuse-tmpfs")
     open(refuse, "w").close()
@@ -34,20 +38,17 @@ def test_a_secret_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_
     sock = os.path.join(sockdir, "run", "kvolumed.sock")
     env.agent = env.start_agent(api_config(env, sock), env={"KVOLUMED_TEST_TMPFS_REFUSE_FILE": refuse})
     env.agent.wait_for_log("Serving the local volumes API", timeout=30)
-    pod = env.pod("web", [secret_volume("creds", "creds"), cm_volume("cfg", "app"),
-                          {"name": "data", "csi": {"driver": DRIVER}}])
+    failing = secret_volume("creds", "creds") if kind == "secret" else \
+        {"name": "creds", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}
+    pod = env.pod("web", [failing, cm_volume("cfg", "app"), {"name": "data", "csi": {"driver": DRIVER}}])
     uid = pod["metadata"]["uid"]
-    path = vol_dir(env, pod, "secret", "creds")
+    path = vol_dir(env, pod, kind, "creds")
 
     # The others are set up meanwhile.
     def others_published():
         v = volumes_of(sock, uid)
         return v and v["cfg"]["state"] == "published" and v["data"]["state"] == "published" and v
-    try:
-        wait_until(others_published, timeout=30, what="the configMap and the CSI volume published")
-    except AssertionError:
-        print(volumes_of(sock, uid), env.agent.output()[-6000:])
-        raise
+    wait_until(others_published, timeout=30, what="the configMap and the CSI volume published")
     cfg = vol_dir(env, pod, "configmap", "cfg")
     csi = f"{env.root}/pods/{uid}/volumes/kubernetes.io~csi/data/mount"
     assert read(f"{cfg}/k") == "v"
@@ -58,7 +59,7 @@ def test_a_secret_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_
     def failed():
         v = volumes_of(sock, uid).get("creds")
         return v and v["state"] in ("pending", "failed") and "tmpfs" in (v["reason"] or "") and v
-    creds = wait_until(failed, timeout=30, what="the secret volume failed\n" + env.agent.output()[-3000:])
+    creds = wait_until(failed, timeout=30, what="the tmpfs volume failed\n" + env.agent.output()[-3000:])
     # Not final (a runner's wait is not answered 409): retried, with its path and errno.
     assert creds["state"] == "pending", creds
     assert path in creds["reason"] and "Cannot allocate memory" in creds["reason"], creds
@@ -67,7 +68,7 @@ def test_a_secret_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_
     env.agent.wait_for_log("Cannot mount a tmpfs (", timeout=10)
     assert any("Cannot mount a tmpfs" in line and path in line for line in env.agent.output().splitlines())
     assert not os.path.ismount(path)
-    assert not os.path.exists(f"{path}/password")
+    assert not os.path.exists(f"{path}/password") and not os.path.exists(f"{path}/..data")
     status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=1s")
     assert status != 200 and body.get("allMounted") is not True, body
     # Retried meanwhile (with backoff), still failing, the others untouched.
@@ -83,8 +84,9 @@ def test_a_secret_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_
         lambda: (r := api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s"))[0] == 200 and r[:2],
         timeout=120, what="every volume mounted after the cause is gone\n" + env.agent.output()[-3000:])
     assert body["allMounted"] is True
-    assert os.path.ismount(path)
-    assert read(f"{path}/password") == "hunter2"
+    assert os.path.ismount(path) and fs_type(path) == "tmpfs"
+    if kind == "secret":
+        assert read(f"{path}/password") == "hunter2"
     # The others as they were: the same configMap payload, the same CSI mount.
     assert (os.readlink(f"{cfg}/..data"), mount_id(csi)) == kept
     remove_pods(env, pod)

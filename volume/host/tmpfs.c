@@ -2,10 +2,13 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <unistd.h>
 
 #include "systemd/log.h"
 #include "volume/host/tmpfs.h"
@@ -58,6 +61,18 @@ static int is_tmpfs_root(int fd) {
         return sfs.f_type == TMPFS_MAGIC;
 }
 
+#if KVOLUMED_TEST_HOOKS
+/* TEST ONLY (KVOLUMED_TEST_TMPFS_REFUSE_FILE=PATH): while PATH exists, the
+ * tmpfs mount fails with ENOMEM as a kernel out of memory refuses it, so
+ * that a test sees how a tmpfs that cannot be mounted is reported and
+ * retried.  Nothing on an ordinary host makes that mount fail at will: an
+ * immutable target or a read-only parent mount does not stop it. */
+static bool tmpfs_test_refused(void) {
+        const char *p = getenv("KVOLUMED_TEST_TMPFS_REFUSE_FILE");
+        return !isempty(p) && access(p, F_OK) == 0;
+}
+#endif
+
 int tmpfs_mount(int dir_fd, const char *name, const char *target_path, uint64_t size_bytes, mode_t mode,
                 const char *selinux_context, const LogFields *log) {
         _cleanup_free_ char *options = NULL;
@@ -97,6 +112,13 @@ int tmpfs_mount(int dir_fd, const char *name, const char *target_path, uint64_t 
                 return -ENOMEM;
 
         snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+#if KVOLUMED_TEST_HOOKS
+        if (tmpfs_test_refused()) {
+                errno = ENOMEM;
+                return log_fields_errno(LOG_ERR, errno, log, "Cannot mount a tmpfs (%s) on %s: %m",
+                                        isempty(options) ? "default size" : options, strempty(target_path));
+        }
+#endif
         if (mount("tmpfs", proc, "tmpfs", 0, isempty(options) ? NULL : options) < 0)
                 return log_fields_errno(LOG_ERR, errno, log, "Cannot mount a tmpfs (%s) on %s: %m",
                                         isempty(options) ? "default size" : options, strempty(target_path));

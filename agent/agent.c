@@ -10,6 +10,7 @@
 #include "systemd/log.h"
 #include "systemd/notify.h"
 #include "systemd/testhook.h"
+#include "volume/kinds/emptydir-usage.h"
 
 #define STATUS_INTERVAL_USEC USEC_PER_SEC
 
@@ -101,6 +102,8 @@ static int connect_clients(Agent *a) {
                                &a->volumes);
         if (r < 0)
                 return log_error_errno(r, "Failed to create the volume manager: %m");
+        /* The emptyDirs' usage is measured as often as the CSI volumes'. */
+        emptydir_usage_set_interval(c->stats_interval_usec);
         r = volume_stats_new(a->volumes, c->stats_interval_usec, stats_timeout(c), &a->volume_stats);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the volume stats: %m");
@@ -643,6 +646,7 @@ static void apply_live_settings(Agent *a, Config *new) {
         if (new->stats_interval_usec != old->stats_interval_usec ||
             new->call_timeout_usec != old->call_timeout_usec) {
                 volume_stats_set_interval(a->volume_stats, new->stats_interval_usec, stats_timeout(new));
+                emptydir_usage_set_interval(new->stats_interval_usec);
                 old->stats_interval_usec = new->stats_interval_usec;
         }
         if (new->republish_interval_usec != old->republish_interval_usec) {

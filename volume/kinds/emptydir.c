@@ -18,6 +18,7 @@
 #include "k8s/quantity.h"
 #include "systemd/log.h"
 #include "volume/host/tmpfs.h"
+#include "volume/kinds/emptydir-usage.h"
 #include "volume/internal.h"
 #include "volume/kinds/podkind.h"
 #include "volume/passes/operation.h"
@@ -343,6 +344,8 @@ const VolumeKind volume_kind_empty_dir = {
         .plugin_name = "kubernetes.io/empty-dir",
         .pod_dir = "kubernetes.io~empty-dir",
         .call_names = { [OP_PUBLISH] = "SetUp", [OP_UNPUBLISH] = "TearDown" },
+        .setup = emptydir_usage_setup,
+        .free = emptydir_usage_free,
         .claims = empty_dir_claims,
         .desire = empty_dir_desire,
         .source_copy = empty_dir_source_copy,
@@ -352,4 +355,5 @@ const VolumeKind volume_kind_empty_dir = {
         .run = empty_dir_run,
         .outcome = empty_dir_outcome,
         .reconstruct_publish = empty_dir_reconstruct_publish,
+        .describe = emptydir_usage_describe,
 };

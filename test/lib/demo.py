@@ -4,7 +4,10 @@ pretend node "demo-node", against the fake API server and the mock CSI
 driver (which registers through kubelet's plugin-registration directory).
 A pod with an inline volume and a pod with a PVC appear; their volumes are
 set up; the pods are deleted; their volumes go."""
+import http.client
+import json
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -32,6 +35,19 @@ def wait(predicate, what, timeout=30):
         if time.monotonic() > deadline:
             raise SystemExit(f"demo: timed out waiting for {what}")
         time.sleep(0.1)
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """The local volumes API, as `curl --unix-socket` speaks to it."""
+
+    def __init__(self, path):
+        super().__init__("localhost", timeout=60)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
 
 
 def mounts_under(root):
@@ -124,7 +140,32 @@ def main():
                                                              "volumeMounts": [{"name": volume["name"],
                                                                                "mountPath": "/data"}]}]},
                                     "status": {"phase": "Running"}}))
-        wait(lambda: len(mounts_under(root)) >= 3, "the volumes to be mounted")
+        say("an ordinary pod: the kube-api-access volume admission adds, a configMap, a Memory emptyDir")
+        api.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "default", "namespace": "default"}})
+        api.create({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "kube-root-ca.crt", "namespace": "default"},
+                    "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n(the cluster's CA)\n-----END CERTIFICATE-----\n"}})
+        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": "default"},
+                    "data": {"greeting": "hello"}})
+        kube_api_access = {"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}
+        web = api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+                          "spec": {"nodeName": NODE, "serviceAccountName": "default",
+                                   "volumes": [kube_api_access, {"name": "cfg", "configMap": {"name": "app"}},
+                                               {"name": "cache", "emptyDir": {"medium": "Memory",
+                                                                              "sizeLimit": "16Mi"}}],
+                                   "containers": [{"name": "app", "image": "busybox", "volumeMounts": [
+                                       {"name": "kube-api-access-x7k2p", "readOnly": True,
+                                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                                       {"name": "cfg", "mountPath": "/etc/app"},
+                                       {"name": "cache", "mountPath": "/cache"}]}]},
+                          "status": {"phase": "Running"}})
+        pods.append(web)
+        wait(lambda: len(mounts_under(root)) >= 5, "the volumes to be mounted")
         time.sleep(0.5)
         say("mounted under root-dir (kubelet's paths)")
         show_mounts(root)
@@ -135,12 +176,23 @@ def main():
             print("   " + line)
         if status.returncode != 0:
             raise SystemExit(f"kvolumed status failed: {status.stderr.strip()}")
+        say("what the runner passes to CRI for the web pod's container (GET /v1/pods/<uid>/volumes)")
+        conn = UnixHTTPConnection(os.path.join(work, "kvolumed.sock"))
+        conn.request("GET", f"/v1/pods/{web['metadata']['uid']}/volumes?wait=mounted&timeout=30s")
+        body = json.loads(conn.getresponse().read())
+        conn.close()
+        print(f"   allMounted: {body['allMounted']}")
+        for m in body["containers"][0]["mounts"]:
+            print(f"   {m['container_path']:48} <- {m['host_path'].replace(root, '<root>')}"
+                  f"{'  (read-only)' if m['readonly'] else ''}")
+        sa = f"{root}/pods/{web['metadata']['uid']}/volumes/kubernetes.io~projected/kube-api-access-x7k2p"
+        print(f"   {sorted(os.listdir(sa))} in <root>/pods/<uid>/volumes/kubernetes.io~projected/kube-api-access-x7k2p")
         target = f"{root}/pods/{pods[1]['metadata']['uid']}/volumes/kubernetes.io~csi/pv-data/mount"
         with open(os.path.join(target, "hello.txt"), "w") as f:
             f.write("hello from the db pod\n")
         print(f"   wrote {target.replace(root, '<root>')}/hello.txt")
 
-        say("deleting both pods")
+        say("deleting the pods")
         for p in pods:
             api.remove("pods", "default", p["metadata"]["name"])
         wait(lambda: not mounts_under(root), "the volumes to go")
@@ -165,6 +217,10 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
         api.stop()
+        # kvolumed made root-dir a shared mount by binding it onto itself
+        # (as kubelet does at start; a node keeps it until reboot): the
+        # demo's namespace goes, and the bind with it, but not before rm.
+        subprocess.run(["umount", "-R", root], capture_output=True)
         subprocess.run(["rm", "-rf", work])
 
 

@@ -5,6 +5,15 @@
 
 #include "k8s/objects.h"
 
+/* Returns a negative result of "expr" at once: every decoder step either
+ * succeeds or ends the decode with its -errno. */
+#define TRY(expr)                                                                                          \
+        do {                                                                                               \
+                int _r = (expr);                                                                           \
+                if (_r < 0)                                                                                \
+                        return _r;                                                                         \
+        } while (0)
+
 int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m);
 void k8s_meta_done(K8sMeta *m);
 
@@ -18,3 +27,4 @@ void k8s_node_selector_terms_free(K8sNodeSelectorTerm *t, size_t n);
 int k8s_bytes_map_decode(JsonPath *p, const cJSON *obj, const char *key, K8sSecretEntry **ret, size_t *ret_n);
 /* Wipes keys and values before freeing them. */
 void k8s_bytes_map_free(K8sSecretEntry *e, size_t n);
+const K8sSecretEntry *k8s_bytes_map_get(const K8sSecretEntry *e, size_t n, const char *key);

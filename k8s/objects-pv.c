@@ -5,13 +5,6 @@
 
 #include "k8s/objects-internal.h"
 
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
-
 static void requirements_free(K8sNodeSelectorRequirement *r, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 free(r[i].key);

@@ -4,16 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s/objects-internal.h"
 #include "k8s/objects-volumes.h"
 #include "k8s/quantity.h"
 #include "systemd/macro.h"
-
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
 
 /* Allocates *ret zeroed, ELEMENTSOF-safe for n == 0. */
 #define ALLOC_ARRAY(ret, n)                                                                                \

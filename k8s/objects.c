@@ -2,17 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "k8s/base64.h"
 #include "k8s/objects-internal.h"
 #include "k8s/objects.h"
 #include "systemd/validate.h"
-
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
 
 /* Runs "body" for each element of array "arr" with the path extended by
  * "key[i]"; "e" is the element and "i" its index. */
@@ -926,33 +918,18 @@ K8sSecret *k8s_secret_free(K8sSecret *s) {
                 return NULL;
         k8s_meta_done(&s->meta);
         free(s->type);
-        for (size_t i = 0; i < s->n_data; i++) {
-                if (s->data[i].key) {
-                        explicit_bzero(s->data[i].key, strlen(s->data[i].key));
-                        free(s->data[i].key);
-                }
-                if (s->data[i].value) {
-                        explicit_bzero(s->data[i].value, s->data[i].size);
-                        free(s->data[i].value);
-                }
-        }
-        free(s->data);
+        k8s_bytes_map_free(s->data, s->n_data);
         free(s);
         return NULL;
 }
 
 const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key) {
-        for (size_t i = 0; i < s->n_data; i++)
-                if (streq(s->data[i].key, key))
-                        return &s->data[i];
-        return NULL;
+        return k8s_bytes_map_get(s->data, s->n_data, key);
 }
 
 int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error) {
         _cleanup_(k8s_secret_freep) K8sSecret *s = NULL;
-        const cJSON *data, *e;
         JsonPath p;
-        size_t n = 0;
 
         k8s_json_path_init(&p, error);
         if (!cJSON_IsObject(j))
@@ -963,32 +940,7 @@ int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error)
         TRY(k8s_meta_decode(&p, j, false, &s->meta));
         TRY(k8s_json_get_string(&p, j, "type", JSON_OPTIONAL, &s->type));
         TRY(k8s_json_get_bool(&p, j, "immutable", false, &s->immutable));
-        TRY(k8s_json_get_object(&p, j, "data", JSON_OPTIONAL, &data));
-        if (data) {
-                cJSON_ArrayForEach(e, data)
-                        n++;
-                if (n > K8S_MAX_ITEMS)
-                        return k8s_json_fail(&p, "data", "too many entries");
-                s->data = calloc(MAX(n, 1u), sizeof *s->data);
-                if (!s->data)
-                        return -ENOMEM;
-                size_t saved = k8s_json_path_push(&p, "data");
-                cJSON_ArrayForEach(e, data) {
-                        K8sSecretEntry *d = &s->data[s->n_data];
-                        /* Never the value in a message: only the key. */
-                        if (!e->string)
-                                return k8s_json_fail(&p, NULL, "entry without a key");
-                        if (!cJSON_IsString(e) || !e->valuestring)
-                                return k8s_json_fail(&p, e->string, "not a string");
-                        s->n_data++;
-                        d->key = strdup(e->string);
-                        if (!d->key)
-                                return -ENOMEM;
-                        if (k8s_base64_decode(e->valuestring, &d->value, &d->size) < 0)
-                                return k8s_json_fail(&p, e->string, "not base64");
-                }
-                k8s_json_path_pop(&p, saved);
-        }
+        TRY(k8s_bytes_map_decode(&p, j, "data", &s->data, &s->n_data));
         *ret = TAKE_PTR(s);
         return 0;
 }

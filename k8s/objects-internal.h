@@ -14,6 +14,14 @@
                         return _r;                                                                         \
         } while (0)
 
+/* obj[key], an optional array, and a zeroed array of as many elements of
+ * elem_size bytes for its decode in *ret; none (absent or empty): *ret_n is
+ * 0 and *ret left as it was.  GET_ARRAY_ALLOC() takes the size from ptr. */
+int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, size_t elem_size, const cJSON **ret_a,
+                             size_t *ret_n, void **ret);
+#define GET_ARRAY_ALLOC(p, obj, key, a, n, ptr)                                                            \
+        k8s_json_get_array_alloc(p, obj, key, sizeof *(ptr), a, n, (void **) &(ptr))
+
 int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m);
 void k8s_meta_done(K8sMeta *m);
 

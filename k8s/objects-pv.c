@@ -27,11 +27,9 @@ static int requirements_decode(JsonPath *p, const cJSON *term, const char *key, 
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, term, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, term, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        if (!(*ret = calloc(n, sizeof **ret)))
-                return -ENOMEM;
         size_t saved = k8s_json_path_push(p, key), i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
                 K8sNodeSelectorRequirement *r = &(*ret)[i];

@@ -10,13 +10,6 @@
 #include "systemd/macro.h"
 
 /* Allocates *ret zeroed, ELEMENTSOF-safe for n == 0. */
-#define ALLOC_ARRAY(ret, n)                                                                                \
-        do {                                                                                               \
-                (ret) = calloc(MAX((size_t) (n), 1u), sizeof *(ret));                                     \
-                if (!(ret))                                                                                \
-                        return -ENOMEM;                                                                    \
-        } while (0)
-
 static int strdup_default(char **s, const char *def) {
         if (*s)
                 return 0;
@@ -113,10 +106,9 @@ int k8s_key_projection_decode(JsonPath *p, const cJSON *o, const char *name_key,
         TRY(k8s_json_get_bool(p, o, "optional", false, &k->optional));
         if (volume)
                 TRY(get_default_mode(p, o, true, &k->default_mode));
-        TRY(k8s_json_get_array(p, o, "items", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "items", &a, &n, k->items));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(k->items, n);
         size_t saved = k8s_json_path_push(p, "items");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -158,10 +150,9 @@ int k8s_downward_api_decode(JsonPath *p, const cJSON *o, bool volume, K8sDownwar
         *ret = d;
         if (volume)
                 TRY(get_default_mode(p, o, true, &d->default_mode));
-        TRY(k8s_json_get_array(p, o, "items", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "items", &a, &n, d->items));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(d->items, n);
         size_t saved = k8s_json_path_push(p, "items");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -367,10 +358,9 @@ int k8s_projected_decode(JsonPath *p, const cJSON *o, K8sProjectedSource **ret) 
                 return -ENOMEM;
         *ret = s;
         TRY(get_default_mode(p, o, true, &s->default_mode));
-        TRY(k8s_json_get_array(p, o, "sources", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "sources", &a, &n, s->sources));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(s->sources, n);
         size_t saved = k8s_json_path_push(p, "sources");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -476,10 +466,9 @@ int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t 
         const cJSON *a, *vf, *o;
         size_t n;
 
-        TRY(k8s_json_get_array(p, container, "env", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, container, "env", &a, &n, *ret));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(*ret, n);
         size_t saved = k8s_json_path_push(p, "env");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -543,10 +532,9 @@ int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, container, "envFrom", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, container, "envFrom", &a, &n, *ret));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(*ret, n);
         size_t saved = k8s_json_path_push(p, "envFrom"), i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
                 K8sEnvFromSource *f = &(*ret)[i];

@@ -22,6 +22,20 @@ void k8s_meta_done(K8sMeta *m) {
         free(m->controller_uid);
 }
 
+int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, size_t elem_size, const cJSON **ret_a,
+                             size_t *ret_n, void **ret) {
+        void *v;
+
+        TRY(k8s_json_get_array(p, obj, key, JSON_OPTIONAL, ret_a, ret_n));
+        if (*ret_n == 0)
+                return 0;
+        v = calloc(*ret_n, elem_size);
+        if (!v)
+                return -ENOMEM;
+        *ret = v;
+        return 0;
+}
+
 int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
         const cJSON *md;
 
@@ -262,12 +276,9 @@ static int mounts_decode(JsonPath *p, const cJSON *j, const char *key, const cha
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, j, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, j, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 size_t s2 = k8s_json_path_push_index(p, i);
                 if (!cJSON_IsObject(e))
@@ -327,12 +338,9 @@ static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, spec, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, spec, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 K8sContainer *c = &(*ret)[i];
                 size_t s2 = k8s_json_path_push_index(p, i);
@@ -356,12 +364,9 @@ static int statuses_decode(JsonPath *p, const cJSON *status, const char *key, K8
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, status, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, status, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 K8sContainerStatus *s = &(*ret)[i];
                 const cJSON *state, *o;
@@ -393,12 +398,9 @@ static int supplemental_groups_decode(JsonPath *p, const cJSON *sc, K8sPod *pod)
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, sc, "supplementalGroups", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, sc, "supplementalGroups", &a, &n, pod->supplemental_groups));
         if (n == 0)
                 return 0;
-        pod->supplemental_groups = calloc(n, sizeof *pod->supplemental_groups);
-        if (!pod->supplemental_groups)
-                return -ENOMEM;
         size_t saved = k8s_json_path_push(p, "supplementalGroups");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {

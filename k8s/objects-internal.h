@@ -17,6 +17,18 @@
 /* obj[key], an optional array, and a zeroed array of as many elements of
  * elem_size bytes for its decode in *ret; none (absent or empty): *ret_n is
  * 0 and *ret left as it was.  GET_ARRAY_ALLOC() takes the size from ptr. */
+/* obj[key], an optional object: when it is there, "call" decodes it (as
+ * "o", which the caller declares) with key on the path. */
+#define DECODE_OPTIONAL_OBJECT(p, obj, key, o, call)                                                       \
+        do {                                                                                               \
+                TRY(k8s_json_get_object(p, obj, key, JSON_OPTIONAL, &(o)));                                \
+                if (o) {                                                                                   \
+                        size_t _saved = k8s_json_path_push(p, key);                                        \
+                        TRY(call);                                                                         \
+                        k8s_json_path_pop(p, _saved);                                                      \
+                }                                                                                          \
+        } while (0)
+
 int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, size_t elem_size, const cJSON **ret_a,
                              size_t *ret_n, void **ret);
 #define GET_ARRAY_ALLOC(p, obj, key, a, n, ptr)                                                            \

@@ -82,12 +82,7 @@ static int node_affinity_decode(JsonPath *p, const cJSON *spec, K8sPersistentVol
 int k8s_pv_sources_decode(JsonPath *p, const cJSON *spec, K8sPersistentVolume *v) {
         const cJSON *o;
 
-        TRY(k8s_json_get_object(p, spec, "hostPath", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t saved = k8s_json_path_push(p, "hostPath");
-                TRY(k8s_host_path_decode(p, o, &v->host_path));
-                k8s_json_path_pop(p, saved);
-        }
+        DECODE_OPTIONAL_OBJECT(p, spec, "hostPath", o, k8s_host_path_decode(p, o, &v->host_path));
         TRY(k8s_json_get_object(p, spec, "local", JSON_OPTIONAL, &o));
         if (o) {
                 size_t saved = k8s_json_path_push(p, "local");

@@ -163,18 +163,9 @@ int k8s_downward_api_decode(JsonPath *p, const cJSON *o, bool volume, K8sDownwar
                 d->n_items++;
                 TRY(k8s_json_get_string(p, e, "path", JSON_REQUIRED, &f->path));
                 TRY(get_mode(p, e, "mode", &f->has_mode, &f->mode));
-                TRY(k8s_json_get_object(p, e, "fieldRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s3 = k8s_json_path_push(p, "fieldRef");
-                        TRY(k8s_field_ref_decode(p, ref, &f->field_ref));
-                        k8s_json_path_pop(p, s3);
-                }
-                TRY(k8s_json_get_object(p, e, "resourceFieldRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s3 = k8s_json_path_push(p, "resourceFieldRef");
-                        TRY(k8s_resource_field_ref_decode(p, ref, &f->resource_field_ref));
-                        k8s_json_path_pop(p, s3);
-                }
+                DECODE_OPTIONAL_OBJECT(p, e, "fieldRef", ref, k8s_field_ref_decode(p, ref, &f->field_ref));
+                DECODE_OPTIONAL_OBJECT(p, e, "resourceFieldRef", ref,
+                                       k8s_resource_field_ref_decode(p, ref, &f->resource_field_ref));
                 k8s_json_path_pop(p, s2);
         }
         k8s_json_path_pop(p, saved);
@@ -321,13 +312,7 @@ static int projection_decode(JsonPath *p, const cJSON *e, K8sVolumeProjection *s
                                              "clusterTrustBundle" };
         const cJSON *o;
 
-#define MEMBER(key, call)                                                                                  \
-        TRY(k8s_json_get_object(p, e, key, JSON_OPTIONAL, &o));                                           \
-        if (o) {                                                                                           \
-                size_t s2 = k8s_json_path_push(p, key);                                                    \
-                TRY(call);                                                                                 \
-                k8s_json_path_pop(p, s2);                                                                  \
-        }
+#define MEMBER(key, call) DECODE_OPTIONAL_OBJECT(p, e, key, o, call)
         MEMBER("configMap", k8s_key_projection_decode(p, o, "name", false, &s->config_map));
         MEMBER("secret", k8s_key_projection_decode(p, o, "name", false, &s->secret));
         MEMBER("downwardAPI", k8s_downward_api_decode(p, o, false, &s->downward_api));
@@ -482,18 +467,9 @@ int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t 
                 TRY(k8s_json_get_object(p, e, "valueFrom", JSON_OPTIONAL, &vf));
                 if (vf) {
                         size_t s3 = k8s_json_path_push(p, "valueFrom");
-                        TRY(k8s_json_get_object(p, vf, "fieldRef", JSON_OPTIONAL, &o));
-                        if (o) {
-                                size_t s4 = k8s_json_path_push(p, "fieldRef");
-                                TRY(k8s_field_ref_decode(p, o, &v->field_ref));
-                                k8s_json_path_pop(p, s4);
-                        }
-                        TRY(k8s_json_get_object(p, vf, "resourceFieldRef", JSON_OPTIONAL, &o));
-                        if (o) {
-                                size_t s4 = k8s_json_path_push(p, "resourceFieldRef");
-                                TRY(k8s_resource_field_ref_decode(p, o, &v->resource_field_ref));
-                                k8s_json_path_pop(p, s4);
-                        }
+                        DECODE_OPTIONAL_OBJECT(p, vf, "fieldRef", o, k8s_field_ref_decode(p, o, &v->field_ref));
+                        DECODE_OPTIONAL_OBJECT(p, vf, "resourceFieldRef", o,
+                                               k8s_resource_field_ref_decode(p, o, &v->resource_field_ref));
                         TRY(key_selector_decode(p, vf, "configMapKeyRef", &v->config_map_key_ref));
                         TRY(key_selector_decode(p, vf, "secretKeyRef", &v->secret_key_ref));
                         k8s_json_path_pop(p, s3);

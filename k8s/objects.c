@@ -180,15 +180,8 @@ K8sPod *k8s_pod_free(K8sPod *p) {
 /* The sources kvolumed sets up itself besides CSI and claims. */
 static int pod_volume_sources_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
         const cJSON *o;
-        size_t saved;
 
-#define SOURCE(key, call)                                                                                  \
-        TRY(k8s_json_get_object(p, j, key, JSON_OPTIONAL, &o));                                           \
-        if (o) {                                                                                           \
-                saved = k8s_json_path_push(p, key);                                                        \
-                TRY(call);                                                                                 \
-                k8s_json_path_pop(p, saved);                                                               \
-        }
+#define SOURCE(key, call) DECODE_OPTIONAL_OBJECT(p, j, key, o, call)
         SOURCE("configMap", k8s_key_projection_decode(p, o, "name", true, &v->config_map));
         SOURCE("secret", k8s_key_projection_decode(p, o, "secretName", true, &v->secret));
         SOURCE("downwardAPI", k8s_downward_api_decode(p, o, true, &v->downward_api));
@@ -224,12 +217,9 @@ static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
                 TRY(k8s_json_get_string(p, o, "fsType", JSON_OPTIONAL, &v->csi->fs_type));
                 TRY(k8s_json_get_string_map(p, o, "volumeAttributes", &v->csi->volume_attributes));
                 const cJSON *ref;
-                TRY(k8s_json_get_object(p, o, "nodePublishSecretRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s2 = k8s_json_path_push(p, "nodePublishSecretRef");
-                        TRY(k8s_json_get_string(p, ref, "name", JSON_REQUIRED, &v->csi->node_publish_secret_name));
-                        k8s_json_path_pop(p, s2);
-                }
+                DECODE_OPTIONAL_OBJECT(p, o, "nodePublishSecretRef", ref,
+                                       k8s_json_get_string(p, ref, "name", JSON_REQUIRED,
+                                                           &v->csi->node_publish_secret_name));
                 k8s_json_path_pop(p, saved);
         }
 

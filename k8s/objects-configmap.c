@@ -23,12 +23,7 @@ int k8s_configmap_from_json(const cJSON *j, K8sConfigMap **ret, K8sDecodeError *
         _cleanup_(k8s_configmap_freep) K8sConfigMap *c = NULL;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        c = calloc(1, sizeof *c);
-        if (!c)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, c));
         TRY(k8s_meta_decode(&p, j, false, &c->meta));
         TRY(k8s_json_get_string_map(&p, j, "data", &c->data));
         TRY(k8s_bytes_map_decode(&p, j, "binaryData", &c->binary_data, &c->n_binary_data));

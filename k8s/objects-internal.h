@@ -34,6 +34,12 @@ int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, siz
 #define GET_ARRAY_ALLOC(p, obj, key, a, n, ptr)                                                            \
         k8s_json_get_array_alloc(p, obj, key, sizeof *(ptr), a, n, (void **) &(ptr))
 
+/* The start of every object's decode: its path (reporting to error), the
+ * check that it is an object, and its zeroed struct of size bytes in *ret.
+ * OBJECT_DECODE_START() takes the size from ptr. */
+int k8s_object_decode_start(JsonPath *p, const cJSON *j, K8sDecodeError *error, size_t size, void **ret);
+#define OBJECT_DECODE_START(p, j, error, ptr) k8s_object_decode_start(p, j, error, sizeof *(ptr), (void **) &(ptr))
+
 int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m);
 void k8s_meta_done(K8sMeta *m);
 

@@ -22,6 +22,19 @@ void k8s_meta_done(K8sMeta *m) {
         free(m->controller_uid);
 }
 
+int k8s_object_decode_start(JsonPath *p, const cJSON *j, K8sDecodeError *error, size_t size, void **ret) {
+        void *v;
+
+        k8s_json_path_init(p, error);
+        if (!cJSON_IsObject(j))
+                return k8s_json_fail(p, NULL, "not an object");
+        v = calloc(1, size);
+        if (!v)
+                return -ENOMEM;
+        *ret = v;
+        return 0;
+}
+
 int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, size_t elem_size, const cJSON **ret_a,
                              size_t *ret_n, void **ret) {
         void *v;
@@ -455,12 +468,7 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        pod = calloc(1, sizeof *pod);
-        if (!pod)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, pod));
         TRY(k8s_meta_decode(&p, j, true, &pod->meta));
 
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
@@ -578,12 +586,7 @@ int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeE
         const cJSON *spec, *status;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        c = calloc(1, sizeof *c);
-        if (!c)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, c));
         TRY(k8s_meta_decode(&p, j, true, &c->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -649,12 +652,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         const cJSON *spec, *status, *o;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        v = calloc(1, sizeof *v);
-        if (!v)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, v));
         TRY(k8s_meta_decode(&p, j, true, &v->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -724,12 +722,7 @@ int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        d = calloc(1, sizeof *d);
-        if (!d)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, d));
         TRY(k8s_meta_decode(&p, j, false, &d->meta));
         /* The API server always sets spec; an absent one gets every default. */
         TRY(k8s_json_get_object(&p, j, "spec", JSON_OPTIONAL, &spec));
@@ -796,12 +789,7 @@ int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K
         const cJSON *spec, *status, *o;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        va = calloc(1, sizeof *va);
-        if (!va)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, va));
         TRY(k8s_meta_decode(&p, j, false, &va->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -861,12 +849,7 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        node = calloc(1, sizeof *node);
-        if (!node)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, node));
         TRY(k8s_meta_decode(&p, j, true, &node->meta));
         md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
         size_t saved = k8s_json_path_push(&p, "metadata");
@@ -923,12 +906,7 @@ int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error)
         _cleanup_(k8s_secret_freep) K8sSecret *s = NULL;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        s = calloc(1, sizeof *s);
-        if (!s)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, s));
         TRY(k8s_meta_decode(&p, j, false, &s->meta));
         TRY(k8s_json_get_string(&p, j, "type", JSON_OPTIONAL, &s->type));
         TRY(k8s_json_get_bool(&p, j, "immutable", false, &s->immutable));

@@ -5,13 +5,6 @@
 
 #include "k8s/objects-internal.h"
 
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
-
 static void requirements_free(K8sNodeSelectorRequirement *r, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 free(r[i].key);
@@ -34,11 +27,9 @@ static int requirements_decode(JsonPath *p, const cJSON *term, const char *key, 
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, term, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, term, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        if (!(*ret = calloc(n, sizeof **ret)))
-                return -ENOMEM;
         size_t saved = k8s_json_path_push(p, key), i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
                 K8sNodeSelectorRequirement *r = &(*ret)[i];
@@ -91,12 +82,7 @@ static int node_affinity_decode(JsonPath *p, const cJSON *spec, K8sPersistentVol
 int k8s_pv_sources_decode(JsonPath *p, const cJSON *spec, K8sPersistentVolume *v) {
         const cJSON *o;
 
-        TRY(k8s_json_get_object(p, spec, "hostPath", JSON_OPTIONAL, &o));
-        if (o) {
-                size_t saved = k8s_json_path_push(p, "hostPath");
-                TRY(k8s_host_path_decode(p, o, &v->host_path));
-                k8s_json_path_pop(p, saved);
-        }
+        DECODE_OPTIONAL_OBJECT(p, spec, "hostPath", o, k8s_host_path_decode(p, o, &v->host_path));
         TRY(k8s_json_get_object(p, spec, "local", JSON_OPTIONAL, &o));
         if (o) {
                 size_t saved = k8s_json_path_push(p, "local");

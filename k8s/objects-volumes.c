@@ -4,25 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "k8s/objects-internal.h"
 #include "k8s/objects-volumes.h"
 #include "k8s/quantity.h"
 #include "systemd/macro.h"
 
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
-
 /* Allocates *ret zeroed, ELEMENTSOF-safe for n == 0. */
-#define ALLOC_ARRAY(ret, n)                                                                                \
-        do {                                                                                               \
-                (ret) = calloc(MAX((size_t) (n), 1u), sizeof *(ret));                                     \
-                if (!(ret))                                                                                \
-                        return -ENOMEM;                                                                    \
-        } while (0)
-
 static int strdup_default(char **s, const char *def) {
         if (*s)
                 return 0;
@@ -119,10 +106,9 @@ int k8s_key_projection_decode(JsonPath *p, const cJSON *o, const char *name_key,
         TRY(k8s_json_get_bool(p, o, "optional", false, &k->optional));
         if (volume)
                 TRY(get_default_mode(p, o, true, &k->default_mode));
-        TRY(k8s_json_get_array(p, o, "items", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "items", &a, &n, k->items));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(k->items, n);
         size_t saved = k8s_json_path_push(p, "items");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -164,10 +150,9 @@ int k8s_downward_api_decode(JsonPath *p, const cJSON *o, bool volume, K8sDownwar
         *ret = d;
         if (volume)
                 TRY(get_default_mode(p, o, true, &d->default_mode));
-        TRY(k8s_json_get_array(p, o, "items", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "items", &a, &n, d->items));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(d->items, n);
         size_t saved = k8s_json_path_push(p, "items");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -178,18 +163,9 @@ int k8s_downward_api_decode(JsonPath *p, const cJSON *o, bool volume, K8sDownwar
                 d->n_items++;
                 TRY(k8s_json_get_string(p, e, "path", JSON_REQUIRED, &f->path));
                 TRY(get_mode(p, e, "mode", &f->has_mode, &f->mode));
-                TRY(k8s_json_get_object(p, e, "fieldRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s3 = k8s_json_path_push(p, "fieldRef");
-                        TRY(k8s_field_ref_decode(p, ref, &f->field_ref));
-                        k8s_json_path_pop(p, s3);
-                }
-                TRY(k8s_json_get_object(p, e, "resourceFieldRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s3 = k8s_json_path_push(p, "resourceFieldRef");
-                        TRY(k8s_resource_field_ref_decode(p, ref, &f->resource_field_ref));
-                        k8s_json_path_pop(p, s3);
-                }
+                DECODE_OPTIONAL_OBJECT(p, e, "fieldRef", ref, k8s_field_ref_decode(p, ref, &f->field_ref));
+                DECODE_OPTIONAL_OBJECT(p, e, "resourceFieldRef", ref,
+                                       k8s_resource_field_ref_decode(p, ref, &f->resource_field_ref));
                 k8s_json_path_pop(p, s2);
         }
         k8s_json_path_pop(p, saved);
@@ -336,13 +312,7 @@ static int projection_decode(JsonPath *p, const cJSON *e, K8sVolumeProjection *s
                                              "clusterTrustBundle" };
         const cJSON *o;
 
-#define MEMBER(key, call)                                                                                  \
-        TRY(k8s_json_get_object(p, e, key, JSON_OPTIONAL, &o));                                           \
-        if (o) {                                                                                           \
-                size_t s2 = k8s_json_path_push(p, key);                                                    \
-                TRY(call);                                                                                 \
-                k8s_json_path_pop(p, s2);                                                                  \
-        }
+#define MEMBER(key, call) DECODE_OPTIONAL_OBJECT(p, e, key, o, call)
         MEMBER("configMap", k8s_key_projection_decode(p, o, "name", false, &s->config_map));
         MEMBER("secret", k8s_key_projection_decode(p, o, "name", false, &s->secret));
         MEMBER("downwardAPI", k8s_downward_api_decode(p, o, false, &s->downward_api));
@@ -373,10 +343,9 @@ int k8s_projected_decode(JsonPath *p, const cJSON *o, K8sProjectedSource **ret) 
                 return -ENOMEM;
         *ret = s;
         TRY(get_default_mode(p, o, true, &s->default_mode));
-        TRY(k8s_json_get_array(p, o, "sources", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, o, "sources", &a, &n, s->sources));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(s->sources, n);
         size_t saved = k8s_json_path_push(p, "sources");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -482,10 +451,9 @@ int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t 
         const cJSON *a, *vf, *o;
         size_t n;
 
-        TRY(k8s_json_get_array(p, container, "env", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, container, "env", &a, &n, *ret));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(*ret, n);
         size_t saved = k8s_json_path_push(p, "env");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -499,18 +467,9 @@ int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t 
                 TRY(k8s_json_get_object(p, e, "valueFrom", JSON_OPTIONAL, &vf));
                 if (vf) {
                         size_t s3 = k8s_json_path_push(p, "valueFrom");
-                        TRY(k8s_json_get_object(p, vf, "fieldRef", JSON_OPTIONAL, &o));
-                        if (o) {
-                                size_t s4 = k8s_json_path_push(p, "fieldRef");
-                                TRY(k8s_field_ref_decode(p, o, &v->field_ref));
-                                k8s_json_path_pop(p, s4);
-                        }
-                        TRY(k8s_json_get_object(p, vf, "resourceFieldRef", JSON_OPTIONAL, &o));
-                        if (o) {
-                                size_t s4 = k8s_json_path_push(p, "resourceFieldRef");
-                                TRY(k8s_resource_field_ref_decode(p, o, &v->resource_field_ref));
-                                k8s_json_path_pop(p, s4);
-                        }
+                        DECODE_OPTIONAL_OBJECT(p, vf, "fieldRef", o, k8s_field_ref_decode(p, o, &v->field_ref));
+                        DECODE_OPTIONAL_OBJECT(p, vf, "resourceFieldRef", o,
+                                               k8s_resource_field_ref_decode(p, o, &v->resource_field_ref));
                         TRY(key_selector_decode(p, vf, "configMapKeyRef", &v->config_map_key_ref));
                         TRY(key_selector_decode(p, vf, "secretKeyRef", &v->secret_key_ref));
                         k8s_json_path_pop(p, s3);
@@ -549,10 +508,9 @@ int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, container, "envFrom", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, container, "envFrom", &a, &n, *ret));
         if (n == 0)
                 return 0;
-        ALLOC_ARRAY(*ret, n);
         size_t saved = k8s_json_path_push(p, "envFrom"), i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
                 K8sEnvFromSource *f = &(*ret)[i];

@@ -2,17 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "k8s/base64.h"
 #include "k8s/objects-internal.h"
 #include "k8s/objects.h"
 #include "systemd/validate.h"
-
-#define TRY(expr)                                                                                          \
-        do {                                                                                               \
-                int _r = (expr);                                                                           \
-                if (_r < 0)                                                                                \
-                        return _r;                                                                         \
-        } while (0)
 
 /* Runs "body" for each element of array "arr" with the path extended by
  * "key[i]"; "e" is the element and "i" its index. */
@@ -28,6 +20,33 @@ void k8s_meta_done(K8sMeta *m) {
         free(m->deletion_timestamp);
         free(m->controller_kind);
         free(m->controller_uid);
+}
+
+int k8s_object_decode_start(JsonPath *p, const cJSON *j, K8sDecodeError *error, size_t size, void **ret) {
+        void *v;
+
+        k8s_json_path_init(p, error);
+        if (!cJSON_IsObject(j))
+                return k8s_json_fail(p, NULL, "not an object");
+        v = calloc(1, size);
+        if (!v)
+                return -ENOMEM;
+        *ret = v;
+        return 0;
+}
+
+int k8s_json_get_array_alloc(JsonPath *p, const cJSON *obj, const char *key, size_t elem_size, const cJSON **ret_a,
+                             size_t *ret_n, void **ret) {
+        void *v;
+
+        TRY(k8s_json_get_array(p, obj, key, JSON_OPTIONAL, ret_a, ret_n));
+        if (*ret_n == 0)
+                return 0;
+        v = calloc(*ret_n, elem_size);
+        if (!v)
+                return -ENOMEM;
+        *ret = v;
+        return 0;
 }
 
 int k8s_meta_decode(JsonPath *p, const cJSON *j, bool need_uid, K8sMeta *m) {
@@ -174,15 +193,8 @@ K8sPod *k8s_pod_free(K8sPod *p) {
 /* The sources kvolumed sets up itself besides CSI and claims. */
 static int pod_volume_sources_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
         const cJSON *o;
-        size_t saved;
 
-#define SOURCE(key, call)                                                                                  \
-        TRY(k8s_json_get_object(p, j, key, JSON_OPTIONAL, &o));                                           \
-        if (o) {                                                                                           \
-                saved = k8s_json_path_push(p, key);                                                        \
-                TRY(call);                                                                                 \
-                k8s_json_path_pop(p, saved);                                                               \
-        }
+#define SOURCE(key, call) DECODE_OPTIONAL_OBJECT(p, j, key, o, call)
         SOURCE("configMap", k8s_key_projection_decode(p, o, "name", true, &v->config_map));
         SOURCE("secret", k8s_key_projection_decode(p, o, "secretName", true, &v->secret));
         SOURCE("downwardAPI", k8s_downward_api_decode(p, o, true, &v->downward_api));
@@ -218,12 +230,9 @@ static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
                 TRY(k8s_json_get_string(p, o, "fsType", JSON_OPTIONAL, &v->csi->fs_type));
                 TRY(k8s_json_get_string_map(p, o, "volumeAttributes", &v->csi->volume_attributes));
                 const cJSON *ref;
-                TRY(k8s_json_get_object(p, o, "nodePublishSecretRef", JSON_OPTIONAL, &ref));
-                if (ref) {
-                        size_t s2 = k8s_json_path_push(p, "nodePublishSecretRef");
-                        TRY(k8s_json_get_string(p, ref, "name", JSON_REQUIRED, &v->csi->node_publish_secret_name));
-                        k8s_json_path_pop(p, s2);
-                }
+                DECODE_OPTIONAL_OBJECT(p, o, "nodePublishSecretRef", ref,
+                                       k8s_json_get_string(p, ref, "name", JSON_REQUIRED,
+                                                           &v->csi->node_publish_secret_name));
                 k8s_json_path_pop(p, saved);
         }
 
@@ -270,12 +279,9 @@ static int mounts_decode(JsonPath *p, const cJSON *j, const char *key, const cha
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, j, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, j, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 size_t s2 = k8s_json_path_push_index(p, i);
                 if (!cJSON_IsObject(e))
@@ -335,12 +341,9 @@ static int containers_decode(JsonPath *p, const cJSON *spec, const char *key, K8
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, spec, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, spec, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 K8sContainer *c = &(*ret)[i];
                 size_t s2 = k8s_json_path_push_index(p, i);
@@ -364,12 +367,9 @@ static int statuses_decode(JsonPath *p, const cJSON *status, const char *key, K8
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, status, key, JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, status, key, &a, &n, *ret));
         if (n == 0)
                 return 0;
-        *ret = calloc(n, sizeof **ret);
-        if (!*ret)
-                return -ENOMEM;
         FOREACH_ELEMENT(p, key, a, e, i) {
                 K8sContainerStatus *s = &(*ret)[i];
                 const cJSON *state, *o;
@@ -401,12 +401,9 @@ static int supplemental_groups_decode(JsonPath *p, const cJSON *sc, K8sPod *pod)
         const cJSON *a;
         size_t n;
 
-        TRY(k8s_json_get_array(p, sc, "supplementalGroups", JSON_OPTIONAL, &a, &n));
+        TRY(GET_ARRAY_ALLOC(p, sc, "supplementalGroups", &a, &n, pod->supplemental_groups));
         if (n == 0)
                 return 0;
-        pod->supplemental_groups = calloc(n, sizeof *pod->supplemental_groups);
-        if (!pod->supplemental_groups)
-                return -ENOMEM;
         size_t saved = k8s_json_path_push(p, "supplementalGroups");
         size_t i = 0;
         for (const cJSON *e = a->child; e; e = e->next, i++) {
@@ -471,12 +468,7 @@ int k8s_pod_from_json(const cJSON *j, K8sPod **ret, K8sDecodeError *error) {
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        pod = calloc(1, sizeof *pod);
-        if (!pod)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, pod));
         TRY(k8s_meta_decode(&p, j, true, &pod->meta));
 
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
@@ -594,12 +586,7 @@ int k8s_pvc_from_json(const cJSON *j, K8sPersistentVolumeClaim **ret, K8sDecodeE
         const cJSON *spec, *status;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        c = calloc(1, sizeof *c);
-        if (!c)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, c));
         TRY(k8s_meta_decode(&p, j, true, &c->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -665,12 +652,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
         const cJSON *spec, *status, *o;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        v = calloc(1, sizeof *v);
-        if (!v)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, v));
         TRY(k8s_meta_decode(&p, j, true, &v->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -740,12 +722,7 @@ int k8s_csidriver_from_json(const cJSON *j, K8sCSIDriver **ret, K8sDecodeError *
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        d = calloc(1, sizeof *d);
-        if (!d)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, d));
         TRY(k8s_meta_decode(&p, j, false, &d->meta));
         /* The API server always sets spec; an absent one gets every default. */
         TRY(k8s_json_get_object(&p, j, "spec", JSON_OPTIONAL, &spec));
@@ -812,12 +789,7 @@ int k8s_volume_attachment_from_json(const cJSON *j, K8sVolumeAttachment **ret, K
         const cJSON *spec, *status, *o;
         JsonPath p;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        va = calloc(1, sizeof *va);
-        if (!va)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, va));
         TRY(k8s_meta_decode(&p, j, false, &va->meta));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
@@ -877,12 +849,7 @@ int k8s_node_from_json(const cJSON *j, K8sNode **ret, K8sDecodeError *error) {
         JsonPath p;
         size_t n;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        node = calloc(1, sizeof *node);
-        if (!node)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, node));
         TRY(k8s_meta_decode(&p, j, true, &node->meta));
         md = cJSON_GetObjectItemCaseSensitive(j, "metadata");
         size_t saved = k8s_json_path_push(&p, "metadata");
@@ -926,69 +893,24 @@ K8sSecret *k8s_secret_free(K8sSecret *s) {
                 return NULL;
         k8s_meta_done(&s->meta);
         free(s->type);
-        for (size_t i = 0; i < s->n_data; i++) {
-                if (s->data[i].key) {
-                        explicit_bzero(s->data[i].key, strlen(s->data[i].key));
-                        free(s->data[i].key);
-                }
-                if (s->data[i].value) {
-                        explicit_bzero(s->data[i].value, s->data[i].size);
-                        free(s->data[i].value);
-                }
-        }
-        free(s->data);
+        k8s_bytes_map_free(s->data, s->n_data);
         free(s);
         return NULL;
 }
 
 const K8sSecretEntry *k8s_secret_get(const K8sSecret *s, const char *key) {
-        for (size_t i = 0; i < s->n_data; i++)
-                if (streq(s->data[i].key, key))
-                        return &s->data[i];
-        return NULL;
+        return k8s_bytes_map_get(s->data, s->n_data, key);
 }
 
 int k8s_secret_from_json(const cJSON *j, K8sSecret **ret, K8sDecodeError *error) {
         _cleanup_(k8s_secret_freep) K8sSecret *s = NULL;
-        const cJSON *data, *e;
         JsonPath p;
-        size_t n = 0;
 
-        k8s_json_path_init(&p, error);
-        if (!cJSON_IsObject(j))
-                return k8s_json_fail(&p, NULL, "not an object");
-        s = calloc(1, sizeof *s);
-        if (!s)
-                return -ENOMEM;
+        TRY(OBJECT_DECODE_START(&p, j, error, s));
         TRY(k8s_meta_decode(&p, j, false, &s->meta));
         TRY(k8s_json_get_string(&p, j, "type", JSON_OPTIONAL, &s->type));
         TRY(k8s_json_get_bool(&p, j, "immutable", false, &s->immutable));
-        TRY(k8s_json_get_object(&p, j, "data", JSON_OPTIONAL, &data));
-        if (data) {
-                cJSON_ArrayForEach(e, data)
-                        n++;
-                if (n > K8S_MAX_ITEMS)
-                        return k8s_json_fail(&p, "data", "too many entries");
-                s->data = calloc(MAX(n, 1u), sizeof *s->data);
-                if (!s->data)
-                        return -ENOMEM;
-                size_t saved = k8s_json_path_push(&p, "data");
-                cJSON_ArrayForEach(e, data) {
-                        K8sSecretEntry *d = &s->data[s->n_data];
-                        /* Never the value in a message: only the key. */
-                        if (!e->string)
-                                return k8s_json_fail(&p, NULL, "entry without a key");
-                        if (!cJSON_IsString(e) || !e->valuestring)
-                                return k8s_json_fail(&p, e->string, "not a string");
-                        s->n_data++;
-                        d->key = strdup(e->string);
-                        if (!d->key)
-                                return -ENOMEM;
-                        if (k8s_base64_decode(e->valuestring, &d->value, &d->size) < 0)
-                                return k8s_json_fail(&p, e->string, "not base64");
-                }
-                k8s_json_path_pop(&p, saved);
-        }
+        TRY(k8s_bytes_map_decode(&p, j, "data", &s->data, &s->n_data));
         *ret = TAKE_PTR(s);
         return 0;
 }

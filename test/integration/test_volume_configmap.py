@@ -5,10 +5,7 @@ own for a secret; it reads each object as the node does (a GET, then a watch
 of that one object by name), follows its updates and keeps the files of a
 deleted one; a restart rewrites nothing, a reboot sets the tmpfs up again."""
 import base64
-import glob
-import json
 import os
-import signal
 import stat
 import subprocess
 import time
@@ -16,6 +13,7 @@ import time
 import pytest
 
 from integration.agent_fixtures import answered_requests, wait_until
+from integration.pod_volume_fixtures import fs_type, kill_agent, mounts_under, read, records_of_previous_boot, remove_pods, snapshot, vol_dir
 
 
 def cm_volume(name, cm, **kw):
@@ -47,40 +45,6 @@ def update_data(env, resource, name, data, namespace="default"):
     return env.api.update(obj)
 
 
-def vol_dir(env, pod, kind, name):
-    return f"{env.root}/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~{kind}/{name}"
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def mounts_under(root):
-    with open("/proc/self/mountinfo") as f:
-        return [line.split() for line in f if line.split()[4].startswith(root + "/")]
-
-
-def fs_type(path):
-    for fields in mounts_under(os.path.dirname(path.rstrip("/"))):
-        if fields[4] == path:
-            return fields[fields.index("-") + 1]
-    return None
-
-
-def snapshot(d):
-    """What a rewrite would change: the version ..data names, and the inode
-    of every file and symlink in the volume."""
-    found = {"..data": os.readlink(f"{d}/..data")}
-    for path in sorted(glob.glob(f"{d}/**", recursive=True) + glob.glob(f"{d}/..data/*")):
-        st = os.lstat(path)
-        found[os.path.relpath(path, d)] = (st.st_ino, st.st_mtime_ns)
-    return found
-
-
 def settled(d, timeout=10):
     """The writer's call done: it reads back as one version, ..data naming
     it (a reader sees the new content as soon as ..data is swapped, before
@@ -98,15 +62,6 @@ def settled(d, timeout=10):
 def configmap_reads(env, name):
     return [r for r in env.api.requests() if "/configmaps" in r["path"] and
             (r["path"].endswith("/" + name) or r["query"].get("fieldSelector", "").endswith("=" + name))]
-
-
-def remove_pods(env, *pods):
-    """The pods go: their volumes are torn down, nothing left under root-dir."""
-    for pod in pods:
-        env.api.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-    for pod in pods:
-        env.wait_gone(f"{env.root}/pods/{pod['metadata']['uid']}", timeout=30)
-    assert not mounts_under(env.root)
 
 
 def test_configmap_files_modes_layout_and_fsgroup(volume_env):
@@ -319,10 +274,6 @@ def test_configmaps_read_by_name_only(volume_env):
 
 # --- restart, reboot, teardown -----------------------------------------------------------
 
-def kill_agent(env):
-    env.agent.proc.send_signal(signal.SIGKILL)
-    env.agent.proc.wait()
-
 
 def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_env):
     env = volume_env
@@ -351,12 +302,7 @@ def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_en
     kill_agent(env)
     subprocess.run(["umount", s], check=True)
     assert not os.listdir(s)
-    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
-        with open(path) as f:
-            record = json.load(f)
-        record["bootID"] = "00000000-0000-4000-8000-000000000000"
-        with open(path, "w") as f:
-            json.dump(record, f)
+    records_of_previous_boot(env.root)
     env.start()
     wait_until(lambda: fs_type(s) == "tmpfs" and read(f"{s}/password") == "hunter2", timeout=30,
                what="the secret's tmpfs set up again\n" + env.agent.output()[-3000:])

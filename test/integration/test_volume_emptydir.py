@@ -3,11 +3,11 @@ kvolumed and the fake API server, with real directories and tmpfs mounts."""
 import glob
 import json
 import os
-import signal
 import stat
 import subprocess
 
 from integration.agent_fixtures import wait_until
+from integration.pod_volume_fixtures import kill_agent, records_of_previous_boot
 
 MiB = 1024 * 1024
 
@@ -115,11 +115,6 @@ def test_memory_emptydir_without_size_limit_takes_the_pods_memory_limits(volume_
     env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
 
 
-def kill_agent(env):
-    env.agent.proc.send_signal(signal.SIGKILL)
-    env.agent.proc.wait()
-
-
 def test_restart_keeps_the_tmpfs_and_a_reboot_mounts_it_again(volume_env):
     env = volume_env
     env.start()
@@ -157,12 +152,7 @@ def test_restart_keeps_the_tmpfs_and_a_reboot_mounts_it_again(volume_env):
     # The reboot: the tmpfs is gone and the records are a previous boot's.
     kill_agent(env)
     subprocess.run(["umount", mem], check=True)
-    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
-        with open(path) as f:
-            record = json.load(f)
-        record["bootID"] = "00000000-0000-4000-8000-000000000000"
-        with open(path, "w") as f:
-            json.dump(record, f)
+    records_of_previous_boot(env.root)
     env.start()
     env.wait_mounted(mem, timeout=30)
     assert not os.path.exists(f"{mem}/data")

@@ -7,10 +7,8 @@ token's renewal (before 80 % of its life, spread over time rather than in
 step), a refused TokenRequest, clusterTrustBundles served or not, a restart
 that rewrites nothing, a reboot that sets the tmpfs up again."""
 import base64
-import glob
 import json
 import os
-import signal
 import stat
 import statistics
 import subprocess
@@ -19,6 +17,7 @@ import time
 import pytest
 
 from integration.agent_fixtures import wait_until
+from integration.pod_volume_fixtures import fs_type, kill_agent, mounts_under, read, records_of_previous_boot, remove_pods, snapshot, vol_dir
 from integration.test_agent_localapi import UnixConnection  # noqa: F401  (the socket client)
 
 SA = "default"
@@ -58,40 +57,6 @@ def wait_for(env, predicate, what, timeout=30, interval=0.05):
         raise AssertionError(f"{e}\nevents: {events}\n{env.agent.output()[-6000:] if env.agent else ''}") from None
 
 
-def vol_dir(env, pod, kind, name):
-    return f"{env.root}/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~{kind}/{name}"
-
-
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def mounts_under(root):
-    with open("/proc/self/mountinfo") as f:
-        return [line.split() for line in f if line.split()[4].startswith(root + "/")]
-
-
-def fs_type(path):
-    for fields in mounts_under(os.path.dirname(path.rstrip("/"))):
-        if fields[4] == path:
-            return fields[fields.index("-") + 1]
-    return None
-
-
-def snapshot(d):
-    """What a rewrite would change: the version ..data names, and the inode
-    of every file and symlink in the volume."""
-    found = {"..data": os.readlink(f"{d}/..data")}
-    for path in sorted(glob.glob(f"{d}/**", recursive=True) + glob.glob(f"{d}/..data/*")):
-        st = os.lstat(path)
-        found[os.path.relpath(path, d)] = (st.st_ino, st.st_mtime_ns)
-    return found
-
-
 def review(env, token):
     return env.api.review_token({"spec": {"token": token}})["status"]
 
@@ -103,14 +68,6 @@ def token_requests(env, pod=None):
         if pod is None or ref.get("uid") == pod["metadata"]["uid"]:
             out.append(r)
     return out
-
-
-def remove_pods(env, *pods):
-    for pod in pods:
-        env.api.remove("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-    for pod in pods:
-        env.wait_gone(f"{env.root}/pods/{pod['metadata']['uid']}", timeout=30)
-    assert not mounts_under(env.root)
 
 
 def local_volumes(env, sock, pod):
@@ -395,11 +352,6 @@ def test_cluster_trust_bundles_served_are_merged_once_each(volume_env):
 # --- restart, reboot, the runtime -------------------------------------------------------------
 
 
-def kill_agent(env):
-    env.agent.proc.send_signal(signal.SIGKILL)
-    env.agent.proc.wait(timeout=10)
-
-
 def test_restart_rewrites_nothing_and_reboot_sets_up_again(volume_env):
     env = volume_env
     cluster(env)
@@ -424,12 +376,7 @@ def test_restart_rewrites_nothing_and_reboot_sets_up_again(volume_env):
     kill_agent(env)
     for fields in sorted(mounts_under(env.root), key=lambda f: len(f[4]), reverse=True):
         subprocess.run(["umount", fields[4]], check=True)
-    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
-        with open(path) as f:
-            record = json.load(f)
-        record["bootID"] = "00000000-0000-4000-8000-000000000000"
-        with open(path, "w") as f:
-            json.dump(record, f)
+    records_of_previous_boot(env.root)
     env.start()
     wait_until(lambda: os.path.ismount(d) and read(f"{d}/token") and os.path.ismount(info)
                and read(f"{info}/labels") is not None, timeout=60, what="both set up again")

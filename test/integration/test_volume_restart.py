@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import time
@@ -16,6 +15,7 @@ import time
 import pytest
 
 from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, loops_under, wait_until
+from integration.pod_volume_fixtures import kill_agent, records_of_previous_boot
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
 
@@ -30,12 +30,6 @@ def inline_volume(name):
 
 def attachment_name(handle):
     return "csi-" + hashlib.sha256((handle + DRIVER + "test-node").encode()).hexdigest()
-
-
-def kill_agent(env):
-    """SIGKILL: no chance to finish anything."""
-    env.agent.proc.send_signal(signal.SIGKILL)
-    env.agent.proc.wait()
 
 
 def in_use(env):
@@ -443,12 +437,7 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(fake_api, mock_
             subprocess.run(["umount", mount_point], check=True)
     env.driver.stop()
     assert not mounts_under(env.root)
-    for path in glob.glob(f"{env.root}/**/kvolumed*.json", recursive=True):
-        with open(path) as f:
-            record = json.load(f)
-        record["bootID"] = "00000000-0000-4000-8000-000000000000"
-        with open(path, "w") as f:
-            json.dump(record, f)
+    records_of_previous_boot(env.root)
     env.driver.start()
     gone_uid = gone["metadata"]["uid"]
     gone_publishes = sorted([env.target(gone, "pv-2"), env.target(gone, "scratch"),

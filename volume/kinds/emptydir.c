@@ -294,31 +294,21 @@ static int work(void *p, char **ret_error) {
         return w->setup ? set_up(w, ret_error) : tear_down(w, ret_error);
 }
 
-static void empty_dir_run(Operation *op) {
-        EmptyDirWork *w;
-        int r;
+static int fill(void *p, const Operation *op) {
+        EmptyDirWork *w = p;
 
+        w->setup = op->kind == OP_PUBLISH;
+        if (w->setup && op->spec && op->spec->source)
+                w->src = *(EmptyDirSource *) op->spec->source;
+        return strdup_or_null(op->selinux_context, &w->selinux_context);
+}
+
+static void empty_dir_run(Operation *op) {
         if (op->kind != OP_PUBLISH && op->kind != OP_UNPUBLISH) {
                 operation_fail(op, -EOPNOTSUPP, false, "an emptyDir has no stage");
                 return;
         }
-        w = calloc(1, sizeof *w);
-        if (!w) {
-                operation_fail(op, -ENOMEM, false, "out of memory");
-                return;
-        }
-        r = podkind_work_init(&w->w, op);
-        w->setup = op->kind == OP_PUBLISH;
-        if (r >= 0 && w->setup && op->spec && op->spec->source)
-                w->src = *(EmptyDirSource *) op->spec->source;
-        if (r >= 0)
-                r = strdup_or_null(op->selinux_context, &w->selinux_context);
-        if (r < 0) {
-                work_free(w);
-                operation_fail(op, r, false, "out of memory");
-                return;
-        }
-        podkind_run_off_loop(op, work, w, work_free, true);
+        podkind_start(op, sizeof(EmptyDirWork), fill, work, work_free, true);
 }
 
 static void empty_dir_outcome(Operation *op, bool success) {

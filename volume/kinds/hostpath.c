@@ -120,29 +120,19 @@ static int work(void *p, char **ret_error) {
         return r < 0 ? r : 0;
 }
 
-static void host_path_run(Operation *op) {
-        HostPathWork *w;
-        int r;
+static int fill(void *p, const Operation *op) {
+        HostPathWork *w = p;
 
+        return (w->src = source_copy(op->spec->source)) ? 0 : -ENOMEM;
+}
+
+static void host_path_run(Operation *op) {
         /* kubelet's TearDown of a hostPath does nothing. */
         if (op->kind != OP_PUBLISH) {
                 operation_finish(op, true);
                 return;
         }
-        w = calloc(1, sizeof *w);
-        if (!w) {
-                operation_fail(op, -ENOMEM, false, "out of memory");
-                return;
-        }
-        r = podkind_work_init(&w->w, op);
-        if (r >= 0 && !(w->src = source_copy(op->spec->source)))
-                r = -ENOMEM;
-        if (r < 0) {
-                work_free(w);
-                operation_fail(op, r, false, "out of memory");
-                return;
-        }
-        podkind_run_off_loop(op, work, w, work_free, false);
+        podkind_start(op, sizeof(HostPathWork), fill, work, work_free, false);
 }
 
 static int host_path_host_path(const VolumeSpec *s, char **ret) {

@@ -177,32 +177,24 @@ static int work(void *p, char **ret_error) {
         return w->setup ? set_up(w, abs, ret_error) : tear_down(w, abs, ret_error);
 }
 
-static void local_run(Operation *op) {
-        LocalWork *w;
-        int r;
+static int fill(void *p, const Operation *op) {
+        LocalWork *w = p;
 
+        w->setup = op->kind == OP_PUBLISH;
+        if (w->setup) {
+                w->read_only = op->spec->read_only;
+                if (!(w->path = strdup(op->spec->source)))
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static void local_run(Operation *op) {
         if (op->kind != OP_PUBLISH && op->kind != OP_UNPUBLISH) {
                 operation_fail(op, -EOPNOTSUPP, false, "a local PV has no stage");
                 return;
         }
-        w = calloc(1, sizeof *w);
-        if (!w) {
-                operation_fail(op, -ENOMEM, false, "out of memory");
-                return;
-        }
-        r = podkind_work_init(&w->w, op);
-        w->setup = op->kind == OP_PUBLISH;
-        if (r >= 0 && w->setup) {
-                w->read_only = op->spec->read_only;
-                if (!(w->path = strdup(op->spec->source)))
-                        r = -ENOMEM;
-        }
-        if (r < 0) {
-                work_free(w);
-                operation_fail(op, r, false, "out of memory");
-                return;
-        }
-        podkind_run_off_loop(op, work, w, work_free, true);
+        podkind_start(op, sizeof(LocalWork), fill, work, work_free, true);
 }
 
 static void local_reconstruct_publish(VolumeManager *m, ReconstructScan *c, const char *pod_uid,

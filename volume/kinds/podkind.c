@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -212,4 +215,26 @@ int podkind_open_parent(const PodkindWork *w, int *ret_fd, const char **ret_name
         *ret_fd = fd;
         *ret_name = strrchr(w->target, '/') + 1;
         return 0;
+}
+
+void podkind_start(Operation *op, size_t size, int (*fill)(void *data, const Operation *op), offloop_work_t work,
+                   void (*data_free)(void *), bool fs_group) {
+        PodkindWork *w;
+        int r;
+
+        assert(size >= sizeof(PodkindWork));
+        w = calloc(1, size);
+        if (!w) {
+                operation_fail(op, -ENOMEM, false, "out of memory");
+                return;
+        }
+        r = podkind_work_init(w, op);
+        if (r >= 0 && fill)
+                r = fill(w, op);
+        if (r < 0) {
+                data_free(w);
+                operation_fail(op, r, false, "out of memory");
+                return;
+        }
+        podkind_run_off_loop(op, work, w, data_free, fs_group);
 }

@@ -24,6 +24,14 @@ int podkind_paths(const ActualVolume *av, bool staging, const char *pod_uid, con
 void podkind_run_off_loop(Operation *op, offloop_work_t work, void *data, void (*data_free)(void *),
                           bool fs_group);
 
+/* The start of a kind's publish or unpublish: the work's data (size bytes, a
+ * PodkindWork first) allocated and its common part filled, fill(data, op)
+ * adding the kind's own part (may be NULL), then podkind_run_off_loop(); a
+ * failure on the way ends op ("out of memory", as it nearly always is) and
+ * frees the data with data_free. */
+void podkind_start(Operation *op, size_t size, int (*fill)(void *data, const Operation *op), offloop_work_t work,
+                   void (*data_free)(void *), bool fs_group);
+
 /* A kind's outcome entry for a publish that makes no mount (a disk emptyDir,
  * hostPath): nothing for the mount watch to wait for or watch, and the
  * intent record says so at once (a restart then takes it for set up). */

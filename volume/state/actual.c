@@ -127,40 +127,43 @@ void actual_volume_count_out(ActualVolume *av) {
         av->counts = NULL;
 }
 
+/* A change of state the counts follow: the object leaves its old state's
+ * count and enters its new one's. */
+#define RECOUNT_VOLUME(av, change)                                                                         \
+        do {                                                                                               \
+                count_volume_own(av, -1);                                                                  \
+                change;                                                                                    \
+                count_volume_own(av, +1);                                                                  \
+        } while (0)
+#define RECOUNT_PUBLISH(av, p, change)                                                                     \
+        do {                                                                                               \
+                count_publish((av)->counts, p, -1);                                                        \
+                change;                                                                                    \
+                count_publish((av)->counts, p, +1);                                                        \
+        } while (0)
+
 void actual_publish_set_state(ActualVolume *av, ActualPublish *p, PublishState state) {
-        count_publish(av->counts, p, -1);
-        p->state = state;
-        count_publish(av->counts, p, +1);
+        RECOUNT_PUBLISH(av, p, p->state = state);
 }
 
 void actual_publish_set_mount_pending(ActualVolume *av, ActualPublish *p, bool pending) {
-        count_publish(av->counts, p, -1);
-        p->mount_pending = pending;
-        count_publish(av->counts, p, +1);
+        RECOUNT_PUBLISH(av, p, p->mount_pending = pending);
 }
 
 void actual_volume_set_stage(ActualVolume *av, StageState stage) {
-        count_volume_own(av, -1);
-        av->stage = stage;
-        count_volume_own(av, +1);
+        RECOUNT_VOLUME(av, av->stage = stage);
 }
 
 void actual_volume_set_mount_pending(ActualVolume *av, bool pending) {
-        count_volume_own(av, -1);
-        av->mount_pending = pending;
-        count_volume_own(av, +1);
+        RECOUNT_VOLUME(av, av->mount_pending = pending);
 }
 
 void actual_volume_set_attach_wait(ActualVolume *av, uint64_t since) {
-        count_volume_own(av, -1);
-        av->attach_wait_since = since;
-        count_volume_own(av, +1);
+        RECOUNT_VOLUME(av, av->attach_wait_since = since);
 }
 
 void actual_volume_set_unresponsive(ActualVolume *av, uint64_t since) {
-        count_volume_own(av, -1);
-        av->unresponsive_since = since;
-        count_volume_own(av, +1);
+        RECOUNT_VOLUME(av, av->unresponsive_since = since);
 }
 
 int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_name, const char *target,

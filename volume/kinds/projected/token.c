@@ -184,24 +184,34 @@ static void on_token(K8sClient *client, int error, const char *message, char *to
         entry_notify(e, 0, NULL);
 }
 
+/* The cache's entry for args, a new one (no token, no request) if it had
+ * none. */
+static TokenEntry *entry_get_or_new(TokenCache *c, const TokenRequestArgs *args) {
+        TokenEntry *e = lookup(c, args);
+
+        if (e)
+                return e;
+        e = calloc(1, sizeof *e);
+        if (!e)
+                return NULL;
+        e->cache = c;
+        e->key = key_of(args);
+        e->pod_uid = strdup(strempty(args->pod_uid));
+        if (!e->key || !e->pod_uid || hashmap_put(c->entries, e->key, e, NULL) < 0) {
+                entry_free(e);
+                return NULL;
+        }
+        return e;
+}
+
 int token_cache_request(TokenCache *c, const TokenRequestArgs *args, token_done_t done, void *userdata,
                         TokenWaiter **ret_waiter) {
-        TokenEntry *e = lookup(c, args);
+        TokenEntry *e = entry_get_or_new(c, args);
         TokenWaiter *w;
         int r;
 
-        if (!e) {
-                e = calloc(1, sizeof *e);
-                if (!e)
-                        return -ENOMEM;
-                e->cache = c;
-                e->key = key_of(args);
-                e->pod_uid = strdup(strempty(args->pod_uid));
-                if (!e->key || !e->pod_uid || hashmap_put(c->entries, e->key, e, NULL) < 0) {
-                        entry_free(e);
-                        return -ENOMEM;
-                }
-        }
+        if (!e)
+                return -ENOMEM;
         w = calloc(1, sizeof *w);
         if (!w)
                 return -ENOMEM;
@@ -259,18 +269,8 @@ int token_cache_seed(TokenCache *c, const TokenRequestArgs *args, const char *to
 
         if (e && e->token)
                 return 0;
-        if (!e) {
-                e = calloc(1, sizeof *e);
-                if (!e)
-                        return -ENOMEM;
-                e->cache = c;
-                e->key = key_of(args);
-                e->pod_uid = strdup(strempty(args->pod_uid));
-                if (!e->key || !e->pod_uid || hashmap_put(c->entries, e->key, e, NULL) < 0) {
-                        entry_free(e);
-                        return -ENOMEM;
-                }
-        }
+        if (!e && !(e = entry_get_or_new(c, args)))
+                return -ENOMEM;
         e->token = strndup(token, size);
         if (!e->token)
                 return -ENOMEM;

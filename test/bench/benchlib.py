@@ -213,18 +213,25 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix):
     node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
 
 
+def stop_process(proc, sig=signal.SIGTERM, timeout=60):
+    """Stops a child the bench started (kvolumed, the driver), killing it
+    when it does not exit within the timeout."""
+    if proc and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def close_bench_node(node):
     """Undoes open_bench_node() once kvolumed is stopped: the driver, the
     fake API server, the mounts left under the work directory (thousands:
     umount2() here, not a process per mount) and the directories."""
     import ctypes
 
-    if node.driver.poll() is None:
-        node.driver.send_signal(signal.SIGTERM)
-        try:
-            node.driver.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            node.driver.kill()
+    stop_process(node.driver)
     node.api.stop()
     libc = ctypes.CDLL(None, use_errno=True)
     with open("/proc/self/mountinfo") as f:

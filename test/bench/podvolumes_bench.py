@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import DRIVER, NODE, close_bench_node, kvolumed_path, machine, open_bench_node, wait  # noqa: E402
+from benchlib import DRIVER, NODE, close_bench_node, kvolumed_path, machine, open_bench_node, stop_process, wait  # noqa: E402
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -192,12 +192,7 @@ def main():
         print()
         print(f"ratio (a)/(b) of the medians: {mo / mc:.2f}")
     finally:
-        if agent and agent.poll() is None:
-            agent.terminate()
-            try:
-                agent.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                agent.kill()
+        stop_process(agent)
         close_bench_node(node)
 
 

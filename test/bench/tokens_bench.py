@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import NODE, close_bench_node, kvolumed_path, machine, open_bench_node, wait  # noqa: E402
+from benchlib import NODE, close_bench_node, kvolumed_path, machine, open_bench_node, stop_process, wait  # noqa: E402
 
 LIFETIME = 3607
 
@@ -130,12 +130,7 @@ def main():
         print(summary("kvolumed, renewal times drawn", per_second(drawn_node, 0, 3600)))
         print(summary("kubelet's rule, same issue times", per_second(kubelet, 0, 3600)))
     finally:
-        if agent and agent.poll() is None:
-            agent.terminate()
-            try:
-                agent.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                agent.kill()
+        stop_process(agent)
         close_bench_node(node)
 
 

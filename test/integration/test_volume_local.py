@@ -27,8 +27,10 @@ def local_pv(env, name, path, node="test-node", claim="claim"):
         "status": {"phase": "Available"}})
 
 
-def test_local_pv_is_bind_mounted_and_unmounted(volume_env, tmp_path):
-    env = volume_env
+def local_pod(env, tmp_path):
+    """kvolumed, a local PV of this node on a directory with a file, and a
+    pod using it through a claim; returns the pod's uid and the bind's
+    path once it is mounted."""
     env.start()
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -39,11 +41,17 @@ def test_local_pv_is_bind_mounted_and_unmounted(volume_env, tmp_path):
     uid = pod["metadata"]["uid"]
     target = f"{env.root}/pods/{uid}/volumes/kubernetes.io~local-volume/pv-local"
     wait_until(lambda: mounted(target), 30, what=f"{target} mounted")
+    return uid, target
+
+
+def test_local_pv_is_bind_mounted_and_unmounted(volume_env, tmp_path):
+    env = volume_env
+    uid, target = local_pod(env, tmp_path)
     assert open(f"{target}/hello").read() == "from the local disk"
     env.api.remove("pods", "default", "web")
     env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
     assert not mounted(target)
-    assert (disk / "hello").read_text() == "from the local disk"
+    assert (tmp_path / "disk" / "hello").read_text() == "from the local disk"
 
 
 def test_local_pv_of_another_node_is_a_final_error(volume_env, tmp_path):
@@ -72,16 +80,7 @@ def test_local_pv_survives_a_kill_and_is_bound_again_after_a_reboot(volume_env, 
     """kill -9 of kvolumed: the bind stays, the same mount, nothing remade.
     A reboot (the records' boot-id another): the bind is gone and made again."""
     env = volume_env
-    env.start()
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "hello").write_text("from the local disk")
-    local_pv(env, "pv-local", disk)
-    env.pvc("claim", "pv-local")
-    pod = env.pod("web", [{"name": "data", "persistentVolumeClaim": {"claimName": "claim"}}])
-    uid = pod["metadata"]["uid"]
-    target = f"{env.root}/pods/{uid}/volumes/kubernetes.io~local-volume/pv-local"
-    wait_until(lambda: mounted(target), 30, what=f"{target} mounted")
+    uid, target = local_pod(env, tmp_path)
     wait_until(lambda: "Volume pv-local published" in env.agent.output(), 30, what="the publish logged")
     before = mount_id(target)
 
@@ -119,4 +118,4 @@ def test_local_pv_survives_a_kill_and_is_bound_again_after_a_reboot(volume_env, 
     env.api.remove("pods", "default", "other")
     env.wait_gone(f"{env.root}/pods/{uid}", timeout=30)
     assert not mounted(target)
-    assert (disk / "hello").read_text() == "from the local disk"
+    assert (tmp_path / "disk" / "hello").read_text() == "from the local disk"

@@ -237,3 +237,19 @@ int open_beneath(int dirfd, const char *path, int flags, mode_t mode, bool follo
         return follow_symlinks ? walk_by_hand(dirfd, path, flags, true)
                                : walk_no_symlinks(dirfd, path, flags, mode);
 }
+
+int dir_list_open(int dfd, DIR **ret) {
+        int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        DIR *d;
+
+        if (fd < 0)
+                return -errno;
+        d = fdopendir(fd);
+        if (!d) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        *ret = d;
+        return 0;
+}

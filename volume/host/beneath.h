@@ -7,6 +7,7 @@
  * the same walk by hand, one component at a time from descriptors, so that
  * what kvolumed does under valgrind is what it does on a node. */
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -17,6 +18,11 @@
  * link, or more than 40 links.  With follow_symlinks, O_CREAT is refused
  * (-EINVAL): nothing is created at the end of a path a pod controls. */
 int open_beneath(int dirfd, const char *path, int flags, mode_t mode, bool follow_symlinks);
+
+/* A listing of dfd's entries through a duplicate of it, so that dfd stays
+ * the caller's, for the *at() calls on the entries the listing names.
+ * 0 with *ret (closedir() it), or -errno. */
+int dir_list_open(int dfd, DIR **ret);
 
 #if KVOLUMED_TEST_HOOKS
 /* Tests only: take the walk by hand even where openat2 exists. */

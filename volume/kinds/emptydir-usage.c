@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "systemd/log.h"
+#include "volume/host/beneath.h"
 #include "volume/host/offloop.h"
 #include "volume/internal.h"
 #include "volume/kinds/emptydir-usage.h"
@@ -76,20 +77,15 @@ static bool mount_root(const struct statx *sx) {
  * volume counts each time (du counts it once). */
 static int walk_dir(Walk *w, int dfd, unsigned depth) {
         DIR *d;
-        int fd;
+        int r;
 
         if (depth > WALK_DEPTH_MAX) {
                 w->too_deep = true;
                 return 0;
         }
-        fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return -errno;
-        }
+        r = dir_list_open(dfd, &d);
+        if (r < 0)
+                return r;
         for (struct dirent *de; (errno = 0, de = readdir(d));) {
                 struct statx sx;
                 int child;

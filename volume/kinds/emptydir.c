@@ -17,6 +17,7 @@
 
 #include "k8s/quantity.h"
 #include "systemd/log.h"
+#include "volume/host/beneath.h"
 #include "volume/host/tmpfs.h"
 #include "volume/kinds/emptydir-usage.h"
 #include "volume/internal.h"
@@ -193,19 +194,14 @@ static bool is_mount_root(int fd) {
  * pod's volume is not ours to remove). */
 static int remove_children(int dfd, const char *path, unsigned depth, char **ret_error) {
         _cleanup_(closedirp) DIR *d = NULL;
-        int fd, r = 0;
+        int r;
 
         if (depth > REMOVE_DEPTH_MAX)
                 return asprintf(ret_error, "%s is nested deeper than %u directories; not removing it", path,
                                 REMOVE_DEPTH_MAX) < 0 ? -ENOMEM : -ELOOP;
-        fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return -errno;
-        }
+        r = dir_list_open(dfd, &d);
+        if (r < 0)
+                return r;
         for (struct dirent *de; (errno = 0, de = readdir(d));) {
                 _cleanup_close_ int child = -1;
                 _cleanup_free_ char *sub = NULL;

@@ -19,10 +19,12 @@
  *
  * Which are migrated: kubelet decides by feature gate
  * (pkg/volume/csimigration IsMigrationEnabledForPlugin).  The first six are
- * on in every release kvolumed follows (GA or on by default from 1.25/1.26
- * on); portworx is behind CSIMigrationPortworx, off by default in 1.25: it
- * is treated as off here (its translation exists, for a later gate, but no
- * volume is migrated to it and the CSINode annotation does not list it). */
+ * on: in the 1.25 tree EBS, GCE PD, Azure disk/file and cinder are on by
+ * default or GA, vSphere's gate still off by default (it is GA from 1.26,
+ * and kubelet-facts.md follows later releases).  Portworx is behind
+ * CSIMigrationPortworx, off by default in 1.25: treated as off here (its
+ * translation exists, for when it is on, but no volume is migrated to it
+ * and the CSINode annotation does not list it). */
 
 #include <stdbool.h>
 

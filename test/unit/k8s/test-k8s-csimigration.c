@@ -209,6 +209,14 @@ static void test_ebs_inline(void **state) {
                 assert_strv(c->access_modes, "ReadWriteOnce");
                 assert_attr(c, "partition", "0");
         }
+        /* url.Parse failures (aws_ebs.go "Invalid disk name (%s): %v") */
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *bad = pv_make(NULL, "\"awsElasticBlockStore\":{\"volumeID\":\"aws://z/vol-%zz\"}");
+        _cleanup_free_ char *be = translate_pv_error(bad);
+        assert_string_equal(be, "failed to translate Kubernetes ID to EBS Volume ID Invalid disk name (aws://z/vol-%zz): "
+                                "parse \"aws://z/vol-%zz\": invalid URL escape \"%zz\"");
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *esc = pv_make(NULL, "\"awsElasticBlockStore\":{\"volumeID\":\"aws://z/vol-%41b\"}");
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *escc = translate_pv_ok(esc);
+        assert_string_equal(escc->csi->volume_handle, "vol-Ab");
         /* "fails on empty volume source": not an in-tree source at all */
         _cleanup_(k8s_pod_freep) K8sPod *p = pod_make("{\"name\":\"volume\",\"emptyDir\":{}}");
         K8sPersistentVolume *c = NULL;

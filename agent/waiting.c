@@ -37,14 +37,20 @@ const char *waiting_api_text(Waiting *w) {
 
 static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         Waiting *w = userdata;
+
+        (void) sd_event_source_set_time(s, usec + WAITING_REPORT_INTERVAL_USEC);
+        waiting_report(w, true);
+        return 0;
+}
+
+void waiting_report(Waiting *w, bool log) {
         const char *what = volume_manager_waiting_for(w->volumes), *api;
         _cleanup_free_ char *text = NULL;
 
-        (void) sd_event_source_set_time(s, usec + WAITING_REPORT_INTERVAL_USEC);
-        if (w->hooks.ready(w->hooks.userdata) || !what) {
+        if (w->hooks.synced(w->hooks.userdata) || !what) {
                 /* Ready: the status line tells an unreachable API server. */
                 w->hooks.refresh_status(w->hooks.userdata);
-                return 0;
+                return;
         }
         api = waiting_api_text(w);
         if (api)
@@ -53,10 +59,10 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
                 (void) asprintf(&text, "Waiting for %s: the API server answers, %.0f s since start", what,
                                 (double) (now_usec(w) - w->started) / USEC_PER_SEC);
         if (!text)
-                return 0;
-        log_notice("%s", text);
+                return;
+        if (log)
+                log_notice("%s", text);
         (void) notify_status("%s", text);
-        return 0;
 }
 
 int waiting_new(sd_event *event, K8sClient *k8s, VolumeManager *volumes, const WaitingHooks *hooks,

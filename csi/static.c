@@ -37,6 +37,7 @@ struct StaticProbe {
         sd_event_source *retry;
         uint64_t backoff_usec;
         bool deferred;  /* the callback said -EAGAIN: not yet */
+        uint64_t deferred_usec; /* the deferred retries' backoff (csi/internal.h) */
         StaticProbe *next;
 };
 
@@ -140,8 +141,9 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                 if (r == -EAGAIN) {
                         c->refusal_reason = mfree_str(c->refusal_reason);
                         p->deferred = true;
-                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC, CSI_DEFERRED_RETRY_USEC,
-                                                       USEC_PER_MSEC, on_retry, p);
+                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC,
+                                                       csi_deferred_backoff_next(&p->deferred_usec), USEC_PER_MSEC,
+                                                       on_retry, p);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to schedule NodeGetInfo of %s again: %m", p->name);
                         return;
@@ -151,7 +153,7 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                         return probe_failed(p, "recording it on the node failed: %s", reason ?: strerror(-r));
                 }
         }
-        p->backoff_usec = 0;
+        p->backoff_usec = p->deferred_usec = 0;
         log_fields(LOG_INFO, &(LogFields){ .driver = p->name },
                    "Statically configured CSI driver %s is ready: endpoint %s, node ID %s.", p->name,
                    grpc_channel_socket_path(p->channel), info->node_id);

@@ -62,6 +62,10 @@ int csi_get_plugin_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, cs
 int csi_node_get_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, csi_node_info_done_t done,
                          void *userdata, CsiCall **ret_call);
 
+/* The call's failure is the caller's to report (with its own rule for
+ * repeats): client.c logs it at debug level only. */
+void csi_call_set_quiet(CsiCall *call);
+
 /* registration.c */
 /* A driver whose "registered" callback said -EAGAIN (the Node not listed
  * yet, the API server away at start) is asked again when the caller calls

@@ -172,6 +172,8 @@ static void update_status(Agent *a) {
                 return;
         }
         lost = volume_manager_root_lost(a->volumes);
+        if (!lost && !a->synced)
+                return; /* the waiting reports say what it waits for (waiting.c) */
         volume_manager_get_counts(a->volumes, &st);
         if (lost ? asprintf(&text, "Not acting on volumes: %s", lost) < 0
                  : status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL,

@@ -4,6 +4,7 @@ private mount namespace, so the machine's /run is untouched."""
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -164,6 +165,20 @@ def test_static_driver_without_its_socket_is_one_line_gone_and_one_back(fake_api
     wait_until(lambda: time.monotonic() - t0 >= 4, timeout=8, interval=0.1, what="the window")
     lines = driver_lines(agent.output()[mark:])
     assert len(lines) == 1 and "No such file or directory" in lines[0], "\n".join(lines)
+
+    # A socket left by a driver that died (bound, nobody listening): there,
+    # but refusing; said once, in the socket's words, the retries quiet.
+    mark = len(agent.output())
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()
+    agent.wait_for_log(f"connection error on {path}: connect: Connection refused", timeout=20)
+    t0 = time.monotonic()
+    wait_until(lambda: time.monotonic() - t0 >= 4, timeout=8, interval=0.1, what="the window")
+    lines = [line for line in driver_lines(agent.output()[mark:]) if "is there now" not in line]
+    assert len(lines) == 1 and "Connection refused" in lines[0], "\n".join(lines)
+    assert "localhost port 80" not in agent.output()
+    os.unlink(path)
 
 
 def test_a_hung_unpublish_is_said_after_a_quarter_of_its_timeout_with_its_pod(volume_env):

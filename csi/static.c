@@ -21,10 +21,10 @@
  * quietly).  A socket that is there but does not answer is one notice per
  * new reason, the retries in between at debug level: it was a notice, and
  * the failed call's warning, every 30 s for ever (~5,760 lines a day). */
-#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 
 #include "csi/internal.h"
 #include "systemd/log.h"
@@ -183,7 +183,7 @@ static bool probe_socket_present(StaticProbe *p) {
         const char *path = grpc_channel_socket_path(p->channel);
         LogFields f = { .driver = p->name };
         struct stat st;
-        int r;
+        int r, e;
 
         if (stat(path, &st) >= 0) {
                 if (p->missing)
@@ -192,12 +192,13 @@ static bool probe_socket_present(StaticProbe *p) {
                 p->missing = false;
                 return true;
         }
+        e = errno;
         if (!p->missing)
                 log_fields(LOG_NOTICE, &f,
                            "Socket %s of statically configured CSI driver %s: %s. Its volumes wait until the "
                            "driver creates it (check that the driver runs on this node and that [driver \"%s\"] "
                            "endpoint is its socket); said again when it is there",
-                           path, p->name, strerror(errno), p->name);
+                           path, p->name, strerror(e), p->name);
         p->missing = true;
         p->told = mfree_str(p->told);
         if (p->wd >= 0)

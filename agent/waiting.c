@@ -13,6 +13,7 @@ struct Waiting {
         WaitingHooks hooks;
         sd_event_source *timer;
         uint64_t started;
+        uint64_t next_log_usec, log_interval_usec; /* the journal's reports back off */
         char *api_text;
 };
 
@@ -38,8 +39,18 @@ const char *waiting_api_text(Waiting *w) {
 static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         Waiting *w = userdata;
 
+        bool log = usec >= w->next_log_usec;
+
+        /* STATUS= at every tick; the journal at the first two, then 60 s,
+         * 120 s ... 10 min apart: a control plane away for a day was a
+         * notice every 30 s (2,880 lines) on every node. */
+        if (log) {
+                w->log_interval_usec = w->log_interval_usec ? MIN(w->log_interval_usec * 2, WAITING_LOG_MAX_USEC)
+                                                            : WAITING_REPORT_INTERVAL_USEC;
+                w->next_log_usec = usec + w->log_interval_usec;
+        }
         (void) sd_event_source_set_time(s, usec + WAITING_REPORT_INTERVAL_USEC);
-        waiting_report(w, true);
+        waiting_report(w, log);
         return 0;
 }
 

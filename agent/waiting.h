@@ -3,10 +3,11 @@
 
 /* Why the agent is not ready, said every so often: a start that waits for
  * an API server that does not answer logs one line when it begins to fail
- * (the API client) and then, every WAITING_REPORT_INTERVAL_USEC, one line
- * and the STATUS= of what it waits for and since when ("Waiting for the
- * first pod list: API server https://... unreachable for 60 s"), never a
- * line per retry.  Once ready, STATUS= says when the API server is
+ * (the API client) and then, every WAITING_REPORT_INTERVAL_USEC, the
+ * STATUS= of what it waits for and since when ("Waiting for the first pod
+ * list: API server https://... unreachable for 60 s"), and the same line in
+ * the journal at the first two reports, then at intervals doubling to
+ * WAITING_LOG_MAX_USEC; never a line per retry.  Once ready, STATUS= says when the API server is
  * unreachable (agent.c's status line asks waiting_api_text()).  The time
  * is the outage's, from the first failed request, however often STATUS= is
  * rewritten meanwhile. */
@@ -19,6 +20,7 @@
 
 #define WAITING_FIRST_REPORT_USEC (5 * USEC_PER_SEC)
 #define WAITING_REPORT_INTERVAL_USEC (30 * USEC_PER_SEC)
+#define WAITING_LOG_MAX_USEC (10 * USEC_PER_MINUTE)
 
 typedef struct Waiting Waiting;
 

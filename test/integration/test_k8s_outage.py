@@ -163,7 +163,8 @@ def test_unreachable_at_start_is_ready_after_the_grace_and_status_counts_the_who
     READY_GRACE s after the start (systemd's TimeoutStartSec= stops counting,
     so it neither kills nor restarts kvolumed), STATUS= saying what it waits
     for and since when.  The outage's length runs on from the first failed
-    request, across READY=1 and the reports.  Once the server answers, the
+    request, across READY=1 and the reports; the journal repeats the report
+    at 5 s and 35 s, then less and less often.  Once the server answers, the
     lists are read and STATUS= counts the volumes.  Before: READY=1 only at
     the first sync, so systemd killed kvolumed at TimeoutStartSec=120s and
     restarted it, the outage said "unreachable for 5 s" after each restart."""
@@ -186,6 +187,11 @@ def test_unreachable_at_start_is_ready_after_the_grace_and_status_counts_the_who
     later = wait_status(notify_socket, lambda t: seconds(t) is not None and seconds(t) >= 30, timeout=60,
                         what="the outage's length 30 s on")
     assert seconds(later) >= seconds(first) + 20, (first, later)
+    # STATUS= every 30 s; the journal at 5 s and 35 s, then 60 s apart
+    # (doubling to 10 min): not at the 65 s report.
+    wait_status(notify_socket, lambda t: seconds(t) is not None and seconds(t) >= 60, timeout=60,
+                what="the outage's length 60 s on")
+    assert agent.output().count("notice: Waiting for the first pod list") == 2, agent.output()[-3000:]
     assert not [t for t in statuses(notify_socket) if t.startswith("Running")], statuses(notify_socket)
 
     outage.up()

@@ -428,8 +428,16 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
                                              strempty(c->cert_file.path), detail);
                                 break;
                         }
-                        n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path, c->auth->server,
-                                     detail);
+                        /* libcurl's "Couldn't connect to server" hides what the
+                         * operator acts on: refused, no route, timed out. */
+                        long os_errno = 0;
+                        if (code == CURLE_COULDNT_CONNECT && r->easy &&
+                            curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno > 0)
+                                n = asprintf(&m, "%s %s on API server %s failed: connect: %s (%s)", r->method,
+                                             r->path, c->auth->server, strerror((int) os_errno), detail);
+                        else
+                                n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path,
+                                             c->auth->server, detail);
                 }
         } else if (status == 401 && !client_token(c) && client_cert_in_use(c)) {
                 n = asprintf(&m, "API server %s answered 401 Unauthorized to %s %s: the client certificate%s%s "

@@ -184,6 +184,8 @@ def test_unreachable_at_start_is_ready_after_the_grace_and_status_counts_the_who
     first = wait_status(notify_socket, lambda t: seconds(t) is not None and seconds(t) >= READY_GRACE - 1,
                         timeout=20, what="the outage's length at READY=1")
     # The next report (every 30 s) still counts the same outage.
+    # In the socket's words, not libcurl's "Couldn't connect to server" alone.
+    assert "failed: connect: Connection refused (" in first, first
     later = wait_status(notify_socket, lambda t: seconds(t) is not None and seconds(t) >= 30, timeout=60,
                         what="the outage's length 30 s on")
     assert seconds(later) >= seconds(first) + 20, (first, later)

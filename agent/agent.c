@@ -172,6 +172,8 @@ static void update_status(Agent *a) {
                 return;
         }
         lost = volume_manager_root_lost(a->volumes);
+        if (!lost && !a->synced)
+                return; /* the waiting reports say what it waits for (waiting.c) */
         volume_manager_get_counts(a->volumes, &st);
         if (lost ? asprintf(&text, "Not acting on volumes: %s", lost) < 0
                  : status_text(a->config->node_name, &st, a->waiting ? waiting_api_text(a->waiting) : NULL,
@@ -206,8 +208,44 @@ static void trim_when_quiet(Agent *a) {
         (void) sd_event_source_set_enabled(a->trim_timer, SD_EVENT_ONESHOT);
 }
 
+/* READY=1 tells systemd that the start is over: "systemctl start" returns,
+ * TimeoutStartSec= stops counting, units ordered after kvolumed start.  It
+ * is sent at the first sync (reconstructed, pods, CSIDrivers and Node
+ * listed) or, when the API server has not given those lists by then,
+ * START_READY_GRACE_USEC after the start, STATUS= saying what kvolumed waits
+ * for.  Not EXTEND_TIMEOUT_USEC while waiting: the start would last as long
+ * as the control plane's outage, "systemctl start" (and apt, and a boot's
+ * multi-user.target) would block as long, and a failed-unit alert would
+ * still fire on every node when the extension ran out.  Nothing of the
+ * node's own is missing at the grace's end: root-dir is locked, what is on
+ * disk reconstructed and kept as it is, the local API answers (its waiters
+ * wait for the lists). */
+#define START_READY_GRACE_USEC (10 * USEC_PER_SEC)
+
+static void send_ready(Agent *a) {
+        a->ready = true;
+        a->ready_timer = sd_event_source_disable_unref(a->ready_timer);
+        (void) notify_ready();
+}
+
+static int on_ready_grace(sd_event_source *s, uint64_t usec, void *userdata) {
+        Agent *a = userdata;
+        const char *what = volume_manager_waiting_for(a->volumes);
+
+        a->ready_timer = sd_event_source_disable_unref(a->ready_timer);
+        if (a->ready || a->stopping)
+                return 0;
+        log_notice("Up without the API server's lists after %.0f s: READY=1 sent, so that systemd neither times "
+                   "the start out nor restarts kvolumed; volumes on disk stay as they are, and pods are set up once "
+                   "%s is read",
+                   (double) START_READY_GRACE_USEC / USEC_PER_SEC, what ?: "the first pod list");
+        send_ready(a);
+        waiting_report(a->waiting, false);
+        return 0;
+}
+
 /* Called after every reconcile pass; the first one runs as soon as the
- * informers have synced, which is when the agent is ready. */
+ * informers have synced. */
 static void on_pass_done(uint64_t duration_usec, void *userdata) {
         Agent *a = userdata;
 
@@ -216,13 +254,15 @@ static void on_pass_done(uint64_t duration_usec, void *userdata) {
         metrics_observe_reconcile(a->metrics, (double) duration_usec / 1e6);
         if (a->stopping)
                 return;
-        if (!a->ready && volume_manager_synced(a->volumes)) {
-                a->ready = true;
+        if (!a->synced && volume_manager_synced(a->volumes)) {
+                a->synced = true;
                 log_info("Ready: volumes on disk reconstructed, pods, CSIDrivers and node %s listed",
                          a->config->node_name);
-                (void) notify_ready();
+                if (!a->ready)
+                        send_ready(a);
         }
-        update_status(a);
+        if (a->synced)
+                update_status(a);
 }
 
 /* root-dir stopped or started again being the directory kvolumed locked:
@@ -556,6 +596,7 @@ Agent *agent_free(Agent *a) {
                 return NULL;
         k8s_identity_request_cancel(a->identity_request);
         sd_event_source_disable_unref(a->identity_retry);
+        sd_event_source_disable_unref(a->ready_timer);
         sd_event_source_disable_unref(a->sigterm_source);
         sd_event_source_disable_unref(a->sigint_source);
         sd_event_source_disable_unref(a->sighup_source);
@@ -797,14 +838,14 @@ static int ask_identity(Agent *a) {
         return k8s_identity_request(a->k8s, on_identity, a, &a->identity_request);
 }
 
-static bool agent_is_ready(void *userdata) {
+static bool agent_is_synced(void *userdata) {
         Agent *a = userdata;
-        return a->ready;
+        return a->synced;
 }
 
 static void agent_refresh_status(void *userdata) {
         Agent *a = userdata;
-        if (a->ready && !a->stopping)
+        if (a->synced && !a->stopping)
                 update_status(a);
 }
 
@@ -814,11 +855,15 @@ int agent_run(Agent *a) {
         log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
         r = waiting_new(a->event, a->k8s, a->volumes,
-                        &(const WaitingHooks){ .ready = agent_is_ready, .refresh_status = agent_refresh_status,
+                        &(const WaitingHooks){ .synced = agent_is_synced, .refresh_status = agent_refresh_status,
                                                .userdata = a },
                         &a->waiting);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the start-up reports: %m");
+        r = sd_event_add_time_relative(a->event, &a->ready_timer, CLOCK_MONOTONIC, START_READY_GRACE_USEC,
+                                       USEC_PER_SEC / 10, on_ready_grace, a);
+        if (r < 0)
+                return log_error_errno(r, "Failed to arm the start's grace timer: %m");
         (void) notify_status("Starting: asking API server %s who kvolumed is", k8s_client_server(a->k8s));
         r = ask_identity(a);
         if (r < 0) {

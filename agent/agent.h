@@ -35,7 +35,9 @@ typedef struct Agent {
         uint64_t status_sent_at;       /* CLOCK_MONOTONIC */
         sd_event_source *status_timer; /* a change waiting for STATUS_INTERVAL_USEC to pass */
         sd_event_source *trim_timer;   /* memory given back once the passes have been quiet a while */
-        bool ready;       /* READY=1 sent: reconstructed and the informers synced */
+        bool ready;       /* READY=1 sent: synced, or START_READY_GRACE_USEC passed (agent.c) */
+        bool synced;      /* the informers have listed once: STATUS= counts volumes from then on */
+        sd_event_source *ready_timer; /* READY=1 without the first lists, at the grace's end */
         /* Who the API server says kvolumed is, asked before the volume
          * manager starts; asked again with a backoff while unanswered. */
         K8sIdentityRequest *identity_request;
@@ -64,8 +66,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Agent *, agent_free);
  * (a SelfSubjectReview) and logs it; the volume manager starts once that is
  * answered, or at once when the server cannot be reached (asked again then).
  * READY=1 is sent once the volumes on disk are
- * reconstructed and the pods, CSIDrivers and Node are listed; STATUS= then
- * follows the volume counts.  Returns 0 on a clean stop, 1 when the API
+ * reconstructed and the pods, CSIDrivers and Node are listed, or at the
+ * latest START_READY_GRACE_USEC after the start with STATUS= saying what it
+ * still waits for (an API server away never holds the start back, so systemd
+ * never kills nor restarts kvolumed for it); STATUS= then follows the volume
+ * counts.  Returns 0 on a clean stop, 1 when the API
  * server says the credential is another node's (a configuration error), or
  * -errno. */
 int agent_run(Agent *a);

@@ -13,6 +13,7 @@ struct Waiting {
         WaitingHooks hooks;
         sd_event_source *timer;
         uint64_t started;
+        uint64_t next_log_usec, log_interval_usec; /* the journal's reports back off */
         char *api_text;
 };
 
@@ -37,14 +38,30 @@ const char *waiting_api_text(Waiting *w) {
 
 static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         Waiting *w = userdata;
+
+        bool log = usec >= w->next_log_usec;
+
+        /* STATUS= at every tick; the journal at the first two, then 60 s,
+         * 120 s ... 10 min apart: a control plane away for a day was a
+         * notice every 30 s (2,880 lines) on every node. */
+        if (log) {
+                w->log_interval_usec = w->log_interval_usec ? MIN(w->log_interval_usec * 2, WAITING_LOG_MAX_USEC)
+                                                            : WAITING_REPORT_INTERVAL_USEC;
+                w->next_log_usec = usec + w->log_interval_usec;
+        }
+        (void) sd_event_source_set_time(s, usec + WAITING_REPORT_INTERVAL_USEC);
+        waiting_report(w, log);
+        return 0;
+}
+
+void waiting_report(Waiting *w, bool log) {
         const char *what = volume_manager_waiting_for(w->volumes), *api;
         _cleanup_free_ char *text = NULL;
 
-        (void) sd_event_source_set_time(s, usec + WAITING_REPORT_INTERVAL_USEC);
-        if (w->hooks.ready(w->hooks.userdata) || !what) {
+        if (w->hooks.synced(w->hooks.userdata) || !what) {
                 /* Ready: the status line tells an unreachable API server. */
                 w->hooks.refresh_status(w->hooks.userdata);
-                return 0;
+                return;
         }
         api = waiting_api_text(w);
         if (api)
@@ -53,10 +70,10 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
                 (void) asprintf(&text, "Waiting for %s: the API server answers, %.0f s since start", what,
                                 (double) (now_usec(w) - w->started) / USEC_PER_SEC);
         if (!text)
-                return 0;
-        log_notice("%s", text);
+                return;
+        if (log)
+                log_notice("%s", text);
         (void) notify_status("%s", text);
-        return 0;
 }
 
 int waiting_new(sd_event *event, K8sClient *k8s, VolumeManager *volumes, const WaitingHooks *hooks,

@@ -35,6 +35,10 @@ struct CsiCall {
         GrpcCall *grpc;
         char *driver;
         char *volume_handle;
+        char *pod, *pod_uid;       /* POD=, POD_UID= of its lines: csi_call_set_pod() */
+        sd_event_source *slow;     /* the "still in flight" line, once (CSI_CALL_SLOW_FRACTION) */
+        bool quiet;                /* failures at debug level: csi_call_set_quiet() */
+        uint64_t timeout_usec;
         uint64_t start_usec;
         CsiCallback cb;
         void *userdata;
@@ -293,8 +297,11 @@ static void call_unlink(CsiCall *call) {
 static CsiCall *csi_call_free(CsiCall *call) {
         if (!call)
                 return NULL;
+        sd_event_source_disable_unref(call->slow);
         free(call->driver);
         free(call->volume_handle);
+        free(call->pod);
+        free(call->pod_uid);
         free(call);
         return NULL;
 }
@@ -304,8 +311,12 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(CsiCall *, csi_call_free);
 static void call_report(CsiCall *call, const CsiStatus *st) {
         CsiClient *c = call->client;
         const char *code = csi_code_name(st->code);
-        int level = st->code == CSI_CODE_OK ? (call->method->mutating ? LOG_INFO : LOG_DEBUG) : LOG_WARNING;
+        int level = st->code == CSI_CODE_OK ? (call->method->mutating ? LOG_INFO : LOG_DEBUG)
+                    : call->quiet           ? LOG_DEBUG
+                                            : LOG_WARNING;
         LogFields fields = {
+                .pod_uid = call->pod_uid,
+                .pod = call->pod,
                 .driver = call->driver,
                 .volume_handle = call->volume_handle,
                 .csi_method = call->method->name,
@@ -313,13 +324,15 @@ static void call_report(CsiCall *call, const CsiStatus *st) {
         };
 
         if (st->code == CSI_CODE_OK)
-                log_fields(level, &fields, "%s%s%s on %s: OK (%.3f ms)", call->method->name,
-                           call->volume_handle ? " of " : "", strempty(call->volume_handle), call->driver,
+                log_fields(level, &fields, "%s%s%s%s%s on %s: OK (%.3f ms)", call->method->name,
+                           call->volume_handle ? " of " : "", strempty(call->volume_handle),
+                           call->pod ? " for pod " : "", strempty(call->pod), call->driver,
                            (double) st->duration_usec / USEC_PER_MSEC);
         else
-                log_fields(level, &fields, "%s%s%s on %s: %s: %s (%.3f ms)", call->method->name,
-                           call->volume_handle ? " of " : "", strempty(call->volume_handle), call->driver, code,
-                           st->message, (double) st->duration_usec / USEC_PER_MSEC);
+                log_fields(level, &fields, "%s%s%s%s%s on %s: %s: %s (%.3f ms)", call->method->name,
+                           call->volume_handle ? " of " : "", strempty(call->volume_handle),
+                           call->pod ? " for pod " : "", strempty(call->pod), call->driver, code, st->message,
+                           (double) st->duration_usec / USEC_PER_MSEC);
 
         if (c->metrics_hook)
                 c->metrics_hook(&(CsiCallMetrics){ .driver = call->driver,
@@ -362,6 +375,59 @@ static void on_grpc_done(GrpcCall *g, const GrpcResult *r, void *userdata) {
         csi_call_free(call);
 }
 
+/* A call that changes a mount and has not returned after a quarter of its
+ * timeout (30 s of the default 2 min) says so, once: a hung driver was
+ * silent until the timeout, and an operator looking at a stuck pod saw
+ * nothing in the journal.  A fraction of the timeout, not a fixed time, so
+ * that a node configured with long calls (call-timeout = 10m for a slow
+ * backend) is not told of every ordinary call.  The stats, identity and
+ * info calls are left out: the stats have their own "unresponsive" report,
+ * and those run every round. */
+#define CSI_CALL_SLOW_FRACTION 4
+
+static int on_call_slow(sd_event_source *s, uint64_t usec, void *userdata) {
+        CsiCall *call = userdata;
+        LogFields fields = { .pod_uid = call->pod_uid,
+                             .pod = call->pod,
+                             .driver = call->driver,
+                             .volume_handle = call->volume_handle,
+                             .csi_method = call->method->name };
+
+        call->slow = sd_event_source_disable_unref(call->slow);
+        log_fields(LOG_WARNING, &fields,
+                   "%s%s%s%s%s on %s has been in flight for %.0f s without an answer (it times out after %.0f s): "
+                   "the driver is slow or hung; check its log",
+                   call->method->name, call->volume_handle ? " of " : "", strempty(call->volume_handle),
+                   call->pod ? " for pod " : "", strempty(call->pod), call->driver,
+                   (double) (now_usec() - call->start_usec) / USEC_PER_SEC,
+                   (double) call->timeout_usec / USEC_PER_SEC);
+        return 0;
+}
+
+static void call_arm_slow(CsiCall *call) {
+        CsiClient *c = call->client;
+
+        if (!call->method->mutating || call->timeout_usec == 0)
+                return;
+        if (sd_event_add_time_relative(c->event, &call->slow, CLOCK_MONOTONIC,
+                                       call->timeout_usec / CSI_CALL_SLOW_FRACTION, USEC_PER_SEC / 10, on_call_slow,
+                                       call) < 0)
+                call->slow = NULL; /* only a log line is lost */
+}
+
+void csi_call_set_quiet(CsiCall *call) {
+        if (call)
+                call->quiet = true;
+}
+
+void csi_call_set_pod(CsiCall *call, const char *pod, const char *pod_uid) {
+        if (!call)
+                return;
+        /* Only log fields: a failed copy leaves them out. */
+        (void) free_and_strdup(&call->pod, pod);
+        (void) free_and_strdup(&call->pod_uid, pod_uid);
+}
+
 /* timeout_usec: this call's deadline, queue time included. */
 static int call_start_timeout(CsiClient *c, GrpcChannel *ch, const char *driver, const CsiMethod *m,
                               const ProtobufCMessage *req, const char *volume_handle, CsiCallback cb,
@@ -377,6 +443,7 @@ static int call_start_timeout(CsiClient *c, GrpcChannel *ch, const char *driver,
         call->client = c;
         call->method = m;
         call->start_usec = now_usec();
+        call->timeout_usec = timeout_usec;
         call->cb = cb;
         call->userdata = userdata;
         call->driver = strdup(driver);
@@ -408,6 +475,7 @@ static int call_start_timeout(CsiClient *c, GrpcChannel *ch, const char *driver,
         explicit_bzero(buf, size);
         if (r < 0)
                 return r;
+        call_arm_slow(call);
         call->next = c->calls;
         if (c->calls)
                 c->calls->prev = call;

@@ -290,6 +290,10 @@ int csi_node_expand_volume(CsiClient *c, const char *driver, const CsiNodeExpand
  * called; the call is logged and counted in the metrics as CANCELLED. */
 void csi_call_cancel(CsiCall *call);
 
+/* The pod a call is made for (NodePublishVolume, NodeUnpublishVolume):
+ * its log lines carry POD= ("namespace/name") and POD_UID= and name it. */
+void csi_call_set_pod(CsiCall *call, const char *pod, const char *pod_uid);
+
 /* ---- the client ----------------------------------------------------------- */
 
 typedef struct CsiDriverEndpoint {

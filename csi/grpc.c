@@ -395,12 +395,22 @@ static CsiCode code_from_curl(CURLcode cc) {
  * data and size get its response message; a stream's messages went already. */
 static CsiCode end_code(GrpcCall *c, CURLcode cc, char *buf, size_t bufsize, const char **message,
                         const uint8_t **data, size_t *size) {
+        long os_errno = 0;
         CsiCode code;
 
         if (c->too_big) {
                 code = CSI_CODE_RESOURCE_EXHAUSTED;
                 snprintf(buf, bufsize, "grpc: received message larger than max (limit %zu bytes)",
                          c->transport->max_receive);
+                *message = buf;
+        } else if (cc == CURLE_COULDNT_CONNECT && c->grpc_status < 0 && c->easy &&
+                   curl_easy_getinfo(c->easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno > 0) {
+                /* The socket's own words ("No such file or directory",
+                 * "Connection refused"), not libcurl's "Failed to connect to
+                 * localhost port 80": the port is a placeholder of the URL. */
+                code = CSI_CODE_UNAVAILABLE;
+                snprintf(buf, bufsize, "connection error on %s: connect: %s", c->channel->socket_path,
+                         strerror((int) os_errno));
                 *message = buf;
         } else if (cc != CURLE_OK && c->grpc_status < 0) {
                 code = code_from_curl(cc);

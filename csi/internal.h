@@ -62,8 +62,24 @@ int csi_get_plugin_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, cs
 int csi_node_get_info_on(CsiClient *c, GrpcChannel *ch, const char *driver, csi_node_info_done_t done,
                          void *userdata, CsiCall **ret_call);
 
+/* The call's failure is the caller's to report (with its own rule for
+ * repeats): client.c logs it at debug level only. */
+void csi_call_set_quiet(CsiCall *call);
+
 /* registration.c */
+/* A driver whose "registered" callback said -EAGAIN (the Node not listed
+ * yet, the API server away at start) is asked again when the caller calls
+ * csi_client_retry_deferred(); this timer is only the safety net, 1 s
+ * doubling to 30 s: every retry is a GetInfo, GetPluginInfo and NodeGetInfo
+ * handshake, which once a second for a whole control-plane outage was noise
+ * in the driver's log and ours. */
 #define CSI_DEFERRED_RETRY_USEC USEC_PER_SEC
+#define CSI_DEFERRED_RETRY_MAX_USEC (30 * USEC_PER_SEC)
+
+static inline uint64_t csi_deferred_backoff_next(uint64_t *backoff_usec) {
+        *backoff_usec = *backoff_usec ? MIN(*backoff_usec * 2, CSI_DEFERRED_RETRY_MAX_USEC) : CSI_DEFERRED_RETRY_USEC;
+        return *backoff_usec;
+}
 
 int csi_registration_new(CsiClient *c, const char *dir, CsiRegistration **ret);
 void csi_registration_retry_deferred(CsiRegistration *r);

@@ -48,6 +48,7 @@ struct Plugin {
         bool deferred;            /* the "registered" callback said -EAGAIN: not yet */
         sd_event_source *retry;
         uint64_t backoff_usec;
+        uint64_t deferred_usec;   /* the deferred retries' backoff (csi/internal.h) */
         Plugin *next;
 };
 
@@ -251,11 +252,13 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                         c->refusal_reason = mfree_str(c->refusal_reason);
                         p->deferred = true;
                         p->retry = sd_event_source_disable_unref(p->retry);
-                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC, CSI_DEFERRED_RETRY_USEC,
-                                                       USEC_PER_MSEC, on_retry, p);
+                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC,
+                                                       csi_deferred_backoff_next(&p->deferred_usec), USEC_PER_MSEC,
+                                                       on_retry, p);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to schedule a retry of %s: %m", p->socket_path);
-                        log_debug("Registration of %s deferred: the node is not known yet", p->name);
+                        log_debug("Registration of %s deferred: the node is not known yet; asking again once it is "
+                                  "listed, or in %.0f s", p->name, (double) p->deferred_usec / USEC_PER_SEC);
                         return;
                 }
                 if (r < 0) {
@@ -267,7 +270,7 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                                            reason ?: strerror(-r));
                 }
         }
-        p->backoff_usec = 0;
+        p->backoff_usec = p->deferred_usec = 0;
         log_fields(LOG_INFO, &(LogFields){ .driver = p->name },
                    "CSI driver %s registered: endpoint %s, version %s, node ID %s.", p->name,
                    grpc_channel_socket_path(p->csi_channel), p->version, info->node_id);

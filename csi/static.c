@@ -12,10 +12,19 @@
  * is the one sign that it may answer differently (a new node ID) even when no
  * volume call is made meanwhile.  Watching the calls of csi/client.c for
  * failures instead would notice a restart only when a volume operation
- * happened to fail, and a dead socket only after a call's timeout. */
+ * happened to fail, and a dead socket only after a call's timeout.
+ *
+ * What the journal says of it: a socket that is not there is one line when
+ * it goes missing (in the socket's words: the path and "No such file or
+ * directory") and one when it is back; meanwhile nothing is asked (the
+ * directory's watch says when it is created; a missing directory is polled,
+ * quietly).  A socket that is there but does not answer is one notice per
+ * new reason, the retries in between at debug level: it was a notice, and
+ * the failed call's warning, every 30 s for ever (~5,760 lines a day). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 
 #include "csi/internal.h"
 #include "systemd/log.h"
@@ -37,6 +46,9 @@ struct StaticProbe {
         sd_event_source *retry;
         uint64_t backoff_usec;
         bool deferred;  /* the callback said -EAGAIN: not yet */
+        uint64_t deferred_usec; /* the deferred retries' backoff (csi/internal.h) */
+        bool missing;   /* the socket is not there: said once */
+        char *told;     /* the last failure said at notice level; NULL after a success */
         StaticProbe *next;
 };
 
@@ -61,6 +73,7 @@ static StaticProbe *probe_free(StaticProbe *p) {
                 return NULL;
         probe_cancel(p);
         grpc_channel_unref(p->channel);
+        free(p->told);
         free(p->name);
         free(p->dir);
         free(p->basename);
@@ -100,11 +113,15 @@ static void probe_failed(StaticProbe *p, const char *format, ...) {
         va_end(ap);
 
         LogFields f = { .driver = p->name, .csi_method = "NodeGetInfo" };
+        bool news = !streq_ptr(p->told, reason);
 
         p->backoff_usec = p->backoff_usec ? MIN(p->backoff_usec * 2, PROBE_MAX_USEC) : PROBE_FIRST_USEC;
-        log_fields(LOG_NOTICE, &f,
-                   "Statically configured CSI driver %s is not ready (%s); asking again in %.1f s", p->name, reason,
-                   (double) p->backoff_usec / USEC_PER_SEC);
+        log_fields(news ? LOG_NOTICE : LOG_DEBUG, &f,
+                   "Statically configured CSI driver %s is not ready (%s); asking again in %.1f s%s", p->name,
+                   reason, (double) p->backoff_usec / USEC_PER_SEC,
+                   news ? ", and saying so again only if the reason changes" : "");
+        if (news)
+                (void) free_and_strdup(&p->told, reason);
         if (c->registration_cb.failed)
                 c->registration_cb.failed(c, grpc_channel_socket_path(p->channel), reason, c->registration_userdata);
         p->retry = sd_event_source_disable_unref(p->retry);
@@ -140,8 +157,9 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                 if (r == -EAGAIN) {
                         c->refusal_reason = mfree_str(c->refusal_reason);
                         p->deferred = true;
-                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC, CSI_DEFERRED_RETRY_USEC,
-                                                       USEC_PER_MSEC, on_retry, p);
+                        r = sd_event_add_time_relative(c->event, &p->retry, CLOCK_MONOTONIC,
+                                                       csi_deferred_backoff_next(&p->deferred_usec), USEC_PER_MSEC,
+                                                       on_retry, p);
                         if (r < 0)
                                 log_warning_errno(r, "Failed to schedule NodeGetInfo of %s again: %m", p->name);
                         return;
@@ -151,10 +169,48 @@ static void on_node_info(const CsiStatus *st, const CsiNodeInfo *info, void *use
                         return probe_failed(p, "recording it on the node failed: %s", reason ?: strerror(-r));
                 }
         }
-        p->backoff_usec = 0;
+        p->backoff_usec = p->deferred_usec = 0;
+        p->told = mfree_str(p->told);
         log_fields(LOG_INFO, &(LogFields){ .driver = p->name },
                    "Statically configured CSI driver %s is ready: endpoint %s, node ID %s.", p->name,
                    grpc_channel_socket_path(p->channel), info->node_id);
+}
+
+/* Whether the socket is there, saying so when that changes.  A stat of a
+ * path in the driver's socket directory: a local directory, as the
+ * connect() that would follow is. */
+static bool probe_socket_present(StaticProbe *p) {
+        const char *path = grpc_channel_socket_path(p->channel);
+        LogFields f = { .driver = p->name };
+        struct stat st;
+        int r, e;
+
+        if (stat(path, &st) >= 0) {
+                if (p->missing)
+                        log_fields(LOG_INFO, &f, "Socket %s of CSI driver %s is there now; asking NodeGetInfo",
+                                   path, p->name);
+                p->missing = false;
+                return true;
+        }
+        e = errno;
+        if (!p->missing)
+                log_fields(LOG_NOTICE, &f,
+                           "Socket %s of statically configured CSI driver %s: %s. Its volumes wait until the "
+                           "driver creates it (check that the driver runs on this node and that [driver \"%s\"] "
+                           "endpoint is its socket); said again when it is there",
+                           path, p->name, strerror(e), p->name);
+        p->missing = true;
+        p->told = mfree_str(p->told);
+        if (p->wd >= 0)
+                return false; /* its creation is an inotify event */
+        /* Its directory is not there (or not watchable): look again, quietly. */
+        p->backoff_usec = p->backoff_usec ? MIN(p->backoff_usec * 2, PROBE_MAX_USEC) : PROBE_FIRST_USEC;
+        r = sd_event_add_time_relative(p->owner->client->event, &p->retry, CLOCK_MONOTONIC, p->backoff_usec,
+                                       USEC_PER_MSEC, on_retry, p);
+        if (r < 0)
+                log_fields_errno(LOG_WARNING, r, &f, "Failed to schedule a look for the socket of driver %s: %m",
+                                 p->name);
+        return false;
 }
 
 static void probe_begin(StaticProbe *p) {
@@ -163,15 +219,21 @@ static void probe_begin(StaticProbe *p) {
         probe_cancel(p);
         p->deferred = false;
         probe_watch(p);
+        if (!probe_socket_present(p))
+                return;
         r = csi_node_get_info_on(p->owner->client, p->channel, p->name, on_node_info, p, &p->call);
         if (r < 0)
                 probe_failed(p, "cannot call NodeGetInfo: %s", strerror(-r));
+        else
+                csi_call_set_quiet(p->call); /* probe_failed() says what is news */
 }
 
 /* The socket was created again: a new driver process, whatever came before. */
 static void probe_socket_appeared(StaticProbe *p) {
-        log_fields(LOG_INFO, &(LogFields){ .driver = p->name }, "Socket %s of CSI driver %s appeared; asking NodeGetInfo",
-                   grpc_channel_socket_path(p->channel), p->name);
+        if (!p->missing)
+                log_fields(LOG_INFO, &(LogFields){ .driver = p->name },
+                           "Socket %s of CSI driver %s created again; asking NodeGetInfo",
+                           grpc_channel_socket_path(p->channel), p->name);
         p->backoff_usec = 0;
         probe_begin(p);
 }
@@ -179,10 +241,9 @@ static void probe_socket_appeared(StaticProbe *p) {
 static void probe_socket_gone(StaticProbe *p) {
         /* Its volumes fail meanwhile and back off; the CSINode entry stays:
          * the driver is configured here, and a restart is not a removal. */
-        log_fields(LOG_NOTICE, &(LogFields){ .driver = p->name },
-                   "Socket %s of CSI driver %s removed; waiting for it to come back",
-                   grpc_channel_socket_path(p->channel), p->name);
         probe_cancel(p);
+        p->backoff_usec = 0;
+        (void) probe_socket_present(p);
 }
 
 static void on_event(const struct inotify_event *ev, void *userdata) {
@@ -202,7 +263,7 @@ static void on_event(const struct inotify_event *ev, void *userdata) {
                         if (ev->mask & IN_IGNORED)
                                 p->wd = -1;
                         if (!p->retry && !p->call)
-                                probe_failed(p, "directory %s removed", p->dir);
+                                probe_begin(p); /* says the socket is missing, once */
                         continue;
                 }
                 if (ev->len == 0 || !streq(ev->name, p->basename))

@@ -129,7 +129,7 @@ static char *server_host(const char *server) {
  * when it answers again: the requests failing in between are retried by
  * their owners with their own backoffs, and one line each per retry told the
  * operator nothing more (three informers made about one line a second). */
-static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp) {
+static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp, CURLcode code) {
         uint64_t down_usec = 0;
         unsigned failures = 0;
 
@@ -147,6 +147,18 @@ static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sRespon
         if (k8s_reachability_failed(&c->reach, r->reach_epoch, resp->message, now_usec()) !=
             K8S_REACHABILITY_DOWN || c->quiet_reachability)
                 return;
+        if (code == CURLE_PEER_FAILED_VERIFICATION) {
+                /* Not the network: the server answered with a certificate that
+                 * this configuration does not trust.  Still retried as an
+                 * outage is (the host backoff, at most every 5 s), since the
+                 * fix may be the server's (a serving certificate rotated
+                 * wrongly, then right again); DNS and routes are beside the
+                 * point. */
+                log_warning("%s. This is a configuration error, not an outage. Volumes stay as they are; "
+                            "requests are retried with backoff and logged at debug level until the server's "
+                            "certificate verifies", strempty(resp->message));
+                return;
+        }
         log_warning("API server %s is unreachable: %s. Check that this is the API server's address (the "
                     "kubeconfig's server, or [kubernetes] server), that this node reaches it (DNS, routes, "
                     "firewall, proxy) and that it is up. Volumes stay as they are; requests are retried with "
@@ -360,6 +372,33 @@ static const char *describe_status(long status) {
         }
 }
 
+/* The server's certificate failed verification (CURLE_PEER_FAILED_VERIFICATION):
+ * which setting the operator checks.  libcurl's words say which half failed:
+ * the name ("subject name", "does not match") or the chain. */
+static char *tls_verification_message(K8sClient *c, const char *detail) {
+        const K8sAuth *a = c->auth;
+        char *m = NULL;
+        int n;
+
+        if (strstr(detail, "subject name") || strstr(detail, "does not match"))
+                n = asprintf(&m, "API server %s: its certificate does not name this host (%s): check the server "
+                             "address (the kubeconfig's server, or [kubernetes] server) against the names the "
+                             "certificate is issued for", a->server, detail);
+        else if (a->ca_file)
+                n = asprintf(&m, "API server %s: the server's certificate is not signed by %s (%s): check that "
+                             "certificate-authority in the kubeconfig (or [kubernetes] certificate-authority) is "
+                             "this cluster's CA", a->server, a->ca_file, detail);
+        else if (a->ca_data)
+                n = asprintf(&m, "API server %s: the server's certificate is not signed by the kubeconfig's "
+                             "certificate-authority-data (%s): check that it holds this cluster's CA", a->server,
+                             detail);
+        else
+                n = asprintf(&m, "API server %s: the server's certificate is not signed by a CA of the system's "
+                             "bundle (%s): set certificate-authority in the kubeconfig (or [kubernetes] "
+                             "certificate-authority) to this cluster's CA", a->server, detail);
+        return n < 0 ? NULL : m;
+}
+
 static char *request_failure_message(K8sRequest *r, CURLcode code, long status) {
         K8sClient *c = r->client;
         _cleanup_free_ char *status_msg = NULL;
@@ -370,6 +409,9 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
                 const char *detail = r->errbuf[0] ? r->errbuf : curl_easy_strerror(code);
                 switch (code) {
                 case CURLE_PEER_FAILED_VERIFICATION:
+                        m = tls_verification_message(c, detail);
+                        n = m ? 0 : -1;
+                        break;
                 case CURLE_SSL_CACERT_BADFILE:
                 case CURLE_SSL_CONNECT_ERROR:
                 case CURLE_SSL_CERTPROBLEM:
@@ -386,8 +428,16 @@ static char *request_failure_message(K8sRequest *r, CURLcode code, long status) 
                                              strempty(c->cert_file.path), detail);
                                 break;
                         }
-                        n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path, c->auth->server,
-                                     detail);
+                        /* libcurl's "Couldn't connect to server" hides what the
+                         * operator acts on: refused, no route, timed out. */
+                        long os_errno = 0;
+                        if (code == CURLE_COULDNT_CONNECT && r->easy &&
+                            curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK && os_errno > 0)
+                                n = asprintf(&m, "%s %s on API server %s failed: connect: %s (%s)", r->method,
+                                             r->path, c->auth->server, strerror((int) os_errno), detail);
+                        else
+                                n = asprintf(&m, "%s %s on API server %s failed: %s", r->method, r->path,
+                                             c->auth->server, detail);
                 }
         } else if (status == 401 && !client_token(c) && client_cert_in_use(c)) {
                 n = asprintf(&m, "API server %s answered 401 Unauthorized to %s %s: the client certificate%s%s "
@@ -560,7 +610,7 @@ static void on_done(CurlLoop *loop, CURL *easy, CURLcode code, void *userdata) {
         };
         if (resp.error == 0 && status >= 400)
                 log_debug("%s", message);
-        reachability_note(c, r, &resp);
+        reachability_note(c, r, &resp, code);
         r->done(c, &resp, r->userdata);
         request_free(r);
 }

@@ -30,6 +30,11 @@ typedef struct LogFields {
 #define LOG_MESSAGE_ID_VOLUME_UNPUBLISHED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a52"
 #define LOG_MESSAGE_ID_VOLUME_FAILED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"
 #define LOG_MESSAGE_ID_DRIVER_REGISTERED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a54"
+/* A volume's failure found outside any CSI call (a claim not bound, a driver
+ * not registered, an invalid pod, a directory that cannot be made): its
+ * entries carry no CSI_METHOD= nor CSI_CODE=, which VOLUME_FAILED's
+ * catalog text names. */
+#define LOG_MESSAGE_ID_VOLUME_BLOCKED "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a55"
 /* Each has an entry in systemd/kvolumed.catalog, which journalctl -x shows. */
 
 typedef enum LogTarget {

@@ -181,6 +181,9 @@ struct Operation {
         K8sStringMap publish_context;
         CsiCall *call;
         bool called;            /* the CSI call was made: a failure may have effects */
+        /* The failure is this CSI call's answer (CSI_METHOD=, CSI_CODE=;
+         * static strings); NULL when it was found outside any call. */
+        const char *failed_method, *failed_code;
         bool call_ok;           /* ... and answered OK (in this attempt or, resuming, an earlier one) */
         bool resume;            /* an earlier attempt's call answered OK: resume after it */
         FsGroupWalk *fsgroup;   /* the ownership change in flight */

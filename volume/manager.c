@@ -270,6 +270,16 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
         PodInfo info = { .uid = p->uid, .namespace = p->namespace, .name = p->name, .key = p->key };
         LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = volume };
 
+        /* DRIVER= and VOLUME_HANDLE= when the volume's source is known: an
+         * operator filters the driver's failures (a driver not registered
+         * is one) with journalctl DRIVER=... */
+        for (size_t i = 0; i < p->n_volumes; i++)
+                if (streq(p->volumes[i].name, volume) && p->volumes[i].spec) {
+                        f.driver = p->volumes[i].spec->driver;
+                        f.volume_handle = p->volumes[i].spec->handle;
+                        break;
+                }
+
         /* What kubelet's WaitForAttachAndMount answers at once (podview.c):
          * every FailedMount here is one only a change of the objects or
          * the driver's registration clears. */
@@ -288,13 +298,12 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
                 return;
         }
         free(last);
-        /* Every class of failure a pod's volume can have (its claim, its
-         * driver, its lifecycle mode, its attachment) is found with the one
-         * MESSAGE_ID a failed CSI call has, so that journalctl
-         * MESSAGE_ID=... lists them all.  A source change is news, not a
-         * failure. */
+        /* Every class of failure found before any CSI call (its claim, its
+         * driver, its lifecycle mode, its attachment) has the one MESSAGE_ID
+         * whose catalog entry needs no CSI_METHOD= (a failed call has its
+         * own).  A source change is news, not a failure. */
         if (!streq(reason, "VolumeSourceChanged"))
-                f.message_id = LOG_MESSAGE_ID_VOLUME_FAILED;
+                f.message_id = LOG_MESSAGE_ID_VOLUME_BLOCKED;
         log_fields(LOG_NOTICE, &f, "Volume %s of pod %s: %s", volume, p->key, message);
         manager_pod_event(m, &info, "Warning", reason, "%s", message);
 }
@@ -601,7 +610,7 @@ static void note_kept(VolumeManager *m, PodEntry *e, const DesiredPod *p, Desire
         const char *why = dv->waiting ?: dv->failed;
         PodInfo info = { .uid = p->uid, .namespace = p->namespace, .name = p->name, .key = p->key };
         LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name,
-                        .message_id = LOG_MESSAGE_ID_VOLUME_FAILED };
+                        .message_id = LOG_MESSAGE_ID_VOLUME_BLOCKED };
 
         if (free_and_strdup(&dv->kept, why) < 0 || streq_ptr(before->kept, why))
                 return;
@@ -644,7 +653,10 @@ void manager_rebuild_pod(VolumeManager *m, PodEntry *e) {
                 /* Nothing of this pod touches the disk. */
                 if (!streq_ptr(e->reported_invalid, field)) {
                         PodInfo info = { .uid = e->uid, .namespace = e->namespace, .name = e->name };
-                        LogFields f = { .pod_uid = e->uid, .message_id = LOG_MESSAGE_ID_VOLUME_FAILED };
+                        _cleanup_free_ char *key = NULL;
+                        if (asprintf(&key, "%s/%s", strempty(e->namespace), strempty(e->name)) < 0)
+                                key = NULL;
+                        LogFields f = { .pod_uid = e->uid, .pod = key, .message_id = LOG_MESSAGE_ID_VOLUME_BLOCKED };
                         log_fields(LOG_WARNING, &f,
                                    "Pod %s/%s has an invalid %s; none of its volumes is set up",
                                    strempty(e->namespace), strempty(e->name), field);

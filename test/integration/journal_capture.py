@@ -5,7 +5,9 @@ it mounts a tmpfs over /run in that (nested, private) mount namespace, binds
 /run/systemd/journal/socket, runs CMD with JOURNAL_STREAM naming CMD's stderr,
 stops CMD with SIGTERM after --seconds (or, with --stop-file, as soon as that
 file exists, --seconds being the most it waits), and prints each received entry as one
-JSON object per line (journald's native protocol, decoded)."""
+JSON object per line (journald's native protocol, decoded).  With --entries FILE
+each entry is also appended to FILE as it comes (one JSON object a line), for a
+test that waits for one; a SIGTERM to this script stops CMD as --seconds would."""
 import argparse
 import json
 import os
@@ -40,6 +42,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=0.5)
     ap.add_argument("--stop-file")
+    ap.add_argument("--entries")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -64,6 +67,9 @@ def main():
     entries = []
     stderr_chunks = []
     done = threading.Event()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    live = open(args.entries, "a") if args.entries else None
     sock.settimeout(0.1)
 
     def read_entries():
@@ -81,6 +87,9 @@ def main():
                         data = os.pread(fd, 1 << 24, 0)
                         os.close(fd)
             entries.append(parse_native(data))
+            if live:
+                live.write(json.dumps(entries[-1]) + "\n")
+                live.flush()
 
     def read_stderr():
         while chunk := os.read(r, 65536):
@@ -89,12 +98,11 @@ def main():
     readers = [threading.Thread(target=read_entries), threading.Thread(target=read_stderr)]
     for t in readers:
         t.start()
-    if args.stop_file:
-        deadline = time.monotonic() + args.seconds
-        while not os.path.exists(args.stop_file) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-    else:
-        time.sleep(args.seconds)
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline and not stop.is_set() and proc.poll() is None:
+        if args.stop_file and os.path.exists(args.stop_file):
+            break
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=10)
     readers[1].join()  # stderr ends with the process

@@ -120,7 +120,8 @@ def test_build_info_and_process_metrics(volume_env, relay):
 # --- every desired volume in exactly one state; failures share a MESSAGE_ID ----
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOLUME_FAILED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"
+VOLUME_FAILED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"  # a CSI call's failure
+VOLUME_BLOCKED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a55"  # one found outside any call
 OTHER_DRIVER = "unknown.csi.example.com"
 STATES = ("failed", "pending", "published", "tearing-down")
 
@@ -210,7 +211,7 @@ def test_every_desired_volume_in_one_state_and_every_failure_has_the_message_id(
         out, err = capture.communicate(timeout=60)
         print(err)  # shown when the test fails
     result = json.loads(out)
-    failed = [e for e in result["entries"] if e.get("MESSAGE_ID") == VOLUME_FAILED]
+    failed = [e for e in result["entries"] if e.get("MESSAGE_ID") in (VOLUME_FAILED, VOLUME_BLOCKED)]
     text = "\n".join(e["MESSAGE"] for e in failed)
     for volume, what in (("unbound", "c-unbound"), ("other", f"driver name {OTHER_DRIVER} not found"),
                          ("inline", 'volume mode "Ephemeral" not supported'), ("failing", "no such pool: gold")):

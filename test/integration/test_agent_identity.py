@@ -103,8 +103,8 @@ def test_online_check_fails_on_another_authority_on_401_and_on_another_node(kvol
     bad_ca.write_text(open(kc).read().replace(fake_api.ca_path, other["ca.crt"]))
     r = run(kvolumed_bin, "--check-config", "--online", "--config", conf(tmp_path, str(bad_ca)))
     assert r.returncode == 1
-    assert errors(r).startswith(f"online: [kubernetes] kubeconfig {bad_ca}: TLS connection to API server "
-                               f"{fake_api.server_url} failed (check the certificate authority"), r.stderr
+    assert errors(r).startswith(f"online: [kubernetes] kubeconfig {bad_ca}: API server {fake_api.server_url}: "
+                               f"the server's certificate is not signed by {other['ca.crt']}"), r.stderr
     # A token the server does not know: 401.
     bad_token = tmp_path / "bad-token.kubeconfig"
     bad_token.write_text(open(kc).read().replace(fake_api.node_token(NODE), "nobody-knows-this"))

@@ -10,6 +10,7 @@ the host side: the driver's mounts propagate into the container.  Everything
 is checked from the outside through nsenter into the container's PID 1."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import time
 import pytest
 
 from integration.agent_fixtures import DRIVER, REPO_DIR, build_dir, make_node, wait_until
+from integration.api_outage import ApiOutage
 
 # One container at a time (pytest-xdist --dist loadgroup): systemd-nspawn
 # without a systemd on the host makes fixed cgroups (payload, supervisor)
@@ -29,8 +31,8 @@ ROOTFS_SCRIPT = os.path.join(REPO_DIR, "test", "tools", "nspawn-rootfs.sh")
 STALL_FILE = "/run/kvolumed-test-stall"
 MSG_PUBLISHED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a51"
 MSG_UNPUBLISHED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a52"
-MSG_FAILED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53"
 MSG_DRIVER_REGISTERED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a54"
+MSG_BLOCKED = "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a55"
 
 
 def run(cmd, **kw):
@@ -230,13 +232,16 @@ def test_unit_under_real_systemd(container, fake_api, driver):
     assert unpublished["POD"] == "default/gone" and unpublished["VOLUME"] == "scratch"
     assert unpublished["POD_UID"] == gone["metadata"]["uid"]
 
-    # A pod with an invalid volume: a VOLUME_FAILED entry, and journalctl -x
-    # explains it from the installed catalog.
+    # A pod with an invalid volume: a failure found outside any CSI call,
+    # and journalctl -x explains it from the installed catalog, no field
+    # left unfilled.
     bad = fake_api.create(pod("evil", ".."))
-    failed = entry(MSG_FAILED)
+    failed = entry(MSG_BLOCKED)
     assert failed["POD_UID"] == bad["metadata"]["uid"] and failed["PRIORITY"] == "4"
-    explained = container.journal(f"-x MESSAGE_ID={MSG_FAILED}")
-    assert "What to check:" in explained and "Support: man:kvolumed(8)" in explained, explained
+    assert failed["POD"] == "default/evil", failed
+    explained = container.journal(f"-x MESSAGE_ID={MSG_BLOCKED}")
+    assert "no CSI call involved" in explained and "Support: man:kvolumed(8)" in explained, explained
+    assert not re.search(r"@[A-Z_]+@", explained), explained
     explained = container.journal(f"-x MESSAGE_ID={MSG_PUBLISHED}")
     assert f"CSI volume {published['VOLUME']} published for pod {published['POD']}" in explained, explained
 
@@ -295,3 +300,49 @@ def test_unit_under_real_systemd(container, fake_api, driver):
     unpublishes = [c["request"]["target_path"] for c in driver.calls("NodeUnpublishVolume")]
     assert all("/scratch/" in t for t in unpublishes), unpublishes
     print(f"real-systemd test body took {time.monotonic() - started:.1f} s")
+
+
+def test_api_server_away_at_start_leaves_the_unit_active_never_restarted(container, fake_api, driver):
+    """An API server unreachable at start, under a real systemd, with the
+    start timeout cut to 20 s (120 s in the unit, which a test cannot wait
+    out): "systemctl start" returns, the unit is active and stays so past
+    the timeout, never restarted, STATUS= counting the outage from its
+    first failed request; once the server answers, the lists are read and
+    the volumes counted.  Before: start blocked until the timeout, then
+    "start operation timed out. Terminating." and a restart every 22 s."""
+    fake_api.create(make_node())
+    outage = ApiOutage(fake_api)
+    try:
+        outage.down()
+        container.install(outage.kubeconfig(), driver.endpoint)
+        dropin = os.path.join(container.root, "etc/systemd/system/kvolumed.service.d/timeout.conf")
+        with open(dropin, "w") as f:
+            f.write("[Service]\nTimeoutStartSec=20s\n")
+        container.boot()
+
+        r = container.sh("systemctl start kvolumed", timeout=150)
+        assert r.returncode == 0, r.stderr + container.journal("-o cat")
+        assert container.show("ActiveState") == "active"
+        main_pid = container.show("MainPID")
+        prefix = f"Waiting for the first pod list: API server {outage.server_url} unreachable for "
+
+        def outage_seconds():
+            text = container.show("StatusText")
+            return int(text[len(prefix):].split(" ", 1)[0]) if text.startswith(prefix) else None
+        # Past the start timeout (and the 5 s and 10 s reports): still the
+        # same process, the outage counted from the start.
+        wait_until(lambda: (outage_seconds() or 0) >= 30, timeout=90, interval=1,
+                   what="STATUS= counting 30 s of outage\n" + container.journal("-o cat")[-3000:])
+        assert container.show("ActiveState") == "active" and container.show("MainPID") == main_pid
+        assert container.show("NRestarts") == "0"
+        log = container.journal("-o cat")
+        assert "timed out" not in log and "Up without the API server's lists after 10 s" in log, log[-3000:]
+
+        outage.up()
+        wait_until(lambda: container.show("StatusText").startswith("Running on node test-node: 0 volumes published"),
+                   timeout=60, interval=0.5, what="the counts once the server answers\n"
+                   + container.journal("-o cat")[-3000:])
+        assert "Ready: volumes on disk reconstructed" in container.journal("-o cat")
+        assert container.show("MainPID") == main_pid and container.show("NRestarts") == "0"
+    finally:
+        outage.close()

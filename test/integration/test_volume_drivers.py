@@ -95,8 +95,8 @@ def test_static_driver_not_up_at_start_is_recorded_once_it_starts(fake_api, mock
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
     agent = env.start()
     pod = env.pod("early", [{"name": "scratch", "csi": {"driver": DRIVER}}])
-    # kvolumed asked, failed, and waits; nothing is recorded meanwhile.
-    agent.wait_for_log(f"Statically configured CSI driver {DRIVER} is not ready")
+    # kvolumed found no socket and waits for it; nothing is recorded meanwhile.
+    agent.wait_for_log(f"of statically configured CSI driver {DRIVER}: No such file or directory")
     assert csinode_entry(env.api, DRIVER) is None
     assert DRIVER not in node_ids(env.api)
 

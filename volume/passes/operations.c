@@ -500,7 +500,11 @@ void operation_finish(Operation *op, bool success) {
                 b = actual_backoff(av, op->kind, op->pod.uid, true);
                 if (b)
                         backoff_failed(b, now);
-                f.message_id = LOG_MESSAGE_ID_VOLUME_FAILED;
+                /* A CSI call's failure, with its method and code, or one
+                 * found outside any call: two catalog entries. */
+                f.csi_method = op->failed_method;
+                f.csi_code = op->failed_method ? op->failed_code : NULL;
+                f.message_id = op->failed_method ? LOG_MESSAGE_ID_VOLUME_FAILED : LOG_MESSAGE_ID_VOLUME_BLOCKED;
                 log_fields_errno(LOG_WARNING, op->error, &f,
                                  "Operation %s for \"%s\"%s%s failed%s. No retries permitted for %" PRIu64
                                  " ms. Error: %s",

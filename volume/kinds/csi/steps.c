@@ -297,6 +297,8 @@ static void on_call_done(const CsiStatus *status, void *userdata) {
          * volume runs; many do (a lock per volume ID).  Not this volume's
          * failure: the driver gets one call per volume from now on. */
         op->refused_beside_others = status->code == CSI_CODE_ABORTED && op->beside_others;
+        op->failed_method = status->method ? strrchr(status->method, '/') + 1 : NULL;
+        op->failed_code = csi_code_name(status->code);
         /* A non-final code means the driver may still be working, or may have
          * finished: the volume is uncertain, never forgotten. */
         operation_fail(op, -EIO, !csi_code_is_final(status->code),
@@ -561,6 +563,8 @@ static void step_call(Operation *op) {
                                             on_call_done, op, &op->call);
         }
 started:
+        if (r >= 0 && (op->kind == OP_PUBLISH || op->kind == OP_UNPUBLISH))
+                csi_call_set_pod(op->call, op->pod.key, op->pod.uid);
         /* The request (secrets included) was encoded by now: drop the secret and the tokens. */
         op->secret = k8s_secret_free(op->secret);
         tokens_wipe(op->tokens);

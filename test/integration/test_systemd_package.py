@@ -283,7 +283,7 @@ def test_upgrade_refused_by_the_new_binary_fails_and_keeps_the_old_running(deb, 
     assert r.returncode != 0, out
     assert "/etc/kvolumed/kvolumed.conf.d/50-resync.conf:2: resync-interval: 10s is out of range" in out, out
     assert "the service was NOT restarted" in out and "apt-get install kvolumed=0.1.0" in out, out
-    assert "subprocess installed post-installation script returned error exit status 1" in out, out
+    assert "post-installation script subprocess returned error exit status 1" in out, out
     assert container.sh("dpkg-query -W -f='${Status} ${Version}' kvolumed").stdout == \
         f"install ok half-configured {new_version}"
     # The old daemon serves on, never stopped.
@@ -321,10 +321,11 @@ def test_upgrade_refused_by_the_new_binary_fails_and_keeps_the_old_running(deb, 
     assert r.returncode == 0, r.stderr
     with open(container.root + "/repo/local.list", "w") as f:
         f.write("deb [trusted=yes] file:/repo ./\n")
-    apt = "apt-get -q -o Dir::Etc::sourcelist=/repo/local.list -o Dir::Etc::sourceparts=- "
+    sources = "-o Dir::Etc::sourcelist=/repo/local.list -o Dir::Etc::sourceparts=- "
+    apt = "apt-get -q " + sources
     r = container.sh(apt + "update", timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    policy = container.sh("apt-cache policy kvolumed").stdout
+    policy = container.sh("apt-cache " + sources + "policy kvolumed").stdout
     assert f"Installed: {new_version}" in policy and "0.1.0 " in policy, policy
     r = container.sh("DEBIAN_FRONTEND=noninteractive " + apt + "install -y --allow-downgrades kvolumed=0.1.0",
                      timeout=200)

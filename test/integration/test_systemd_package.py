@@ -332,3 +332,32 @@ def test_upgrade_refused_by_the_new_binary_fails_and_keeps_the_old_running(deb, 
     assert r.returncode == 0, r.stdout + r.stderr
     assert container.sh("dpkg-query -W -f='${Version}' kvolumed").stdout == "0.1.0"
     assert container.show("ActiveState") == "active"
+
+
+def test_the_unit_refuses_a_kubelet_on_its_root_dir_without_a_restart_loop(deb, container, fake_api, driver):
+    """The handover's guard under systemd: while a kubelet serves on root-dir
+    the start fails with the reason in the journal and is not retried
+    (RestartPreventExitStatus=1); once kubelet is stopped it starts."""
+    from integration.test_agent_kubelet_guard import FakeKubelet
+    container.boot()
+    shutil.copy(deb, container.root + DEB_IN_CONTAINER)
+    r = container.sh(f"dpkg -i {DEB_IN_CONTAINER}", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    configure_node(container, fake_api, driver)
+    # kubelet's socket on the shared root-dir, served from the host side.
+    kubelet = FakeKubelet(os.path.join(container.kubelet_dir, "pod-resources", "kubelet.sock"))
+    try:
+        r = container.sh("systemctl enable --now kvolumed", timeout=150)
+        assert r.returncode != 0
+        assert container.show("ExecMainStatus") == "1"
+        assert container.show("ActiveState") == "failed"
+        log = container.journal("-o cat")
+        assert f"A kubelet is running on root-dir {container.kubelet_dir}" in log, log
+        assert "Stop kubelet first" in log, log
+        # "failed", not "activating (auto-restart)": no restart is scheduled.
+        assert container.show("NRestarts") == "0"
+    finally:
+        kubelet.stop()
+    r = container.sh("systemctl start kvolumed", timeout=150)
+    assert r.returncode == 0, r.stderr + container.journal()
+    assert container.show("ActiveState") == "active"

@@ -421,7 +421,7 @@ static int setup_metrics(Agent *a) {
         csi_client_set_metrics_hook(a->csi, metrics_csi_hook, a->metrics);
         k8s_client_set_request_hook(a->k8s, metrics_k8s_hook, a->metrics);
         metrics_enable_process(a->metrics);
-        r = metrics_set_build_info(a->metrics, KVOLUMED_VERSION, KVOLUMED_COMMIT);
+        r = metrics_set_build_info(a->metrics, KVOLUMED_BUILD_VERSION, KVOLUMED_COMMIT);
         if (r < 0)
                 return log_error_errno(r, "Failed to set kvolumed_build_info: %m");
         volume_manager_set_metrics_hook(a->volumes, metrics_volume_hook, a->metrics);
@@ -852,7 +852,7 @@ static void agent_refresh_status(void *userdata) {
 int agent_run(Agent *a) {
         int r;
 
-        log_info("kvolumed " KVOLUMED_VERSION " starting for node %s, root-dir %s, API server %s",
+        log_info("kvolumed " KVOLUMED_BUILD_VERSION " starting for node %s, root-dir %s, API server %s",
                  a->config->node_name, a->config->root_dir, k8s_client_server(a->k8s));
         r = waiting_new(a->event, a->k8s, a->volumes,
                         &(const WaitingHooks){ .synced = agent_is_synced, .refresh_status = agent_refresh_status,

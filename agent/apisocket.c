@@ -137,8 +137,7 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
         return TAKE_FD(fd);
 }
 
-/* "pid 1234, kvolumed" of the process listening on a connected socket. */
-static void describe_peer(int fd, char *buf, size_t size) {
+void socket_describe_peer(int fd, char *buf, size_t size) {
         struct ucred cred;
         socklen_t len = sizeof cred;
         char comm_path[64], comm[64] = "";
@@ -180,7 +179,7 @@ static int remove_stale(int dir_fd, const char *name, const char *path, const st
                 return log_error_errno(errno, "Failed to create a socket to probe %s: %m", path);
         if (connect(probe, (const struct sockaddr *) sa, sizeof *sa) >= 0 || errno == EAGAIN) {
                 /* EAGAIN: its backlog is full, which only a live listener has. */
-                describe_peer(probe, holder, sizeof holder);
+                socket_describe_peer(probe, holder, sizeof holder);
                 return log_error_errno(EADDRINUSE,
                                        "[api] socket %s is in use: %s answers on it (another kvolumed, with "
                                        "another root-dir?). kvolumed never takes a live socket over; stop "

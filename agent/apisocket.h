@@ -45,3 +45,7 @@ int api_socket_bind(const char *path, gid_t gid, ApiSocketFile *ret);
 
 /* Removes the socket file if it is still the one bound, and frees *f. */
 void api_socket_file_done(ApiSocketFile *f);
+
+/* "pid 1234, kvolumed" of the process listening on a connected unix socket
+ * (SO_PEERCRED and its /proc/PID/comm), "a running process" when unknown. */
+void socket_describe_peer(int fd, char *buf, size_t size);

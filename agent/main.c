@@ -5,6 +5,7 @@
 
 #include "agent/agent.h"
 #include "agent/check.h"
+#include "agent/kubeletcheck.h"
 #include "agent/status.h"
 #include "agent/version.h"
 #include "conf/config.h"
@@ -101,7 +102,7 @@ int main(int argc, char *argv[]) {
                         help();
                         return EXIT_CLEAN_STOP;
                 case ARG_VERSION:
-                        printf("kvolumed " KVOLUMED_VERSION "\n"
+                        printf("kvolumed " KVOLUMED_BUILD_VERSION "\n"
                                "commit: " KVOLUMED_COMMIT "\n"
                                "build type: " KVOLUMED_BUILD_TYPE "\n");
                         return EXIT_CLEAN_STOP;
@@ -187,6 +188,14 @@ int main(int argc, char *argv[]) {
                           strempty(where), config->root_dir);
                 return EXIT_CONFIG_ERROR;
         }
+        if (r < 0)
+                return EXIT_STARTUP_FAILURE;
+        /* A kubelet serving on this root-dir runs its own volume manager
+         * there: refused before kvolumed touches root-dir, with exit 1 (no
+         * restart loop; the operator stops kubelet, then starts kvolumed). */
+        r = kubelet_check_root_dir(root_lock_fd(root_lock), root_lock_path(root_lock));
+        if (r == -EADDRINUSE)
+                return EXIT_CONFIG_ERROR;
         if (r < 0)
                 return EXIT_STARTUP_FAILURE;
 

@@ -80,25 +80,32 @@ def write(tmp_path, text, name="k.conf"):
 
 
 def test_version_and_help(kvolumed_bin):
-    """--version says what runs: the version, the commit it was built from
-    ("-dirty" with uncommitted changes) and the build type."""
+    """--version says what runs: the version that orders
+    (<base>+git<YYYYMMDD>.<HHMMSS>.<commit>, agent/version.sh), the commit it
+    was built from ("-dirty" with uncommitted changes) and the build type."""
     r = run(kvolumed_bin, "--version")
     assert r.returncode == 0
-    m = re.fullmatch(r"kvolumed \d+\.\d+\.\d+\ncommit: ([0-9a-f]{12}(?:-dirty)?|unknown)\n"
+    m = re.fullmatch(r"kvolumed (\d+\.\d+\.\d+(?:\+git(\d{8}\.\d{6})\.([0-9a-f]{12}))?)\n"
+                     r"commit: ([0-9a-f]{12}(?:-dirty)?|unknown)\n"
                      r"build type: (plain|debug|debugoptimized|release|minsize|custom)\n", r.stdout)
     assert m, r.stdout
-    head = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(["git", "-C", REPO_DIR, "log", "-1", "--format=%H %cd", "--date=format-local:%Y%m%d.%H%M%S"],
+                          capture_output=True, text=True, env=dict(os.environ, TZ="UTC0"))
     if head.returncode == 0:
-        # Built from this checkout (ninja regenerates the commit at every build).
-        assert head.stdout.startswith(m.group(1)[:12]), (m.group(1), head.stdout)
+        # Built from this checkout (ninja regenerates both at every build):
+        # the commit and its date (UTC) in the version, as in the package's.
+        sha, stamp = head.stdout.split()
+        assert sha.startswith(m.group(4)[:12]), (m.group(4), sha)
+        assert (m.group(2), m.group(3)) == (stamp, sha[:12]), (r.stdout, head.stdout)
     r = run(kvolumed_bin, "--help")
     assert r.returncode == 0
     assert "--check-config" in r.stdout and "--config PATH" in r.stdout
 
 
 def test_version_outside_git_is_unknown(tmp_path):
-    """From a tree without git (a release tarball) the commit is "unknown",
-    not an error: only the header vcs_tag() makes is generated here (meson
+    """From a tree without git (a release tarball) the commit is "unknown"
+    and the version meson.build's, not an error, unless the tree carries
+    .kvolumed-version: only the header vcs_tag() makes is generated here (meson
     setup and one target take a few seconds)."""
     src = tmp_path / "src"
     shutil.copytree(REPO_DIR, src, ignore=shutil.ignore_patterns(".git", "build*", "__pycache__"))
@@ -110,6 +117,20 @@ def test_version_outside_git_is_unknown(tmp_path):
                        timeout=120, env=env)
     assert r.returncode == 0, r.stdout[-2000:]
     assert '#define KVOLUMED_COMMIT "unknown"' in (tmp_path / "b" / "agent" / "version.h").read_text()
+    r = subprocess.run(["ninja", "-C", str(tmp_path / "b"), "agent/version-string.h"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert '#define KVOLUMED_BUILD_VERSION "0.1.0"' in (tmp_path / "b" / "agent" / "version-string.h").read_text()
+    # A copy that says what it was copied from (test/package writes
+    # .kvolumed-version): the binary says the same, not "unknown".
+    (src / ".kvolumed-version").write_text("version=0.1.0+git20261128.010203.0123456789ab\n"
+                                           "commit=0123456789ab\n")
+    r = subprocess.run(["ninja", "-C", str(tmp_path / "b"), "agent/version.h", "agent/version-string.h"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert '#define KVOLUMED_COMMIT "0123456789ab"' in (tmp_path / "b" / "agent" / "version.h").read_text()
+    assert '#define KVOLUMED_BUILD_VERSION "0.1.0+git20261128.010203.0123456789ab"' in \
+        (tmp_path / "b" / "agent" / "version-string.h").read_text()
 
 
 def test_bad_option_exits_1(kvolumed_bin):

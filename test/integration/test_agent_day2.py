@@ -5,11 +5,12 @@ the standard process_* families."""
 import os
 import re
 import resource
+import subprocess
 import time
 
 import pytest
 
-from integration.agent_fixtures import DRIVER, kvolumed_path, wait_until, write_config
+from integration.agent_fixtures import DRIVER, REPO_DIR, kvolumed_path, wait_until, write_config
 from integration.api_outage import ApiOutage
 from integration.test_agent_metrics import SERVING, get
 from integration.test_agent_metrics_prom import scrape, value
@@ -89,11 +90,16 @@ def test_build_info_and_process_metrics(volume_env, relay):
     assert info.type == "gauge"
     [sample] = info.samples
     assert sample.value == 1
-    assert sample.labels["version"] == "0.1.0"
-    # The commit the binary was built from, or "unknown" outside git.
-    # It is --version's ("-dirty" when the tree had changes).
+    # The version and the commit are --version's (agent/version.sh): in a
+    # checkout, the commit the binary was built from ("-dirty" when the tree
+    # had changes) and the version that orders, which names it.
+    version = subprocess.run([kvolumed_path(), "--version"], capture_output=True, text=True).stdout
+    assert f"kvolumed {sample.labels['version']}\ncommit: {sample.labels['commit']}\n" in version, (sample, version)
     commit = sample.labels["commit"].removesuffix("-dirty")
-    assert commit and all(c in "0123456789abcdef" for c in commit) or commit == "unknown"
+    head = subprocess.run(["git", "-C", REPO_DIR, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:
+        assert len(commit) == 12 and head.stdout.startswith(commit), (commit, head.stdout)
+        assert re.fullmatch(r"\d+\.\d+\.\d+\+git\d{8}\.\d{6}\." + commit, sample.labels["version"]), sample
 
     pid = volume_env.agent.proc.pid
     with open(f"/proc/{pid}/stat") as f:

@@ -13,10 +13,13 @@ copy): 24 s of CPU, 60-80 s on this 2-core machine at a load of 10; the
 container part takes about 10 s.  KVOLUMED_DEB=PATH uses a .deb built before
 from the same tree instead."""
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
 
@@ -156,3 +159,205 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     # The trigger ran again on removal: journalctl -x no longer knows kvolumed's entries.
     assert "5b3e0a7f1c2d4e6f8a9b0c1d2e3f4a53" not in container.sh("journalctl --list-catalog").stdout
     print(f"package install, start and purge took {time.monotonic() - started:.1f} s")
+
+
+def configure_node(container, fake_api, driver, metrics=""):
+    """An operator's set-up, as above: the kubeconfig at the default path,
+    the root-dir bound in, the static driver."""
+    fake_api.create(make_node())
+    fake_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
+                     "spec": {"attachRequired": False, "volumeLifecycleModes": ["Ephemeral"]}})
+    shutil.copy(fake_api.kubeconfig_path, container.root + "/etc/kvolumed/kubeconfig")
+    with open(container.root + "/etc/kvolumed/kvolumed.conf", "w") as f:
+        f.write(f"[agent]\nnode-name = test-node\nroot-dir = {container.kubelet_dir}\n"
+                "[csi]\nregistration-dir =\n"
+                f'[driver "{DRIVER}"]\nendpoint = {driver.endpoint}\n'
+                f"[metrics]\nlisten = {metrics}\n")
+
+
+def repack(deb, version, directory):
+    """The same package under another version: what an older (or newer) build
+    looks like to dpkg and apt.  Its binary and scripts are this build's."""
+    unpacked = os.path.join(directory, "unpacked-" + version)
+    r = subprocess.run(["dpkg-deb", "-R", deb, unpacked], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    control = os.path.join(unpacked, "DEBIAN", "control")
+    with open(control) as f:
+        text = f.read()
+    with open(control, "w") as f:
+        f.write(re.sub(r"(?m)^Version: .*$", f"Version: {version}", text))
+    out = os.path.join(directory, f"kvolumed_{version}.deb")
+    r = subprocess.run(["dpkg-deb", "--root-owner-group", "-b", unpacked, out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    shutil.rmtree(unpacked)
+    return out
+
+
+def deb_version(deb):
+    return subprocess.run(["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True).stdout.strip()
+
+
+def head_commit():
+    r = subprocess.run(["git", "-C", REPO_DIR, "log", "-1", "--format=%H %cd", "--date=format-local:%Y%m%d.%H%M%S"],
+                       capture_output=True, text=True, env=dict(os.environ, TZ="UTC0"))
+    return r.stdout.split() if r.returncode == 0 else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_deb_says_which_commit_it_is_and_ships_its_guide(deb, tmp_path):
+    """The package, the binary and its changelog name one version, one that
+    orders (agent/version.sh), and the commit the tree was at; the README
+    (with the handover guide kvolumed(8) points to) and NEWS.Debian are in
+    its documentation."""
+    version = deb_version(deb)
+    m = re.fullmatch(r"(\d+\.\d+\.\d+)\+git(\d{8}\.\d{6})\.([0-9a-f]{12})", version)
+    assert m, version
+    head = head_commit()
+    if head:
+        assert (m.group(2), m.group(3)) == (head[1], head[0][:12]), (version, head)
+    root = tmp_path / "x"
+    r = subprocess.run(["dpkg-deb", "-x", deb, str(root)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(root / "usr/sbin/kvolumed"), "--version"], capture_output=True, text=True).stdout
+    assert out.startswith(f"kvolumed {version}\ncommit: {m.group(3)}"), out
+    assert "unknown" not in out
+    changelog = subprocess.run(["zcat", str(root / "usr/share/doc/kvolumed/changelog.gz")], capture_output=True,
+                               text=True).stdout
+    assert changelog.startswith(f"kvolumed ({version}) unstable"), changelog[:300]
+    assert f"Snapshot of commit {m.group(3)}" in changelog
+    news = subprocess.run(["zcat", str(root / "usr/share/doc/kvolumed/NEWS.Debian.gz")], capture_output=True,
+                          text=True).stdout
+    assert "resync-interval 30s-24h" in news and "writable by no group or other user" in news, news
+    readme = subprocess.run(["zcat", str(root / "usr/share/doc/kvolumed/README.md.gz")], capture_output=True,
+                            text=True).stdout
+    assert "### Handing a node over" in readme
+    # kvolumed(8) names where the guide is.
+    page = subprocess.run(["zcat", str(root / "usr/share/man/man8/kvolumed.8.gz")], capture_output=True,
+                          text=True).stdout
+    assert "/usr/share/doc/kvolumed/README.md.gz" in page.replace("\\&", "")
+
+    # Versions order as the commits do: apt takes a later build as an
+    # upgrade, an earlier one (or 0.1.0, the version of every build before)
+    # as a downgrade, and the next release above every snapshot of this one.
+    def older(a, b):
+        return subprocess.run(["dpkg", "--compare-versions", a, "lt", b]).returncode == 0
+    assert older("0.1.0", version)
+    day, second = m.group(2).split(".")
+    assert older(f"{m.group(1)}+git{int(day) - 1}.235959.ffffffffffff", version)       # the day before
+    assert older(version, f"{m.group(1)}+git{day}.{int(second) + 1:06d}.000000000000")  # a second later
+    assert older(version, "0.1.1")
+    assert older("0.1.0+git20261128", version)       # the changelog's own entry, NEWS.Debian's
+
+
+def test_upgrade_refused_by_the_new_binary_fails_and_keeps_the_old_running(deb, container, fake_api, driver,
+                                                                          tmp_path):
+    """A drop-in an older build accepted and this one refuses: the configure
+    step fails with the check's message, the running kvolumed is neither
+    stopped nor restarted; fixed, "dpkg --configure" restarts it.  Then a
+    rollback by version through apt."""
+    new_version = deb_version(deb)
+    old = repack(deb, "0.1.0", str(tmp_path))
+    container.boot()
+    shutil.copy(old, container.root + "/old.deb")
+    r = container.sh("dpkg -i /old.deb", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    port = free_port()
+    configure_node(container, fake_api, driver, metrics=f"127.0.0.1:{port}")
+    r = container.sh("systemctl enable --now kvolumed", timeout=150)
+    assert r.returncode == 0, r.stderr + container.journal()
+    pid = container.show("MainPID")
+    assert pid != "0"
+
+    # What kvolumed 0.1.0 took: a safety-net resync every 10 s.
+    os.makedirs(container.root + "/etc/kvolumed/kvolumed.conf.d", exist_ok=True)
+    with open(container.root + "/etc/kvolumed/kvolumed.conf.d/50-resync.conf", "w") as f:
+        f.write("[agent]\nresync-interval = 10s\n")
+    shutil.copy(deb, container.root + DEB_IN_CONTAINER)
+    r = container.sh(f"dpkg -i {DEB_IN_CONTAINER}", timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "/etc/kvolumed/kvolumed.conf.d/50-resync.conf:2: resync-interval: 10s is out of range" in out, out
+    assert "the service was NOT restarted" in out and "apt-get install kvolumed=0.1.0" in out, out
+    assert "post-installation script subprocess returned error exit status 1" in out, out
+    assert container.sh("dpkg-query -W -f='${Status} ${Version}' kvolumed").stdout == \
+        f"install ok half-configured {new_version}"
+    # The old daemon serves on, never stopped.
+    assert container.show("ActiveState") == "active"
+    assert container.show("MainPID") == pid
+    assert container.show("NRestarts") == "0"
+
+    # Fixed: the configure step the upgrade left finishes and restarts it.
+    os.unlink(container.root + "/etc/kvolumed/kvolumed.conf.d/50-resync.conf")
+    r = container.sh("dpkg --configure kvolumed", timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert container.show("ActiveState") == "active"
+    assert container.show("MainPID") not in (pid, "0")
+    assert container.sh("dpkg-query -W -f='${Status} ${Version}' kvolumed").stdout == \
+        f"install ok installed {new_version}"
+    # What runs is the package's build, and says so in its metric.
+    commit = container.sh("kvolumed --version").stdout.splitlines()[1].removeprefix("commit: ")
+    assert commit != "unknown" and re.fullmatch(r"[0-9a-f]{12}(-dirty)?", commit), commit
+    info = f'kvolumed_build_info{{commit="{commit}",version="{new_version}"}} 1'
+
+    def scraped():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                return info in resp.read().decode()
+        except OSError:
+            return False
+    wait_until(scraped, timeout=60, what=info)
+
+    # Rollback by version, through apt, from a repository holding both.
+    os.makedirs(container.root + "/repo")
+    shutil.copy(old, container.root + "/repo/")
+    shutil.copy(deb, container.root + "/repo/")
+    r = subprocess.run("dpkg-scanpackages --multiversion . > Packages", shell=True, cwd=container.root + "/repo",
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(container.root + "/repo/local.list", "w") as f:
+        f.write("deb [trusted=yes] file:/repo ./\n")
+    sources = "-o Dir::Etc::sourcelist=/repo/local.list -o Dir::Etc::sourceparts=- "
+    apt = "apt-get -q " + sources
+    r = container.sh(apt + "update", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    policy = container.sh("apt-cache " + sources + "policy kvolumed").stdout
+    assert f"Installed: {new_version}" in policy and "0.1.0 " in policy, policy
+    r = container.sh("DEBIAN_FRONTEND=noninteractive " + apt + "install -y --allow-downgrades kvolumed=0.1.0",
+                     timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert container.sh("dpkg-query -W -f='${Version}' kvolumed").stdout == "0.1.0"
+    assert container.show("ActiveState") == "active"
+
+
+def test_the_unit_refuses_a_kubelet_on_its_root_dir_without_a_restart_loop(deb, container, fake_api, driver):
+    """The handover's guard under systemd: while a kubelet serves on root-dir
+    the start fails with the reason in the journal and is not retried
+    (RestartPreventExitStatus=1); once kubelet is stopped it starts."""
+    from integration.test_agent_kubelet_guard import FakeKubelet
+    container.boot()
+    shutil.copy(deb, container.root + DEB_IN_CONTAINER)
+    r = container.sh(f"dpkg -i {DEB_IN_CONTAINER}", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    configure_node(container, fake_api, driver)
+    # kubelet's socket on the shared root-dir, served from the host side.
+    kubelet = FakeKubelet(os.path.join(container.kubelet_dir, "pod-resources", "kubelet.sock"))
+    try:
+        r = container.sh("systemctl enable --now kvolumed", timeout=150)
+        assert r.returncode != 0
+        assert container.show("ExecMainStatus") == "1"
+        assert container.show("ActiveState") == "failed"
+        log = container.journal("-o cat")
+        assert f"A kubelet is running on root-dir {container.kubelet_dir}" in log, log
+        assert "Stop kubelet first" in log, log
+        # "failed", not "activating (auto-restart)": no restart is scheduled.
+        assert container.show("NRestarts") == "0"
+    finally:
+        kubelet.stop()
+    r = container.sh("systemctl start kvolumed", timeout=150)
+    assert r.returncode == 0, r.stderr + container.journal()
+    assert container.show("ActiveState") == "active"

@@ -96,6 +96,10 @@ static void csi_outcome(Operation *op, bool success) {
         ActualVolume *av = op->av;
         ActualPublish *pub;
 
+        /* A volume found on disk at start-up is migrated once it is set up
+         * again from a migrated spec. */
+        if (op->spec)
+                av->migrated_from = op->spec->migrated_from;
         if (!success || op->kind != OP_PUBLISH)
                 return;
         pub = hashmap_get(av->publishes, op->pod.uid);

@@ -47,6 +47,8 @@ void k8s_meta_done(K8sMeta *m);
  * of a PV ("spec" is on the path). */
 int k8s_pv_sources_decode(JsonPath *p, const cJSON *spec, K8sPersistentVolume *v);
 void k8s_node_selector_terms_free(K8sNodeSelectorTerm *t, size_t n);
+/* metadata.labels and the annotations a PV keeps. */
+int k8s_pv_metadata_decode(JsonPath *p, const cJSON *j, K8sPersistentVolume *v);
 
 /* An object of base64 values (Secret data, ConfigMap binaryData), decoded;
  * a message names the key, never the value. */

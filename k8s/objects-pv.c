@@ -91,6 +91,7 @@ int k8s_pv_sources_decode(JsonPath *p, const cJSON *spec, K8sPersistentVolume *v
                 k8s_json_path_pop(p, saved);
         }
         TRY(node_affinity_decode(p, spec, v));
+        TRY(k8s_in_tree_source_decode(p, spec, false, &v->in_tree));
         const char *other = k8s_other_volume_source(spec, false);
         if (other && !(v->other_source = strdup(other)))
                 return -ENOMEM;
@@ -150,4 +151,21 @@ bool k8s_pv_node_affinity_matches(const K8sPersistentVolume *pv, const K8sNode *
                 if (term_matches(&pv->node_affinity[i], node))
                         return true;
         return false;
+}
+
+/* metadata.labels, and of the annotations the two kvolumed reads (a PV's
+ * annotations can be large: kubectl's last-applied copy). */
+int k8s_pv_metadata_decode(JsonPath *p, const cJSON *j, K8sPersistentVolume *v) {
+        _cleanup_(k8s_string_map_done) K8sStringMap annotations = {};
+        const cJSON *md;
+
+        TRY(k8s_json_get_object(p, j, "metadata", JSON_REQUIRED, &md));
+        size_t saved = k8s_json_path_push(p, "metadata");
+        TRY(k8s_json_get_string_map(p, md, "labels", &v->labels));
+        TRY(k8s_json_get_string_map(p, md, "annotations", &annotations));
+        k8s_json_path_pop(p, saved);
+        TRY(strdup_or_null(k8s_string_map_get(&annotations, "pv.beta.kubernetes.io/gid"), &v->gid_annotation));
+        TRY(strdup_or_null(k8s_string_map_get(&annotations, "kubernetes.io/azure-file-resource-group"),
+                           &v->azure_file_resource_group));
+        return 0;
 }

@@ -69,7 +69,7 @@ int k8s_pod_volume_validate(const K8sPodVolume *v, const char **ret_problem) {
         static const char *const host_path_types[] = { "",     "DirectoryOrCreate", "Directory",  "FileOrCreate",
                                                        "File", "Socket",            "CharDevice", "BlockDevice" };
         unsigned n = !!v->csi + !!v->claim_name + v->ephemeral + !!v->config_map + !!v->secret + !!v->downward_api +
-                     !!v->projected + !!v->empty_dir + !!v->host_path + !!v->other_source;
+                     !!v->projected + !!v->empty_dir + !!v->host_path + !!v->in_tree + !!v->other_source;
         int r;
 
         if (n != 1)

@@ -533,11 +533,11 @@ int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **
 const char *k8s_other_volume_source(const cJSON *source, bool pod_volume) {
         static const char *const in_tree[] = {
                 "nfs",        "iscsi",          "fc",          "rbd",         "cephfs",
-                "glusterfs",  "gitRepo",        "image",       "flexVolume",  "awsElasticBlockStore",
-                "gcePersistentDisk", "azureDisk", "azureFile", "cinder",      "vsphereVolume",
-                "portworxVolume", "quobyte",    "storageos",   "photonPersistentDisk", "scaleIO",
-                "flocker",
+                "glusterfs",  "gitRepo",        "image",       "flexVolume",  "quobyte",
+                "storageos",  "photonPersistentDisk", "scaleIO", "flocker",
         };
+        /* The in-tree cloud sources (awsElasticBlockStore, ...) are
+         * K8sInTreeSource (k8s_in_tree_source_decode()), not "other". */
         static const char *const handled[] = {
                 "name",   "csi",         "persistentVolumeClaim", "ephemeral", "configMap",
                 "secret", "downwardAPI", "projected",             "emptyDir",  "hostPath",
@@ -556,6 +556,8 @@ const char *k8s_other_volume_source(const cJSON *source, bool pod_volume) {
                         continue;
                 for (size_t i = 0; i < ELEMENTSOF(handled); i++)
                         known = known || streq(c->string, handled[i]);
+                for (K8sInTreeKind k = 0; k < _K8S_IN_TREE_KIND_MAX; k++)
+                        known = known || streq(c->string, k8s_in_tree_source_key(k));
                 if (!known)
                         return c->string;
         }

@@ -123,6 +123,43 @@ typedef struct K8sHostPathSource {
         char *type;
 } K8sHostPathSource;
 
+/* The in-tree cloud sources CSI migration serves through a CSI driver
+ * (k8s/csimigration.h), of a PV's spec or a pod volume.  Rare, so one
+ * pointer where they can be and nothing allocated without them. */
+typedef enum K8sInTreeKind {
+        K8S_IN_TREE_AWS_EBS,    /* awsElasticBlockStore */
+        K8S_IN_TREE_GCE_PD,     /* gcePersistentDisk */
+        K8S_IN_TREE_AZURE_DISK, /* azureDisk */
+        K8S_IN_TREE_AZURE_FILE, /* azureFile */
+        K8S_IN_TREE_CINDER,     /* cinder */
+        K8S_IN_TREE_VSPHERE,    /* vsphereVolume */
+        K8S_IN_TREE_PORTWORX,   /* portworxVolume */
+        _K8S_IN_TREE_KIND_MAX,
+} K8sInTreeKind;
+
+/* Fields as the API names them; NULL: unset (the lib's "").  azureDisk gets
+ * the API server's defaults (cachingMode "ReadWrite", kind "Shared", fsType
+ * "ext4"), as every object read from a server has them. */
+typedef struct K8sInTreeSource {
+        K8sInTreeKind kind;
+        /* awsElasticBlockStore.volumeID, gcePersistentDisk.pdName,
+         * azureDisk.diskURI, azureFile.shareName, cinder.volumeID,
+         * vsphereVolume.volumePath, portworxVolume.volumeID */
+        char *volume_id;
+        char *fs_type;
+        bool read_only;
+        int32_t partition;   /* awsElasticBlockStore, gcePersistentDisk; 0: none */
+        char *disk_name;     /* azureDisk.diskName */
+        char *caching_mode;  /* azureDisk.cachingMode */
+        char *azure_kind;    /* azureDisk.kind: "Shared", "Dedicated", "Managed" */
+        /* azureFile.secretName, cinder.secretRef.name */
+        char *secret_name;
+        /* azureFile.secretNamespace, cinder.secretRef.namespace: PVs only */
+        char *secret_namespace;
+        char *storage_policy_name; /* vsphereVolume.storagePolicyName */
+        char *storage_policy_id;   /* vsphereVolume.storagePolicyID */
+} K8sInTreeSource;
+
 /* configMapKeyRef / secretKeyRef of an env entry. */
 typedef struct K8sKeySelector {
         char *name;
@@ -160,6 +197,13 @@ int k8s_field_ref_decode(JsonPath *p, const cJSON *o, K8sFieldRef **ret);
 int k8s_resource_field_ref_decode(JsonPath *p, const cJSON *o, K8sResourceFieldRef **ret);
 int k8s_env_decode(JsonPath *p, const cJSON *container, K8sEnvVar **ret, size_t *ret_n);
 int k8s_env_from_decode(JsonPath *p, const cJSON *container, K8sEnvFromSource **ret, size_t *ret_n);
+
+/* The first in-tree cloud source of a pod volume or a PV spec ("spec" or
+ * the volume on the path), *ret NULL when none. */
+int k8s_in_tree_source_decode(JsonPath *p, const cJSON *source, bool pod_volume, K8sInTreeSource **ret);
+K8sInTreeSource *k8s_in_tree_source_free(K8sInTreeSource *s);
+/* "awsElasticBlockStore", ...: the source's JSON key. */
+const char *k8s_in_tree_source_key(K8sInTreeKind kind);
 
 void k8s_key_projection_free(K8sKeyProjection *k);
 void k8s_downward_api_free(K8sDownwardAPIProjection *d);

@@ -170,6 +170,7 @@ K8sPod *k8s_pod_free(K8sPod *p) {
                 k8s_projected_free(p->volumes[i].projected);
                 k8s_empty_dir_free(p->volumes[i].empty_dir);
                 k8s_host_path_free(p->volumes[i].host_path);
+                k8s_in_tree_source_free(p->volumes[i].in_tree);
                 free(p->volumes[i].other_source);
         }
         free(p->supplemental_groups);
@@ -209,7 +210,7 @@ const char *k8s_pod_volume_source(const K8sPodVolume *v) {
         return v->csi ? "csi" : v->claim_name ? "persistentVolumeClaim" : v->ephemeral ? "ephemeral"
                 : v->config_map ? "configMap" : v->secret ? "secret" : v->downward_api ? "downwardAPI"
                 : v->projected ? "projected" : v->empty_dir ? "emptyDir" : v->host_path ? "hostPath"
-                : v->other_source;
+                : v->in_tree ? k8s_in_tree_source_key(v->in_tree->kind) : v->other_source;
 }
 
 static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
@@ -248,6 +249,7 @@ static int pod_volume_decode(JsonPath *p, const cJSON *j, K8sPodVolume *v) {
         v->ephemeral = o != NULL;
 
         TRY(pod_volume_sources_decode(p, j, v));
+        TRY(k8s_in_tree_source_decode(p, j, true, &v->in_tree));
         const char *other = k8s_other_volume_source(j, true);
         if (other && !(v->other_source = strdup(other)))
                 return -ENOMEM;
@@ -642,7 +644,11 @@ K8sPersistentVolume *k8s_pv_free(K8sPersistentVolume *v) {
         free(v->local_path);
         free(v->local_fs_type);
         k8s_node_selector_terms_free(v->node_affinity, v->n_node_affinity);
+        k8s_in_tree_source_free(v->in_tree);
         free(v->other_source);
+        k8s_string_map_done(&v->labels);
+        free(v->gid_annotation);
+        free(v->azure_file_resource_group);
         free(v);
         return NULL;
 }
@@ -654,6 +660,7 @@ int k8s_pv_from_json(const cJSON *j, K8sPersistentVolume **ret, K8sDecodeError *
 
         TRY(OBJECT_DECODE_START(&p, j, error, v));
         TRY(k8s_meta_decode(&p, j, true, &v->meta));
+        TRY(k8s_pv_metadata_decode(&p, j, v));
         TRY(k8s_json_get_object(&p, j, "spec", JSON_REQUIRED, &spec));
         size_t saved = k8s_json_path_push(&p, "spec");
         TRY(k8s_json_get_object(&p, spec, "csi", JSON_OPTIONAL, &o));

@@ -58,6 +58,9 @@ typedef struct K8sPodVolume {
         K8sProjectedSource *projected;
         K8sEmptyDirSource *empty_dir;
         K8sHostPathSource *host_path;
+        /* An in-tree cloud source CSI migration serves (awsElasticBlockStore,
+         * ...; k8s/csimigration.h); other_source is NULL then. */
+        K8sInTreeSource *in_tree;
         /* A source kvolumed does not set up ("nfs", "gitRepo", "image", an
          * unknown key of a newer API, ...): the volume manager reports
          * "unsupported volume type <other_source>" instead of ignoring it. */
@@ -213,9 +216,17 @@ typedef struct K8sPersistentVolume {
         /* spec.nodeAffinity.required.nodeSelectorTerms (ORed); n 0: none. */
         K8sNodeSelectorTerm *node_affinity;
         size_t n_node_affinity;
+        /* An in-tree cloud source CSI migration serves (k8s/csimigration.h);
+         * other_source is NULL then. */
+        K8sInTreeSource *in_tree;
         /* An in-tree source kvolumed does not set up ("nfs", "iscsi", ...),
          * for "unsupported volume type" messages; NULL: none. */
         char *other_source;
+        K8sStringMap labels; /* metadata.labels (the zone labels migration reads) */
+        /* metadata.annotations kvolumed reads (NULL: absent):
+         * pv.beta.kubernetes.io/gid, kubernetes.io/azure-file-resource-group */
+        char *gid_annotation;
+        char *azure_file_resource_group;
 } K8sPersistentVolume;
 
 typedef struct K8sTokenRequest {

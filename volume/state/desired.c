@@ -383,6 +383,7 @@ static bool runner_kind(const ClusterView *view, const char *type) {
  * not built in (a test's list of kinds) is named too. */
 static const char *pod_volume_type(const K8sPodVolume *v) {
         return v->other_source  ? v->other_source
+               : v->in_tree     ? k8s_in_tree_source_key(v->in_tree->kind)
                : v->config_map  ? "configMap"
                : v->secret      ? "secret"
                : v->downward_api ? "downwardAPI"
@@ -395,6 +396,7 @@ static const char *pod_volume_type(const K8sPodVolume *v) {
 
 static const char *pv_type(const K8sPersistentVolume *pv) {
         return pv->other_source ? pv->other_source
+               : pv->in_tree    ? k8s_in_tree_source_key(pv->in_tree->kind)
                : pv->host_path  ? "hostPath"
                : pv->local_path ? "local"
                : pv->csi        ? "csi"

@@ -122,8 +122,15 @@ static void test_fixture_every_source(void **state) {
         assert_int_equal(v->empty_dir->size_limit_bytes, 0);
         assert_string_equal(v->host_path->path, "pathValue");
         assert_string_equal(v->host_path->type, "typeValue");
-        /* the first in-tree source in the object */
-        assert_string_equal(v->other_source, "gcePersistentDisk");
+        /* the first in-tree cloud source in the object, typed (CSI
+         * migration), and the first other in-tree one */
+        assert_non_null(v->in_tree);
+        assert_int_equal(v->in_tree->kind, K8S_IN_TREE_GCE_PD);
+        assert_string_equal(v->in_tree->volume_id, "pdNameValue");
+        assert_string_equal(v->in_tree->fs_type, "fsTypeValue");
+        assert_int_equal(v->in_tree->partition, 3);
+        assert_true(v->in_tree->read_only);
+        assert_string_equal(v->other_source, "gitRepo");
         assert_int_equal(k8s_pod_volume_validate(v, &problem), -EINVAL);
         assert_string_equal(problem, "more than one volume source");
 
@@ -509,7 +516,9 @@ static void test_pv(void **state) {
         assert_string_equal(pv->host_path->type, "typeValue");
         assert_string_equal(pv->local_path, "pathValue");
         assert_string_equal(pv->local_fs_type, "fsTypeValue");
-        assert_string_equal(pv->other_source, "gcePersistentDisk");
+        assert_int_equal(pv->in_tree->kind, K8S_IN_TREE_GCE_PD);
+        assert_string_equal(pv->in_tree->volume_id, "pdNameValue");
+        assert_string_equal(pv->other_source, "glusterfs");
         assert_int_equal(pv->n_node_affinity, 1);
         assert_int_equal(pv->node_affinity[0].n_match_expressions, 1);
         assert_string_equal(pv->node_affinity[0].match_expressions[0].operator, "operatorValue");

@@ -20,9 +20,8 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import shutil
-import time
+import tempfile
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -31,9 +30,10 @@ import pytest
 from doubles.fakeapi.attacher import attach_volume, attachment_name, detach_volume, unique_name
 from doubles.fakeapi.server import FakeApiServer
 from doubles.mockcsi.fixtures import _Factory, _require_root
-from integration.agent_fixtures import (Agent, kvolumed_path, make_node, unmount_root_dir_bind, wait_until,
+from integration.agent_fixtures import (DRIVER, Agent, kvolumed_path, make_node, unmount_root_dir_bind, wait_until,
                                         write_config)
 from integration.test_agent_localapi import api_get
+from integration.test_agent_localapi import start as local_api_start
 from integration.test_agent_metrics import SERVING
 
 pytestmark = pytest.mark.xdist_group("migration")
@@ -305,6 +305,10 @@ class MigrationNode:
         except (OSError, ValueError):
             return False
 
+    def reconcile_passes(self):
+        found = re.search(r"^kvolumed_reconcile_seconds_count (\d+)", self.scrape(), re.M)
+        return int(found.group(1)) if found else 0
+
     def scrape(self):
         with urllib.request.urlopen(f"http://{self.metrics_address()}/metrics", timeout=10) as r:
             return r.read().decode()
@@ -341,9 +345,10 @@ class MigrationNode:
         self.agent.stop()
         self.start_agent()
         self.wait_mounted()
-        # One more full pass (test rounds are 1 s) for anything it would redo.
+        # Two more full passes for anything it would redo.
         self.agent.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
-        time.sleep(2)
+        passes = self.reconcile_passes()
+        wait_until(lambda: self.reconcile_passes() >= passes + 2, timeout=30, what="two more passes")
         self.restart_calls = {k.key: self.node_calls(k)[len(self.calls[k.key]):] for k in KINDS}
 
         # Teardown: every pod goes; the controller detaches afterwards.
@@ -516,3 +521,209 @@ def test_metrics_are_labelled_migrated(node):
                              node.metrics), (k.driver, op)
     assert 'migrated="false"} ' not in "\n".join(line for line in node.metrics.splitlines()
                                                  if "NodeStageVolume" in line or "NodePublishVolume" in line)
+
+
+# --- a migration that cannot be served -------------------------------------------
+
+def in_tree_pv(env, name, claim, key, source, modes=("ReadWriteOnce",)):
+    env.api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": list(modes),
+                             "claimRef": {"namespace": "default", "name": claim}, key: source},
+                    "status": {"phase": "Available"}})
+    env.pvc(claim, name)
+    return {"name": claim, "persistentVolumeClaim": {"claimName": claim}}
+
+
+@pytest.fixture
+def sockdir():
+    d = tempfile.mkdtemp(prefix="kvm", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_untranslatable_and_unmigrated_sources_fail_at_once_with_kubelets_message(volume_env, sockdir):
+    """A source the translation refuses fails at once with the lib's words
+    behind kubelet's ("failed to translate in-tree pv to CSI: ..."), an
+    in-tree type with no CSI driver (nfs) or whose migration is off
+    (portworxVolume: CSIMigrationPortworx is off in 1.25) stays an
+    unsupported type; each is one FailedMount Event and a 409 to the
+    runner, nothing is staged, and the pod's CSI volume is set up anyway."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    bad_ebs = in_tree_pv(env, "pv-bad-ebs", "bad-ebs", "awsElasticBlockStore",
+                         # aws_ebs_test.go invalidVolumeID
+                         {"volumeID": "aws://us-west-2a/02399794d890f9375"})
+    sock = local_api_start(env, sockdir)
+    pod = env.pod("legacy", [
+        {"name": "scratch", "csi": {"driver": DRIVER}},
+        bad_ebs,
+        # azure_disk.go: only managed disks are migrated
+        {"name": "shared-disk", "azureDisk": {"diskName": "d", "diskURI": "/subscriptions/1/disks/d",
+                                              "kind": "Shared", "cachingMode": "ReadWrite", "fsType": "ext4"}},
+        {"name": "home", "nfs": {"server": "nfs.example", "path": "/h"}},
+        {"name": "px", "portworxVolume": {"volumeID": "px-1"}},
+    ])
+    uid = pod["metadata"]["uid"]
+    expected = {
+        "bad-ebs": "failed to translate in-tree pv to CSI: failed to translate Kubernetes ID to EBS Volume ID "
+                   "Invalid format for AWS volume (aws://us-west-2a/02399794d890f9375)",
+        "shared-disk": "failed to translate in-tree pv to CSI: kind(Shared) is not supported in csi migration",
+        "home": "unsupported volume type nfs: kvolumed does not set up nfs volumes",
+        "px": "unsupported volume type portworxVolume: kvolumed does not set up portworxVolume volumes",
+    }
+
+    def all_failed():
+        status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes")
+        vols = {v["name"]: v for v in body.get("volumes", [])} if status == 200 else {}
+        return vols if all(vols.get(n, {}).get("state") == "failed" for n in expected) else None
+    vols = wait_until(all_failed, timeout=30, what="the four volumes failed")
+    for name, message in expected.items():
+        assert message in vols[name]["reason"], (name, vols[name])
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s", timeout=90)
+    assert status == 409 and body["allMounted"] is False, body
+    for message in expected.values():
+        env.wait_event("FailedMount", message, timeout=30)
+    env.wait_mounted(env.target(pod, "scratch"))
+    assert not env.calls("NodeStageVolume")
+    assert [c["request"]["target_path"] for c in env.calls("NodePublishVolume")] == [env.target(pod, "scratch")]
+    # One Event each, not one per pass.
+    for message in expected.values():
+        assert len([e for e in env.events() if message in e.get("message", "")]) == 1, message
+
+
+def test_a_migrated_volume_whose_driver_is_not_registered_waits_and_says_so(volume_env, sockdir):
+    """kubelet translates whatever the node's drivers: with ebs.csi.aws.com
+    not registered here the volume waits (the driver may register later, as
+    at boot) and, after the grace, is reported with kubelet's message
+    ("driver name ebs.csi.aws.com not found in the list of registered CSI
+    drivers") in a FailedMount Event, and the runner's wait is answered 409
+    at once from then on; it is never reported mounted."""
+    env = volume_env
+    claim = in_tree_pv(env, "pv-ebs", "ebs", "awsElasticBlockStore", {"volumeID": "vol-02399794d890f9375"})
+    sock = local_api_start(env, sockdir)
+    pod = env.pod("web", [claim, {"name": "inline", "awsElasticBlockStore": {"volumeID": "vol-0a1b2c3d4e5f60718"}}])
+    uid = pod["metadata"]["uid"]
+    env.agent.wait_for_log("(in-tree kubernetes.io/aws-ebs, served through CSI migration) waits for CSI driver "
+                           "ebs.csi.aws.com to register", timeout=30)
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes")
+    assert body["allMounted"] is False and {v["state"] for v in body["volumes"]} == {"pending"}, body
+    for spec_name in ("pv-ebs", "ebs.csi.aws.com-vol-0a1b2c3d4e5f60718"):
+        env.wait_event("FailedMount", f'MountVolume.SetUp failed for volume "{spec_name}" : kubernetes.io/csi: '
+                       "driver name ebs.csi.aws.com not found in the list of registered CSI drivers", timeout=60)
+    # Past the grace, the runner's wait is answered at once: a final error.
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s", timeout=90)
+    assert status == 409 and body["allMounted"] is False, body
+    assert "driver name ebs.csi.aws.com not found in the list of registered CSI drivers" in body["error"], body
+    assert not env.calls("NodeStageVolume") and not env.calls("NodePublishVolume")
+
+
+# --- handover from kubelet ---------------------------------------------------------
+
+# What a 1.25 kubelet writes in the CSINode annotation: every plugin whose
+# migration is on (nodeinfomanager setMigrationAnnotation, sorted).
+KUBELET_MIGRATED = ("kubernetes.io/aws-ebs,kubernetes.io/azure-disk,kubernetes.io/azure-file,kubernetes.io/cinder,"
+                    "kubernetes.io/gce-pd,kubernetes.io/vsphere-volume")
+
+
+def kubelet_vol_data(path, **keys):
+    """csi_util.go saveVolumeData: compact JSON, keys sorted, a newline."""
+    with open(path, "w") as f:
+        f.write(json.dumps(keys, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def test_a_migrated_volume_kubelet_mounted_is_adopted_without_a_call(fake_api, mock_csi_factory, start_agent,
+                                                                      tmp_path, sockdir):
+    """The node was kubelet's: an EBS PV and an inline EBS volume of a
+    running pod, migrated, staged and published in kubelet's layout (the
+    handle's globalmount; pods/<uid>/volumes/kubernetes.io~csi/<pv name> and
+    /<translated PV name>; vol_data.json as kubelet writes it), attached
+    through the driver's VolumeAttachments.  kvolumed adopts them: no
+    unpublish or unstage, the pod mounted, both in volumesInUse under
+    kubelet's names; once the pod goes they are torn down as kvolumed's own."""
+    driver = "ebs.csi.aws.com"
+    drv = mock_csi_factory(name=driver, tmpfs=True)
+    fake_api.create(make_node())
+    fake_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": driver},
+                     "spec": {"attachRequired": True, "volumeLifecycleModes": ["Persistent"]}})
+    fake_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                     "metadata": {"name": NODE, "annotations": {MIGRATED_PLUGINS: KUBELET_MIGRATED}},
+                     "spec": {"drivers": [{"name": driver, "nodeID": "node-1", "topologyKeys": []}]}})
+    fake_api.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-ebs"},
+                     "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                              "claimRef": {"namespace": "default", "name": "ebs"},
+                              "awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-02399794d890f9375"}},
+                     "status": {"phase": "Available"}})
+    fake_api.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                     "metadata": {"name": "ebs", "namespace": "default"},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                     "status": {"phase": "Pending"}})
+    fake_api.bind_claim("default", "ebs", "pv-ebs")
+    inline = {"name": "scratch", "awsElasticBlockStore": {"volumeID": "vol-0a1b2c3d4e5f60718"}}
+    pod = fake_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+                           "spec": {"nodeName": NODE, "containers": [{
+                               "name": "c", "image": "busybox",
+                               "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                                {"name": "scratch", "mountPath": "/scratch"}]}],
+                               "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "ebs"}}, inline]},
+                           "status": {"phase": "Running"}})
+    uid = pod["metadata"]["uid"]
+    root = str(tmp_path / "root")
+    attached = {"vol-02399794d890f9375": ("pv-ebs", "pv-ebs"),
+                "vol-0a1b2c3d4e5f60718": (None, "ebs.csi.aws.com-vol-0a1b2c3d4e5f60718")}
+    for handle, (pv, spec_name) in attached.items():
+        if pv:
+            attach_volume(fake_api, NODE, driver, handle, pv_name=pv, metadata={"devicePath": "/dev/xvdba"},
+                          migrated_from="kubernetes.io/aws-ebs")
+        else:
+            attach_volume(fake_api, NODE, driver, handle, metadata={"devicePath": "/dev/xvdbb"},
+                          migrated_from="kubernetes.io/aws-ebs",
+                          inline_spec={"csi": {"driver": driver, "volumeHandle": handle,
+                                               "volumeAttributes": {"partition": "0"}},
+                                       "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"})
+        staging = staging_path(root, driver, handle)
+        os.makedirs(staging)
+        kubelet_vol_data(os.path.join(os.path.dirname(staging), "vol_data.json"), driverName=driver,
+                         volumeHandle=handle)
+        drv.csi.stage(handle, staging, fs_type="ext4", volume_context={"partition": "0"})
+        target = target_path(root, uid, spec_name)
+        os.makedirs(os.path.dirname(target))
+        kubelet_vol_data(os.path.join(os.path.dirname(target), "vol_data.json"),
+                         attachmentID=attachment_name(handle, driver, NODE), driverName=driver, nodeName=NODE,
+                         specVolID=spec_name, volumeHandle=handle, volumeLifecycleMode="Persistent")
+        drv.csi.publish(handle, target, staging_path=staging, volume_context={"partition": "0"})
+    before = len(drv.calls())
+    config = write_config(tmp_path / "kvolumed.conf", root, fake_api.node_kubeconfig(NODE),
+                          f'[driver "{driver}"]\nendpoint = {drv.endpoint}\n[log]\nlevel = debug\n'
+                          f"[api]\nsocket = {os.path.join(sockdir, 'kvolumed.sock')}\n")
+    agent = start_agent(config)
+    agent.wait_for_log("Serving the local volumes API", timeout=30)
+    sock = os.path.join(sockdir, "kvolumed.sock")
+    # Known by its name once the pod list is in (before, only what is on disk).
+    wait_until(lambda: api_get(sock, f"/v1/pods/{uid}/volumes")[1].get("pod") == "default/web", timeout=30,
+               what="the pod listed")
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s", timeout=90)
+    assert status == 200 and body["allMounted"], (body, agent.output()[-3000:])
+    in_use = wait_until(lambda: (fake_api.get("nodes", None, NODE).get("status") or {}).get("volumesInUse"),
+                        timeout=30, what="volumesInUse")
+    assert sorted(in_use) == sorted(unique_name(driver, h) for h in attached)
+    calls = drv.calls()[before:]
+    assert not {"NodeUnpublishVolume", "NodeUnstageVolume"} & {c["method"] for c in calls}, calls
+    # Found without kvolumed's records, they are uncertain, as kubelet takes
+    # what it reconstructs: staged and published again, at kubelet's paths,
+    # which the driver finds already done.
+    assert sorted(c["request"]["staging_target_path"] for c in calls if c["method"] == "NodeStageVolume") == \
+        sorted(staging_path(root, driver, h) for h in attached)
+    assert sorted(c["request"]["target_path"] for c in calls if c["method"] == "NodePublishVolume") == \
+        sorted(target_path(root, uid, s) for _, s in attached.values())
+
+    fake_api.remove("pods", "default", "web")
+    wait_until(lambda: not os.path.exists(os.path.join(root, "pods", uid)), timeout=60,
+               what="the pod's volumes torn down\n" + agent.output()[-3000:])
+    driver_dir = f"{root}/plugins/kubernetes.io/csi/{driver}"
+    wait_until(lambda: not os.path.exists(driver_dir) or not os.listdir(driver_dir), timeout=30,
+               what="both unstaged")
+    done = [c for c in drv.calls()[before:] if c["code"] == "OK"]
+    assert sorted(c["request"]["target_path"] for c in done if c["method"] == "NodeUnpublishVolume") == \
+        sorted(target_path(root, uid, s) for _, s in attached.values())
+    assert sorted(c["request"]["volume_id"] for c in done if c["method"] == "NodeUnstageVolume") == sorted(attached)
+    assert not drv.violations()

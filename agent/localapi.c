@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cjson/cJSON.h>
@@ -126,6 +127,18 @@ static void add_containers(cJSON *o, const PodView *v) {
         }
 }
 
+/* kubelet's extra supplemental groups (the pods' PV gid annotations), as
+ * exact integers: a double would round a gid beyond 2^53. */
+static void add_supplemental_groups(cJSON *o, const PodView *v) {
+        cJSON *a = cJSON_AddArrayToObject(o, "supplementalGroups");
+        char buf[32];
+
+        for (size_t i = 0; a && v && i < v->n_supplemental_groups; i++) {
+                snprintf(buf, sizeof buf, "%" PRId64, v->supplemental_groups[i]);
+                cJSON_AddItemToArray(a, cJSON_CreateRaw(buf));
+        }
+}
+
 /* The body of the contract: the pod's volumes, and whether all are
  * mounted or all are torn down; "error" joins the final errors' reasons. */
 static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
@@ -178,6 +191,7 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                         fprintf(f, "%s%s", ftell(f) > 0 ? "; " : "", v->reason);
         }
         cJSON_AddBoolToObject(o, "allMounted", v ? v->all_mounted : false);
+        add_supplemental_groups(o, v);
         add_containers(o, v);
         cJSON_AddBoolToObject(o, "allTornDown", v ? v->all_torn_down : true);
         if (f && fclose(f) == 0 && joined)

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "k8s/csimigration.h"
 #include "k8s/json.h"
 #include "k8s/writers.h"
 #include "systemd/log.h"
@@ -434,6 +435,94 @@ int k8s_csinode_update_drivers(cJSON *csinode, const char *driver, const char *n
         return 1;
 }
 
+/* The sorted, distinct members of a migrated-plugins value ("a,b"), joined
+ * again: two values name the same set when these are equal. */
+static int plugins_normalize(const char *value, char **ret) {
+        _cleanup_free_ char *copy = strdup(value);
+        _cleanup_free_ char **parts = NULL;
+        size_t n = 0, size = 1;
+        char *p, *save = NULL;
+
+        if (!copy || !(parts = calloc(strlen(value) / 2 + 2, sizeof(char *))))
+                return -ENOMEM;
+        for (p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+                size_t k = n;
+                while (k > 0 && strcmp(parts[k - 1], p) > 0) {
+                        parts[k] = parts[k - 1];
+                        k--;
+                }
+                if (k > 0 && streq(parts[k - 1], p)) {
+                        memmove(&parts[k], &parts[k + 1], (n - k) * sizeof(char *));
+                        continue;
+                }
+                parts[k] = p;
+                n++;
+                size += strlen(p) + 1;
+        }
+        *ret = malloc(size);
+        if (!*ret)
+                return -ENOMEM;
+        p = *ret;
+        *p = '\0';
+        for (size_t i = 0; i < n; i++)
+                p = stpcpy(stpcpy(p, i == 0 ? "" : ","), parts[i]);
+        return 0;
+}
+
+int k8s_csinode_update_migrated_plugins(cJSON *csinode) {
+        const cJSON *drivers = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(csinode, "spec"),
+                                                                "drivers");
+        cJSON *md = cJSON_GetObjectItemCaseSensitive(csinode, "metadata"), *ann, *e;
+        _cleanup_free_ char *value = NULL, *old_set = NULL;
+        _cleanup_free_ char **names = NULL;
+        const cJSON *old;
+        size_t n = 0;
+        int r;
+
+        if (!cJSON_IsObject(md))
+                return 0;
+        names = calloc(cJSON_GetArraySize(drivers) + 1, sizeof(char *));
+        if (!names)
+                return -ENOMEM;
+        if (!cJSON_IsArray(drivers))
+                drivers = NULL;
+        cJSON_ArrayForEach(e, drivers) {
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+                if (cJSON_IsString(name))
+                        names[n++] = name->valuestring;
+        }
+        r = k8s_csi_migrated_plugins_annotation(names, &value);
+        if (r < 0)
+                return r;
+        ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+        old = cJSON_IsObject(ann) ? cJSON_GetObjectItemCaseSensitive(ann, K8S_MIGRATED_PLUGINS_ANNOTATION) : NULL;
+        /* setMigrationAnnotation compares sets: the same plugins in another
+         * order is no change.  An existing "" (what kvolumed wrote before)
+         * is removed, where kubelet would leave it: none is "no key". */
+        if (cJSON_IsString(old)) {
+                r = plugins_normalize(old->valuestring, &old_set);
+                if (r < 0)
+                        return r;
+                if (value && streq(old_set, value))
+                        return 0;
+        } else if (!value)
+                return 0;
+        if (!value) {
+                cJSON_DeleteItemFromObjectCaseSensitive(ann, K8S_MIGRATED_PLUGINS_ANNOTATION);
+                return 1;
+        }
+        if (!cJSON_IsObject(ann)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(md, "annotations");
+                ann = cJSON_AddObjectToObject(md, "annotations");
+                if (!ann)
+                        return -ENOMEM;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(ann, K8S_MIGRATED_PLUGINS_ANNOTATION);
+        if (!cJSON_AddStringToObject(ann, K8S_MIGRATED_PLUGINS_ANNOTATION, value))
+                return -ENOMEM;
+        return 1;
+}
+
 /* Points the CSINode's Node owner reference at the Node with "uid"; 1 when changed. */
 static int csinode_fix_owner(cJSON *csinode, const char *node, const char *uid) {
         cJSON *md = cJSON_GetObjectItemCaseSensitive(csinode, "metadata"), *refs, *ref;
@@ -482,6 +571,12 @@ static void csinode_write(RmwOp *op, cJSON *csinode) {
         r = k8s_csinode_update_drivers(csinode, op->driver, op->node_id, op->topology_keys, op->allocatable_count);
         if (r >= 0 && owner > 0)
                 r = 1;
+        if (r >= 0) {
+                /* The registered drivers may have changed: kubelet's
+                 * migrated-plugins annotation follows them. */
+                int a = k8s_csinode_update_migrated_plugins(csinode);
+                r = a < 0 ? a : MAX(r, a);
+        }
         if (r <= 0) {
                 rmw_finish(op, r, NULL);
                 return;
@@ -499,7 +594,7 @@ static void csinode_create(RmwOp *op, cJSON *node) {
         const cJSON *uid = cJSON_GetObjectItemCaseSensitive(md, "uid");
         _cleanup_(cJSON_Deletep) cJSON *obj = cJSON_CreateObject();
         _cleanup_free_ char *body = NULL;
-        cJSON *omd, *refs, *ref, *ann;
+        cJSON *omd, *refs, *ref;
 
         if (!cJSON_IsString(uid)) {
                 rmw_finish(op, -EBADMSG, "Node has no metadata.uid");
@@ -508,8 +603,6 @@ static void csinode_create(RmwOp *op, cJSON *node) {
         if (!obj || !cJSON_AddStringToObject(obj, "apiVersion", "storage.k8s.io/v1") ||
             !cJSON_AddStringToObject(obj, "kind", "CSINode") || !(omd = cJSON_AddObjectToObject(obj, "metadata")) ||
             !cJSON_AddStringToObject(omd, "name", op->node) ||
-            !(ann = cJSON_AddObjectToObject(omd, "annotations")) ||
-            !cJSON_AddStringToObject(ann, "storage.alpha.kubernetes.io/migrated-plugins", "") ||
             !(refs = cJSON_AddArrayToObject(omd, "ownerReferences")) || !(ref = cJSON_CreateObject()) ||
             !cJSON_AddItemToArray(refs, ref) || !cJSON_AddStringToObject(ref, "apiVersion", "v1") ||
             !cJSON_AddStringToObject(ref, "kind", "Node") || !cJSON_AddStringToObject(ref, "name", op->node) ||
@@ -517,8 +610,9 @@ static void csinode_create(RmwOp *op, cJSON *node) {
                 rmw_finish(op, -ENOMEM, NULL);
                 return;
         }
+        /* CreateCSINode sets the annotation; none: no key, never "". */
         if (k8s_csinode_update_drivers(obj, op->driver, op->node_id, op->topology_keys, op->allocatable_count) < 0 ||
-            !(body = cJSON_PrintUnformatted(obj))) {
+            k8s_csinode_update_migrated_plugins(obj) < 0 || !(body = cJSON_PrintUnformatted(obj))) {
                 rmw_finish(op, -ENOMEM, NULL);
                 return;
         }

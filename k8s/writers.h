@@ -131,6 +131,11 @@ int k8s_node_labels_patch(const cJSON *node, const K8sStringMap *add, const K8sS
  * (with 0) when the annotation should be removed.  Invalid JSON in the old
  * value is replaced. Returns 1 when the value changed. */
 int k8s_node_id_annotation_update(const char *old, const char *driver, const char *node_id, char **ret);
+/* Sets metadata.annotations storage.alpha.kubernetes.io/migrated-plugins of
+ * a CSINode object for the drivers of its spec.drivers
+ * (k8s_csi_migrated_plugins_annotation()), or removes the key when none;
+ * the same set in another order is left.  1 when changed. */
+int k8s_csinode_update_migrated_plugins(cJSON *csinode);
 /* Edits spec.drivers of a CSINode object in place; 1 when changed. */
 int k8s_csinode_update_drivers(cJSON *csinode, const char *driver, const char *node_id, char *const *topology_keys,
                                int64_t allocatable_count);

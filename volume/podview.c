@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* One pod's volumes for the pod runner (volume/podview.h), and the watches
  * that wake its waiters from the reconcile pass that concerned the pod. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -51,6 +52,7 @@ PodView *pod_view_free(PodView *v) {
                 free(v->volumes[i].reason);
         }
         free(v->volumes);
+        free(v->supplemental_groups);
         free(v->uid);
         free(v->pod);
         free(v->reason);
@@ -395,6 +397,64 @@ static int describe_containers(VolumeManager *m, PodEntry *e, PodView *v) {
         return 0;
 }
 
+/* strconv.ParseInt(s, 10, 64): an optional sign, decimal digits, in range. */
+static bool parse_gid(const char *s, int64_t *ret) {
+        const char *digits = s + (*s == '+' || *s == '-');
+        char *end;
+        long long v;
+
+        if (*digits < '0' || *digits > '9')
+                return false;
+        errno = 0;
+        v = strtoll(s, &end, 10);
+        if (errno != 0 || *end != '\0')
+                return false;
+        *ret = v;
+        return true;
+}
+
+static int cmp_str(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* kubelet's GetExtraSupplementalGroupsForPod over the volumes described as
+ * published (its actual state's mounted volumes of the pod). */
+static int extra_supplemental_groups(VolumeManager *m, const PodEntry *e, PodView *v) {
+        const K8sPod *pod = k8s_informer_get(m->pods, e->namespace, e->name);
+        _cleanup_free_ const char **gids = NULL;
+        size_t n = 0;
+
+        if (!e->desired || e->desired->n_volumes == 0)
+                return 0;
+        gids = calloc(e->desired->n_volumes, sizeof(char *));
+        if (!gids)
+                return -ENOMEM;
+        for (size_t i = 0; i < e->desired->n_volumes; i++) {
+                const DesiredVolume *dv = &e->desired->volumes[i];
+                const PodVolumeView *pv = view_find(v, dv->name);
+                if (isempty(dv->gid) || !pv || pv->state != POD_VOLUME_PUBLISHED)
+                        continue;
+                gids[n++] = dv->gid;
+        }
+        if (n == 0)
+                return 0;
+        qsort(gids, n, sizeof(char *), cmp_str); /* sets.String.List() */
+        v->supplemental_groups = calloc(n, sizeof(int64_t));
+        if (!v->supplemental_groups)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                bool in_pod = false;
+                int64_t gid;
+                if ((i > 0 && streq(gids[i], gids[i - 1])) || !parse_gid(gids[i], &gid))
+                        continue; /* invalid ones are ignored, as kubelet does */
+                for (size_t k = 0; pod && k < pod->n_supplemental_groups; k++)
+                        in_pod = in_pod || pod->supplemental_groups[k] == gid;
+                if (!in_pod)
+                        v->supplemental_groups[v->n_supplemental_groups++] = gid;
+        }
+        return 0;
+}
+
 int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret) {
         _cleanup_(pod_view_freep) PodView *v = NULL;
         PodEntry *e = hashmap_get(m->pod_entries, uid);
@@ -466,6 +526,9 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                 return -ENOENT;
         if (e) {
                 r = describe_containers(m, e, v);
+                if (r < 0)
+                        return r;
+                r = extra_supplemental_groups(m, e, v);
                 if (r < 0)
                         return r;
         }

@@ -83,6 +83,13 @@ typedef struct PodView {
          * the pod object is not known. */
         PodContainerView *containers;
         size_t n_containers;
+        /* kubelet's GetExtraSupplementalGroupsForPod: the
+         * pv.beta.kubernetes.io/gid of the pod's published PV volumes
+         * (sorted as text, once each), those that parse as an int64 and
+         * are not already in the pod's securityContext.supplementalGroups.
+         * The runner adds them to the containers' groups. */
+        int64_t *supplemental_groups;
+        size_t n_supplemental_groups;
 } PodView;
 
 /* -ENOENT when the manager knows nothing of that pod: no pod object and

@@ -161,6 +161,56 @@ def test_state_and_host_paths_of_inline_persistent_and_block_volumes(volume_env,
     assert status == 200 and body["allTornDown"] is True
 
 
+def gid_pv(env, name, handle, claim_name, gid, **kw):
+    """A PV bound to claim_name with the pv.beta.kubernetes.io/gid annotation."""
+    pv = env.pv(name, handle, claim=claim_name, **kw)
+    pv["metadata"]["annotations"] = {"pv.beta.kubernetes.io/gid": gid}
+    pv["metadata"].pop("resourceVersion", None)
+    env.api.update(pv)
+    env.pvc(claim_name, name)
+
+
+def test_supplemental_groups_of_the_pods_pv_gid_annotations(volume_env, sockdir):
+    """kubelet's GetExtraSupplementalGroupsForPod: the gid annotations of the
+    pod's mounted PVs, sorted as text and once each, parsed as
+    strconv.ParseInt (an invalid one ignored), without those the pod has
+    in securityContext.supplementalGroups; a PV not mounted adds nothing."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    gid_pv(env, "pv-a", "vol-a", "a", "1234")
+    gid_pv(env, "pv-b", "vol-b", "b", "1234")        # the same group again
+    gid_pv(env, "pv-c", "vol-c", "c", "+42")         # ParseInt takes a sign
+    gid_pv(env, "pv-d", "vol-d", "d", "-7")
+    gid_pv(env, "pv-e", "vol-e", "e", "staff")       # invalid: ignored
+    gid_pv(env, "pv-f", "vol-f", "f", "5000")        # the pod has it already
+    gid_pv(env, "pv-g", "vol-g", "g", "99999999999999999999")  # beyond int64: ignored
+    gid_pv(env, "pv-x", "vol-x", "x", "777", driver="nope.csi.kvolumed.io")  # never mounted
+    sock = start(env, sockdir)
+
+    vols = [claim(n, n) for n in "abcdefg"]
+    pod = env.pod("groups", vols, security_context={"supplementalGroups": [5000]})
+    uid = pod["metadata"]["uid"]
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=60s", timeout=70)
+    assert status == 200 and body["allMounted"], body
+    # sorted as text: "+42" < "-7" < "1234" < "5000" < "9..." < "staff"
+    assert body["supplementalGroups"] == [42, -7, 1234]
+
+    # A PV not mounted (its driver is not there) gives nothing.
+    other = env.pod("waiting", [claim("x", "x"), claim("a", "a")])
+    ouid = other["metadata"]["uid"]
+    wait_until(lambda: {v["name"]: v["state"] for v in api_get(sock, f"/v1/pods/{ouid}/volumes")[1]["volumes"]}
+               .get("a") == "published", timeout=60, what="volume a published for the second pod")
+    status, body, _ = api_get(sock, f"/v1/pods/{ouid}/volumes")
+    assert status == 200 and not body["allMounted"]
+    assert body["supplementalGroups"] == [1234]
+
+    # A pod without such volumes: an empty list.
+    plain = env.pod("plain", [inline("scratch")])
+    status, body, _ = api_get(sock, f"/v1/pods/{plain['metadata']['uid']}/volumes?wait=mounted&timeout=60s",
+                              timeout=70)
+    assert status == 200 and body["supplementalGroups"] == []
+
+
 def test_wait_mounted_latency_after_the_publish(volume_env, sockdir):
     """The answer follows the driver's NodePublishVolume reply by one
     reconcile pass: no poll interval (kubelet polls every 300 ms)."""

@@ -319,3 +319,40 @@ def test_bind_claim_holds_every_binding_state(fake_api):
                     "PVReserved": ("pv-1", "Pending", ("ns1", "data"), None, "Available"),
                     "PVBound": ("pv-1", "Pending", ("ns1", "data"), uid, "Bound"),
                     "Bound": ("pv-1", "Bound", ("ns1", "data"), uid, "Bound")}
+
+
+def test_csinode_annotations_kept_and_encoded_as_the_server_does(fake_api):
+    """kubelet's storage.alpha.kubernetes.io/migrated-plugins lives in a
+    CSINode's annotations: kept on create and PUT, a null value decoded as
+    "", another type refused (map[string]string), and an empty map not
+    returned (omitempty), so that "no key" and "" stay different."""
+    c = Client(fake_api)
+    path = "/apis/storage.k8s.io/v1/csinodes"
+    key = "storage.alpha.kubernetes.io/migrated-plugins"
+    r = c.request("POST", path, {
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": "n1", "annotations": {key: "kubernetes.io/aws-ebs"}},
+        "spec": {"drivers": []}})
+    assert r.status == 201
+    assert r.json["metadata"]["annotations"] == {key: "kubernetes.io/aws-ebs"}
+    got = c.get(path + "/n1").json
+    assert got["metadata"]["annotations"] == {key: "kubernetes.io/aws-ebs"}
+
+    got["metadata"]["annotations"] = {key: "kubernetes.io/aws-ebs,kubernetes.io/gce-pd", "other": None}
+    r = c.request("PUT", path + "/n1", got)
+    assert r.status == 200
+    assert r.json["metadata"]["annotations"] == {
+        key: "kubernetes.io/aws-ebs,kubernetes.io/gce-pd", "other": ""}
+
+    got = r.json
+    got["metadata"]["annotations"] = {}
+    r = c.request("PUT", path + "/n1", got)
+    assert r.status == 200 and "annotations" not in r.json["metadata"]
+    assert "annotations" not in c.get(path + "/n1").json["metadata"]
+
+    got = r.json
+    got["metadata"]["annotations"] = {key: 1}
+    r = c.request("PUT", path + "/n1", got)
+    assert r.status == 400
+    assert "cannot unmarshal number into Go struct field ObjectMeta.metadata.annotations of type string" \
+        in r.json["message"]

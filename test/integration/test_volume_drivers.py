@@ -257,3 +257,67 @@ def test_annotations_and_labels_removed_by_someone_are_restored(volume_env, mock
     wait_for(env, lambda: labels(env.api).get("topology.reg.example.com/zone") == "zone-a",
              "topology label restored again")
     assert len(node_patches()) == before + 1
+
+
+MIGRATED = "storage.alpha.kubernetes.io/migrated-plugins"
+
+
+def csinode_annotations(api):
+    try:
+        c = api.get("csinodes", None, NODE)
+    except Exception:
+        return None
+    return (c or {}).get("metadata", {}).get("annotations") or {}
+
+
+def test_migrated_plugins_annotation_follows_the_registered_drivers(fake_api, mock_csi_factory, start_agent,
+                                                                     tmp_path):
+    """kubelet's CSINode annotation (nodeinfomanager setMigrationAnnotation):
+    the in-tree plugins migrated to the drivers of this node, sorted and
+    comma-joined; it follows a driver that goes."""
+    ebs = mock_csi_factory(name="ebs.csi.aws.com", tmpfs=True, node_id="ebs-node")
+    pd = mock_csi_factory(name="pd.csi.storage.gke.io", tmpfs=True, registration_dir=True, node_id="pd-node")
+    env = VolumeEnv(fake_api, ebs, start_agent, tmp_path)
+    path = write_config(tmp_path / "kvolumed.conf", env.root, fake_api.kubeconfig_path,
+                        f'[driver "ebs.csi.aws.com"]\nendpoint = {ebs.endpoint}\n',
+                        csi=f"registration-dir = {pd.registration_dir}\n")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:  # write_config's empty registration-dir comes first
+        f.write(text.replace("registration-dir =\n", "", 1))
+    env.agent = env.start_agent(path)
+
+    wait_recorded(env, "ebs.csi.aws.com", "ebs-node")
+    wait_recorded(env, "pd.csi.storage.gke.io", "pd-node")
+    wait_for(env, lambda: csinode_annotations(env.api).get(MIGRATED) == "kubernetes.io/aws-ebs,kubernetes.io/gce-pd",
+             f"{MIGRATED} for both drivers (got {csinode_annotations(env.api)})")
+
+    pd.control.stop_registration()  # deregistered: gce-pd is no longer migrated here
+    wait_until(lambda: csinode_entry(env.api, "pd.csi.storage.gke.io") is None, what="CSINode entry removed")
+    wait_for(env, lambda: csinode_annotations(env.api).get(MIGRATED) == "kubernetes.io/aws-ebs",
+             f"{MIGRATED} without gce-pd (got {csinode_annotations(env.api)})")
+
+
+def test_migrated_plugins_annotation_absent_without_a_migrated_driver(fake_api, mock_csi_factory, start_agent,
+                                                                       tmp_path):
+    """Only a driver no in-tree plugin migrates to: no key at all, never ""."""
+    env = static_env(fake_api, mock_csi_factory, start_agent, tmp_path, node_id="n-7")
+    env.start()
+    wait_recorded(env, DRIVER, "n-7")
+    assert MIGRATED not in csinode_annotations(env.api)
+
+
+def test_migrated_plugins_empty_annotation_written_before_is_removed(fake_api, mock_csi_factory, start_agent,
+                                                                      tmp_path):
+    """A CSINode that already has the key as "" (what kvolumed wrote before):
+    the next write of the driver's entry removes it."""
+    env = static_env(fake_api, mock_csi_factory, start_agent, tmp_path, node_id="n-8")
+    node = env.node()
+    fake_api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                     "metadata": {"name": NODE, "annotations": {MIGRATED: "", "keep.example.com/x": "y"},
+                                  "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                                       "uid": node["metadata"]["uid"]}]},
+                     "spec": {"drivers": []}})
+    env.start()
+    wait_recorded(env, DRIVER, "n-8")
+    assert csinode_annotations(env.api) == {"keep.example.com/x": "y"}

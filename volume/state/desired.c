@@ -120,6 +120,7 @@ DesiredPod *desired_pod_free(DesiredPod *p) {
                 free(p->volumes[i].waiting);
                 free(p->volumes[i].failed);
                 free(p->volumes[i].kept);
+                free(p->volumes[i].gid);
         }
         free(p->volumes);
         for (size_t i = 0; i < p->n_runner_volumes; i++) {
@@ -467,6 +468,10 @@ static int build_persistent(const K8sPod *pod, const K8sPodVolume *v, bool block
         r = pv_bound_to_claim(pod, claim, pvc, pv, dv);
         if (r != 0)
                 return r < 0 ? r : 0;
+        /* Its group goes to the pod's supplemental groups once mounted
+         * (kubelet's GetExtraSupplementalGroupsForPod, volume/podview.c). */
+        if (pv->gid_annotation && !(dv->gid = strdup(pv->gid_annotation)))
+                return -ENOMEM;
         /* A PV no kind claims (volume/kinds/kinds.c): in-tree nfs, EBS, ... */
         kind = volume_kind_of_pv(pv);
         if (!kind || !kind->desire_pv) {
@@ -638,6 +643,7 @@ int desired_pod_build(const K8sPod *pod, const ClusterView *view, DesiredPod **r
                         volume_spec_free(dv->spec);
                         free(dv->waiting);
                         free(dv->failed);
+                        free(dv->gid);
                         p->n_volumes--;
                 }
         }

@@ -68,6 +68,9 @@ typedef struct DesiredVolume {
          * before (its configMap or secret deleted: kubelet keeps the last
          * content); said once, while it lasts.  NULL: nothing kept. */
         char *kept;
+        /* The PV's pv.beta.kubernetes.io/gid annotation as written
+         * (kubelet's volumeGidValue); NULL: none or not a PV. */
+        char *gid;
 } DesiredVolume;
 
 /* A volume some container uses whose source kvolumed does not set up and

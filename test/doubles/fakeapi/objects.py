@@ -48,6 +48,39 @@ def check_identity(resource, body):
         raise errors.bad_request("metadata must be a JSON object")
 
 
+def _string_maps(m):
+    """metadata.labels and metadata.annotations as the API server decodes
+    and encodes a map[string]string with omitempty: a null value is "", a
+    value of another type is refused, and an empty map is not returned."""
+    for key in ("labels", "annotations"):
+        if key not in m:
+            continue
+        value = m[key]
+        if value is None:
+            del m[key]
+            continue
+        if not isinstance(value, dict):
+            raise errors.bad_request(
+                f"json: cannot unmarshal {_json_type(value)} into Go struct "
+                f"field ObjectMeta.metadata.{key} of type map[string]string")
+        for k, v in list(value.items()):
+            if v is None:
+                value[k] = ""
+            elif not isinstance(v, str):
+                raise errors.bad_request(
+                    f"json: cannot unmarshal {_json_type(v)} into Go struct "
+                    f"field ObjectMeta.metadata.{key} of type string")
+        if not value:
+            del m[key]
+
+
+def _json_type(v):
+    return ("bool" if isinstance(v, bool) else
+            "number" if isinstance(v, (int, float)) else
+            "string" if isinstance(v, str) else
+            "array" if isinstance(v, list) else "object")
+
+
 def _check_namespace(resource, body, namespace):
     m = meta(body)
     if not resource.namespaced:
@@ -152,6 +185,7 @@ def prepare_create(resource, namespace, body, uid=None):
         m["name"] = m["generateName"] + "".join(
             random.choice(_GENERATE_ALPHABET) for _ in range(5))
     _check_name(resource, m["name"], obj)
+    _string_maps(m)
     if resource.plural in _VALIDATORS:
         _VALIDATORS[resource.plural](resource, obj)
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
@@ -184,6 +218,7 @@ def prepare_update(resource, old, body, scope, url_name):
             m.pop(key, None)
     m.pop("selfLink", None)
     m.pop("managedFields", None)
+    _string_maps(m)
     if resource.has_status and scope == "status":
         # The status endpoint writes status and metadata only.
         new = {k: m if k == "metadata" else copy.deepcopy(v)

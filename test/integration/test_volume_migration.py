@@ -197,6 +197,7 @@ class MigrationNode:
         self.teardown_calls = {}    # kind key -> calls after the pods went
         self.in_use = []            # volumesInUse while the pods ran
         self.metrics = ""
+        self.described = {}         # handle -> its /volumes entry while the pods ran
         self.mounted = {}           # path -> mounted while the pods ran
         self.vol_data = {}          # path of a vol_data.json -> its content
         self.left = {}              # what remained after teardown
@@ -335,6 +336,8 @@ class MigrationNode:
         self.in_use = (self.api.get("nodes", None, NODE).get("status") or {}).get("volumesInUse", [])
         wait_until(self.records_done, timeout=30, what="every record done")
         self.metrics = self.scrape()
+        with urllib.request.urlopen(f"http://{self.metrics_address()}/volumes", timeout=10) as r:
+            self.described = {v["handle"]: v for v in json.loads(r.read())["volumes"]}
         for d, _, files in os.walk(self.root):
             if "vol_data.json" in files:
                 with open(os.path.join(d, "vol_data.json")) as f:
@@ -345,10 +348,14 @@ class MigrationNode:
         self.agent.stop()
         self.start_agent()
         self.wait_mounted()
-        # Two more full passes for anything it would redo.
+        # One more pass over every pod (a label changed) for anything it would redo.
         self.agent.wait_for_log("Ready: volumes on disk reconstructed", timeout=30)
         passes = self.reconcile_passes()
-        wait_until(lambda: self.reconcile_passes() >= passes + 2, timeout=30, what="two more passes")
+        for k in KINDS:
+            obj = self.api.get("pods", "default", f"pod-{k.key.lower()}")
+            obj["metadata"].setdefault("labels", {})["touched"] = "yes"
+            self.api.update(obj)
+        wait_until(lambda: self.reconcile_passes() > passes, timeout=30, what="a pass after the pods changed")
         self.restart_calls = {k.key: self.node_calls(k)[len(self.calls[k.key]):] for k in KINDS}
 
         # Teardown: every pod goes; the controller detaches afterwards.
@@ -457,8 +464,12 @@ def test_inline_volume_is_staged_and_published_as_kubelet_does(node, k):
     assert publish.get("volume_context", {}) == k.inline_context
     assert not publish.get("readonly")
     assert node.mounted[target]
-    assert node.vol_data[os.path.dirname(target)]["volumeLifecycleMode"] == "Persistent"
-    assert node.vol_data[os.path.dirname(target)]["volumeHandle"] == k.inline_handle
+    # specVolID is kubelet's spec.Name(), the translated PV's name unescaped.
+    assert node.vol_data[os.path.dirname(target)] == {
+        "attachmentID": attachment_name(k.inline_handle, k.driver, NODE), "driverName": k.driver,
+        "nodeName": NODE, "specVolID": k.inline_pv, "volumeHandle": k.inline_handle,
+        "volumeLifecycleMode": "Persistent"}
+    assert node.vol_data[os.path.dirname(staging)] == {"driverName": k.driver, "volumeHandle": k.inline_handle}
 
 
 @pytest.mark.parametrize("k", [k for k in KINDS if k.stage_secret], ids=[k.key for k in KINDS if k.stage_secret])
@@ -486,6 +497,13 @@ def test_attach_wait_used_the_migrated_attachment(node, k):
     for handle in (k.handle, k.inline_handle):
         name = attachment_name(handle, k.driver, NODE)
         assert any(p.endswith("/" + name) for p in gets) == k.attach, (name, gets)
+
+
+@pytest.mark.parametrize("k", KINDS, ids=IDS)
+def test_volumes_document_names_the_in_tree_plugin(node, k):
+    for handle in (k.handle, k.inline_handle):
+        v = node.described[handle]
+        assert (v["kind"], v["driver"], v["migrated_from"]) == ("csi", k.driver, k.plugin), v
 
 
 @pytest.mark.parametrize("k", KINDS, ids=IDS)

@@ -115,6 +115,25 @@ static int pv_spec(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistent
         return 0;
 }
 
+void *csi_source_copy(const void *source) {
+        const CsiSource *from = source;
+        CsiSource *s = calloc(1, sizeof *s);
+
+        if (s && strdup_or_null(from->spec_vol_id, &s->spec_vol_id) < 0) {
+                free(s);
+                return NULL;
+        }
+        return s;
+}
+
+void csi_source_free(void *source) {
+        CsiSource *s = source;
+
+        if (s)
+                free(s->spec_vol_id);
+        free(s);
+}
+
 /* kubelet's words when the translation refuses the source
  * (csimigration.TranslateInTreeSpecToCSI): final, until the object changes. */
 static int translation_failed(DesiredVolume *dv, int r, const char *error) {
@@ -151,7 +170,17 @@ static int desire_inline_migrated(const K8sPod *pod, const K8sPodVolume *v, bool
         for (char *c = name; *c; c++)
                 if (*c == '/')
                         *c = '~';
-        return pv_spec(pod, v, pv, false, false, name, k8s_csi_migration_plugin_of_pod_volume(v), dv);
+        r = pv_spec(pod, v, pv, false, false, name, k8s_csi_migration_plugin_of_pod_volume(v), dv);
+        if (r < 0 || !dv->spec || streq(name, pv->meta.name))
+                return r;
+        /* vol_data.json says the name itself, as kubelet writes spec.Name(). */
+        CsiSource *src = calloc(1, sizeof *src);
+        if (!src || !(src->spec_vol_id = strdup(pv->meta.name))) {
+                free(src);
+                return -ENOMEM;
+        }
+        dv->spec->source = src;
+        return 0;
 }
 
 /* The claim is bound to pv (claimRef) and its volumeMode fits (desired.c).

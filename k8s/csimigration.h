@@ -19,10 +19,12 @@
  *
  * Which are migrated: kubelet decides by feature gate
  * (pkg/volume/csimigration IsMigrationEnabledForPlugin).  The first six are
- * on in every release kvolumed follows (GA or on by default from 1.25/1.26
- * on); portworx is behind CSIMigrationPortworx, off by default in 1.25: it
- * is treated as off here (its translation exists, for a later gate, but no
- * volume is migrated to it and the CSINode annotation does not list it). */
+ * on: in the 1.25 tree EBS, GCE PD, Azure disk/file and cinder are on by
+ * default or GA, vSphere's gate still off by default (it is GA from 1.26,
+ * and kubelet-facts.md follows later releases).  Portworx is behind
+ * CSIMigrationPortworx, off by default in 1.25: treated as off here (its
+ * translation exists, for when it is on, but no volume is migrated to it
+ * and the CSINode annotation does not list it). */
 
 #include <stdbool.h>
 
@@ -41,18 +43,22 @@
 int k8s_csi_translate_pv(const K8sPersistentVolume *pv, K8sPersistentVolume **ret, char **ret_error);
 
 /* The PV the lib makes of an inline volume (TranslateInTreeInlineVolumeToCSI
- * then VolumeMode Filesystem).  Its meta.name is the lib's, which kubelet
- * uses as the spec name of the volume (csi_plugin GetVolumeName/ specName:
- * the pod's volume dir is still pods/<uid>/volumes/kubernetes.io~csi/<the
- * pod volume's name>, the staging dir is plugins/kubernetes.io/csi/
- * <driver>/<sha256(volume_handle)>/globalmount):
+ * then VolumeMode Filesystem).  Its meta.name is the lib's, and kubelet's
+ * spec name of the migrated volume (volume.Spec.Name() of the translated
+ * spec is the PV's name): the pod's publish dir is
+ * pods/<uid>/volumes/kubernetes.io~csi/<EscapeQualifiedName(name): "/" → "~">/mount,
+ * and the unique volume name kubernetes.io/csi/<driver>^<handle>; the
+ * staging dir, as for any CSI PV, is plugins/kubernetes.io/csi/<driver>/
+ * <sha256(handle)>/globalmount.  Names:
  *   EBS "ebs.csi.aws.com-<vol-id>", GCE PD "pd.csi.storage.gke.io-<pdName>",
  *   cinder "cinder.csi.openstack.org-<id>", vSphere
  *   "csi.vsphere.vmware.com-<volumePath>", portworx "pxd.portworx.com-<id>",
  *   Azure disk "<diskURI>", Azure file "#<account>#<share>#<volume name>#<ns>"
  *   (also its handle).
  * No uid, no claimRef.  pod_namespace: Azure file's secret namespace
- * ("default" when NULL or "").  Same returns as k8s_csi_translate_pv(). */
+ * ("default" when NULL or "").  Same returns as k8s_csi_translate_pv();
+ * kubelet words a failure "failed to translate in-tree pv to CSI: <error>"
+ * (csimigration.TranslateInTreeSpecToCSI), for PVs and inline volumes. */
 int k8s_csi_translate_inline(const K8sPodVolume *v, const char *pod_namespace, K8sPersistentVolume **ret,
                              char **ret_error);
 

@@ -21,7 +21,7 @@ static int unhex(char c) {
 /* The path of an "aws://" URL as Go's url.Parse gives it (the authority cut
  * off, query and fragment too, %XX decoded); NULL *ret_problem on success,
  * else the url.Parse error's text. */
-static int url_path(const char *id, char **ret, const char **ret_problem) {
+static int url_path(const char *id, char **ret, char **ret_problem) {
         const char *rest = id + strlen("aws://"), *end;
         _cleanup_free_ char *path = NULL;
         size_t n = 0;
@@ -29,8 +29,8 @@ static int url_path(const char *id, char **ret, const char **ret_problem) {
         *ret_problem = NULL;
         for (const char *c = id; *c; c++)
                 if ((unsigned char) *c < 0x20 || *c == 0x7f) {
-                        *ret_problem = "net/url: invalid control character in URL";
-                        return 0;
+                        *ret_problem = strdup("net/url: invalid control character in URL");
+                        return *ret_problem ? 0 : -ENOMEM;
                 }
         rest += strcspn(rest, "/?#"); /* the host: "<zone>" or "" */
         end = rest + strcspn(rest, "?#");
@@ -41,7 +41,12 @@ static int url_path(const char *id, char **ret, const char **ret_problem) {
                 if (*c == '%') {
                         int hi = c + 1 < end ? unhex(c[1]) : -1, lo = c + 2 < end ? unhex(c[2]) : -1;
                         if (hi < 0 || lo < 0) {
-                                *ret_problem = "invalid URL escape";
+                                /* url.EscapeError: up to 3 characters from the % */
+                                if (asprintf(ret_problem, "invalid URL escape \"%.*s\"",
+                                             (int) MIN((size_t) (end - c), (size_t) 3), c) < 0) {
+                                        *ret_problem = NULL;
+                                        return -ENOMEM;
+                                }
                                 return 0;
                         }
                         path[n++] = (char) (hi << 4 | lo);
@@ -57,8 +62,8 @@ static int url_path(const char *id, char **ret, const char **ret_problem) {
 /* KubernetesVolumeIDToEBSVolumeID: "aws://<zone>/vol-x", "aws:///vol-x" or
  * a bare "vol-x" (taken as it is) → "vol-x". */
 static int ebs_volume_id(const char *kubernetes_id, char **ret, char **ret_error) {
-        _cleanup_free_ char *path = NULL;
-        const char *problem, *b, *e;
+        _cleanup_free_ char *path = NULL, *problem = NULL;
+        const char *b, *e;
         int r;
 
         if (strncmp(kubernetes_id, "aws://", 6) != 0)

@@ -15,6 +15,7 @@
 #include "k8s/csimigration.h"
 #include "k8s/csimigration/internal.h"
 #include "k8s/objects.h"
+#include "k8s/writers.h"
 
 /* A PV of the API: "labels" a JSON object or NULL, "spec" the spec's
  * members (source, nodeAffinity, ...). */
@@ -208,6 +209,14 @@ static void test_ebs_inline(void **state) {
                 assert_strv(c->access_modes, "ReadWriteOnce");
                 assert_attr(c, "partition", "0");
         }
+        /* url.Parse failures (aws_ebs.go "Invalid disk name (%s): %v") */
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *bad = pv_make(NULL, "\"awsElasticBlockStore\":{\"volumeID\":\"aws://z/vol-%zz\"}");
+        _cleanup_free_ char *be = translate_pv_error(bad);
+        assert_string_equal(be, "failed to translate Kubernetes ID to EBS Volume ID Invalid disk name (aws://z/vol-%zz): "
+                                "parse \"aws://z/vol-%zz\": invalid URL escape \"%zz\"");
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *esc = pv_make(NULL, "\"awsElasticBlockStore\":{\"volumeID\":\"aws://z/vol-%41b\"}");
+        _cleanup_(k8s_pv_freep) K8sPersistentVolume *escc = translate_pv_ok(esc);
+        assert_string_equal(escc->csi->volume_handle, "vol-Ab");
         /* "fails on empty volume source": not an in-tree source at all */
         _cleanup_(k8s_pod_freep) K8sPod *p = pod_make("{\"name\":\"volume\",\"emptyDir\":{}}");
         K8sPersistentVolume *c = NULL;
@@ -826,6 +835,43 @@ static void test_annotation(void **state) {
         assert_null(s);
 }
 
+static void test_csinode_update(void **state) {
+        /* nodeinfomanager.go setMigrationAnnotation, on a CSINode object */
+        static const struct {
+                const char *name, *annotations, *drivers, *expected; /* expected NULL: no key */
+                int changed;
+        } cases[] = {
+                { "created with two migrated drivers", NULL,
+                  "{\"name\":\"pd.csi.storage.gke.io\"},{\"name\":\"d.example.com\"},{\"name\":\"ebs.csi.aws.com\"}",
+                  "kubernetes.io/aws-ebs,kubernetes.io/gce-pd", 1 },
+                { "the same set in another order is no change",
+                  "{\"storage.alpha.kubernetes.io/migrated-plugins\":\"kubernetes.io/gce-pd,kubernetes.io/aws-ebs\"}",
+                  "{\"name\":\"ebs.csi.aws.com\"},{\"name\":\"pd.csi.storage.gke.io\"}",
+                  "kubernetes.io/gce-pd,kubernetes.io/aws-ebs", 0 },
+                { "a driver gone", "{\"storage.alpha.kubernetes.io/migrated-plugins\":\"kubernetes.io/aws-ebs,kubernetes.io/gce-pd\",\"x\":\"y\"}",
+                  "{\"name\":\"ebs.csi.aws.com\"}", "kubernetes.io/aws-ebs", 1 },
+                { "none left: the key goes", "{\"storage.alpha.kubernetes.io/migrated-plugins\":\"kubernetes.io/aws-ebs\"}",
+                  "{\"name\":\"d.example.com\"}", NULL, 1 },
+                { "an empty value goes too", "{\"storage.alpha.kubernetes.io/migrated-plugins\":\"\"}", "", NULL, 1 },
+                { "none and no key: no change", "{}", "{\"name\":\"d.example.com\"}", NULL, 0 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char text[1024];
+                print_message("# %s\n", cases[i].name);
+                snprintf(text, sizeof text, "{\"metadata\":{\"name\":\"n\"%s%s},\"spec\":{\"drivers\":[%s]}}",
+                         cases[i].annotations ? ",\"annotations\":" : "", cases[i].annotations ?: "", cases[i].drivers);
+                _cleanup_(cJSON_Deletep) cJSON *j = cJSON_Parse(text);
+                assert_non_null(j);
+                assert_int_equal(k8s_csinode_update_migrated_plugins(j), cases[i].changed);
+                const cJSON *ann = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "metadata"), "annotations");
+                const cJSON *v = cJSON_GetObjectItem(ann, K8S_MIGRATED_PLUGINS_ANNOTATION);
+                if (!cases[i].expected)
+                        assert_null(v);
+                else
+                        assert_string_equal(cJSON_GetStringValue(v), cases[i].expected);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_ebs_handles),
@@ -847,6 +893,7 @@ int main(void) {
                 cmocka_unit_test(test_add_topology),
                 cmocka_unit_test(test_plugin_names),
                 cmocka_unit_test(test_annotation),
+                cmocka_unit_test(test_csinode_update),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -745,3 +745,38 @@ def test_a_migrated_volume_kubelet_mounted_is_adopted_without_a_call(fake_api, m
         sorted(target_path(root, uid, s) for _, s in attached.values())
     assert sorted(c["request"]["volume_id"] for c in done if c["method"] == "NodeUnstageVolume") == sorted(attached)
     assert not drv.violations()
+
+
+# --- the doubles --------------------------------------------------------------------
+
+def test_fake_api_validates_volume_attachments_as_the_api_server(fake_api):
+    """ValidateVolumeAttachment: exactly one source; an inline spec needs a
+    CSI source and access modes, and may have no capacity or claimRef.  And
+    the attach double attaches a migrated volume only on a node whose
+    CSINode lists its plugin as migrated."""
+    from doubles.fakeapi.attacher import NotMigratedOnNode
+    from doubles.fakeapi.errors import ApiError
+
+    def va(name, source):
+        return {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": name},
+                "spec": {"attacher": "ebs.csi.aws.com", "nodeName": NODE, "source": source}}
+    spec = inline_spec(KINDS[0])
+    refused = {
+        "none": ({}, "spec.source: Required value: must specify exactly one of inlineVolumeSpec and "
+                     "persistentVolumeName"),
+        "both": ({"persistentVolumeName": "pv", "inlineVolumeSpec": spec},
+                 "spec.source: Forbidden: must specify exactly one of inlineVolumeSpec and persistentVolumeName"),
+        "no-csi": ({"inlineVolumeSpec": {"accessModes": ["ReadWriteOnce"]}},
+                   "spec.source.inlineVolumeSpec.csi: Required value"),
+        "capacity": ({"inlineVolumeSpec": {**spec, "capacity": {"storage": "1Gi"}}},
+                     "spec.source.inlineVolumeSpec.capacity: Forbidden"),
+    }
+    for name, (source, message) in refused.items():
+        with pytest.raises(ApiError) as e:
+            fake_api.create(va(name, source))
+        assert e.value.code == 422 and message in e.value.message, (name, e.value.message)
+    assert fake_api.create(va("ok", {"inlineVolumeSpec": spec}))["spec"]["source"]["inlineVolumeSpec"] == spec
+    fake_api.create(make_node())
+    with pytest.raises(NotMigratedOnNode):
+        attach_volume(fake_api, NODE, "ebs.csi.aws.com", "vol-1", pv_name="pv", migrated_from="kubernetes.io/aws-ebs")
+    assert not [v for v in fake_api.list("volumeattachments")[0] if v["metadata"]["name"] != "ok"]

@@ -296,22 +296,23 @@ Metrics *metrics_free(Metrics *m) {
         return NULL;
 }
 
-int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code,
+int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code, bool migrated,
                         double seconds) {
         if (!m)
                 return 0;
         return histogram_vec_observe(&m->csi_operations,
-                                     (const char *const[]){ driver, method, code, "false" }, seconds);
+                                     (const char *const[]){ driver, method, code, migrated ? "true" : "false" },
+                                     seconds);
 }
 
-int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success,
+int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success, bool migrated,
                             double seconds) {
         if (!m)
                 return 0;
-        return histogram_vec_observe(
-                &m->storage_operations,
-                (const char *const[]){ plugin, operation, success ? "success" : "fail-unknown", "false" },
-                seconds);
+        return histogram_vec_observe(&m->storage_operations,
+                                     (const char *const[]){ plugin, operation, success ? "success" : "fail-unknown",
+                                                            migrated ? "true" : "false" },
+                                     seconds);
 }
 
 void metrics_observe_reconcile(Metrics *m, double seconds) {
@@ -364,14 +365,14 @@ void metrics_enable_process(Metrics *m) {
 
 void metrics_csi_hook(const CsiCallMetrics *call, void *userdata) {
         int r = metrics_observe_csi(userdata, call->driver, call->method, csi_code_name(call->code),
-                                    (double) call->duration_usec / USEC_PER_SEC);
+                                    call->migrated, (double) call->duration_usec / USEC_PER_SEC);
         if (r < 0)
                 log_debug_errno(r, "Dropped a csi_operations_seconds observation: %m");
 }
 
-void metrics_volume_hook(const char *plugin, const char *operation, bool success, uint64_t duration_usec,
-                         void *userdata) {
-        int r = metrics_observe_storage(userdata, plugin, operation, success,
+void metrics_volume_hook(const char *plugin, const char *operation, bool success, bool migrated,
+                         uint64_t duration_usec, void *userdata) {
+        int r = metrics_observe_storage(userdata, plugin, operation, success, migrated,
                                         (double) duration_usec / USEC_PER_SEC);
         if (r < 0)
                 log_debug_errno(r, "Dropped a storage_operation_duration_seconds observation: %m");

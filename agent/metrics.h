@@ -37,15 +37,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Metrics *, metrics_free);
  * non-finite or negative duration is ignored (-EINVAL): it can only come
  * from a broken clock and would poison _sum. */
 
-/* csi_operations_seconds{driver_name,method_name,grpc_status_code,migrated="false"};
+/* csi_operations_seconds{driver_name,method_name,grpc_status_code,migrated};
  * method is the full gRPC method ("/csi.v1.Node/NodeStageVolume"), code the
- * name from csi_code_name(). */
-int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code,
+ * name from csi_code_name(), migrated "true" for a call made for an in-tree
+ * volume CSI migration serves (kubelet: its MountDevice and SetUp). */
+int metrics_observe_csi(Metrics *m, const char *driver, const char *method, const char *code, bool migrated,
                         double seconds);
 
-/* storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated="false"},
- * status "success" or "fail-unknown" as kubelet's. */
-int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success,
+/* storage_operation_duration_seconds{volume_plugin,operation_name,status,migrated},
+ * status "success" or "fail-unknown" as kubelet's, migrated "true" for an
+ * operation of a volume CSI migration serves (kubelet's Spec.Migrated). */
+int metrics_observe_storage(Metrics *m, const char *plugin, const char *operation, bool success, bool migrated,
                             double seconds);
 
 /* kvolumed_reconcile_seconds: the wall time of one reconciler pass of the
@@ -57,8 +59,8 @@ void metrics_observe_reconcile(Metrics *m, double seconds);
 /* Adapters with the signatures of csi_client_set_metrics_hook() and
  * volume_manager_set_metrics_hook(); userdata is the Metrics. */
 void metrics_csi_hook(const CsiCallMetrics *call, void *userdata);
-void metrics_volume_hook(const char *plugin, const char *operation, bool success, uint64_t duration_usec,
-                         void *userdata);
+void metrics_volume_hook(const char *plugin, const char *operation, bool success, bool migrated,
+                         uint64_t duration_usec, void *userdata);
 
 /* client-go's rest_client_requests_total{code,method,host} (code "<error>"
  * for status 0: no HTTP answer) and, unless watch,

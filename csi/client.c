@@ -40,6 +40,7 @@ struct CsiCall {
         bool quiet;                /* failures at debug level: csi_call_set_quiet() */
         uint64_t timeout_usec;
         uint64_t start_usec;
+        bool migrated; /* csi_call_mark_migrated() */
         CsiCallback cb;
         void *userdata;
         CsiCall *prev, *next;
@@ -338,6 +339,7 @@ static void call_report(CsiCall *call, const CsiStatus *st) {
                 c->metrics_hook(&(CsiCallMetrics){ .driver = call->driver,
                                                    .method = call->method->path,
                                                    .code = st->code,
+                                                   .migrated = call->migrated,
                                                    .duration_usec = st->duration_usec },
                                 c->metrics_userdata);
 }
@@ -1066,6 +1068,11 @@ void csi_client_foreach_driver_calls(CsiClient *c, csi_driver_calls_t cb, void *
 
 bool csi_client_reuses_connections(CsiClient *c) {
         return grpc_transport_reuses_connections(c->transport);
+}
+
+void csi_call_mark_migrated(CsiCall *call) {
+        if (call)
+                call->migrated = true;
 }
 
 void csi_client_set_metrics_hook(CsiClient *c, csi_metrics_hook_t hook, void *userdata) {

@@ -347,6 +347,7 @@ typedef struct CsiCallMetrics {
         const char *driver;
         const char *method; /* "/csi.v1.Node/NodeStageVolume" */
         CsiCode code;       /* label value: csi_code_name(code) */
+        bool migrated;      /* label value "true": see csi_call_mark_migrated() */
         uint64_t duration_usec;
 } CsiCallMetrics;
 
@@ -360,6 +361,11 @@ void csi_client_foreach_driver_calls(CsiClient *c, csi_driver_calls_t cb, void *
  * csi_operations_seconds.  NULL turns it off. */
 typedef void (*csi_metrics_hook_t)(const CsiCallMetrics *m, void *userdata);
 void csi_client_set_metrics_hook(CsiClient *c, csi_metrics_hook_t hook, void *userdata);
+/* The call (started, not answered yet) is made for a volume CSI migration
+ * serves (an in-tree volume translated to the driver's): its sample is
+ * labelled migrated="true", as kubelet labels the calls of a migrated
+ * volume's MountDevice and SetUp.  NULL: nothing. */
+void csi_call_mark_migrated(CsiCall *call);
 
 /* ---- driver registry and plugin registration ------------------------------ */
 

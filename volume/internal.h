@@ -105,6 +105,10 @@ typedef struct ActualVolume {
         char *driver;
         char *handle;
         char *spec_name;
+        /* VolumeSpec.migrated_from of the spec it was last set up with in
+         * this process (NULL after a restart, as kubelet's reconstructed
+         * spec is not Migrated): the migrated label of its teardown's metrics. */
+        const char *migrated_from;
         StageState stage;
         bool staged_mount;      /* the staging path was a mount point after NodeStageVolume */
         bool stage_stale;       /* staging dirs found from a previous boot: nothing mounted */

@@ -91,8 +91,9 @@ typedef struct VolumeManagerStats {
 
 /* For storage_operation_duration_seconds: plugin "kubernetes.io/csi:<driver>",
  * operation "volume_mount", "volume_unmount", "mount_device", "unmount_device",
- * and for raw block volumes "map_volume", "unmap_volume", "unmap_device". */
-typedef void (*volume_metrics_hook_t)(const char *plugin, const char *operation, bool success,
+ * and for raw block volumes "map_volume", "unmap_volume", "unmap_device";
+ * migrated: an in-tree volume CSI migration serves (kubelet's Spec.Migrated). */
+typedef void (*volume_metrics_hook_t)(const char *plugin, const char *operation, bool success, bool migrated,
                                       uint64_t duration_usec, void *userdata);
 
 typedef void (*volume_manager_stopped_t)(VolumeManager *m, void *userdata);

@@ -82,10 +82,10 @@ static void test_small_registry_exact(void **state) {
         _cleanup_free_ char *text = NULL;
 
         assert_int_equal(metrics_new(&m), 0);
-        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 0.3), 0);
-        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 0.1), 0);
-        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", 700), 0);
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:d", "volume_mount", false, 12), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", false, 0.3), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", false, 0.1), 0);
+        assert_int_equal(metrics_observe_csi(m, "d", "/csi.v1.Node/NodePublishVolume", "OK", false, 700), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:d", "volume_mount", false, false, 12), 0);
         metrics_observe_reconcile(m, 0.002);
         metrics_observe_reconcile(m, 3);
         text = render(m);
@@ -186,7 +186,7 @@ static void test_label_escaping(void **state) {
         _cleanup_free_ char *text = NULL, *count = NULL;
 
         assert_int_equal(metrics_new(&m), 0);
-        assert_int_equal(metrics_observe_csi(m, "a\"b\\c\nd", "/m", "Unknown", 1), 0);
+        assert_int_equal(metrics_observe_csi(m, "a\"b\\c\nd", "/m", "Unknown", false, 1), 0);
         text = render(m);
         count = grep(text, "csi_operations_seconds_count");
         assert_string_equal(count, "csi_operations_seconds_count{driver_name=\"a\\\"b\\\\c\\nd\",method_name=\"/m\","
@@ -201,11 +201,11 @@ static void test_series_order(void **state) {
 
         assert_int_equal(metrics_new(&m), 0);
         /* Observed in an order unrelated to the output's. */
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_unmount", true, 1), 0);
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", false, 1), 0);
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_mount", true, 1), 0);
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, 1), 0);
-        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, 2), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_unmount", true, false, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", false, false, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:b", "volume_mount", true, false, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, false, 1), 0);
+        assert_int_equal(metrics_observe_storage(m, "kubernetes.io/csi:a", "volume_mount", true, false, 2), 0);
         text = render(m);
         counts = grep(text, "storage_operation_duration_seconds_count");
         assert_string_equal(
@@ -276,7 +276,7 @@ static void test_hooks(void **state) {
                                             .code = CSI_CODE_DEADLINE_EXCEEDED,
                                             .duration_usec = 1500000 },
                          m);
-        metrics_volume_hook("kubernetes.io/csi:d", "mount_device", true, 250000, m);
+        metrics_volume_hook("kubernetes.io/csi:d", "mount_device", true, false, 250000, m);
         text = render(m);
         csi = grep(text, "csi_operations_seconds_sum");
         assert_string_equal(csi, "csi_operations_seconds_sum{driver_name=\"d\",method_name=\"/csi.v1.Node/"
@@ -288,19 +288,42 @@ static void test_hooks(void **state) {
                                      "le=\"0.25\"} 1\n");
 }
 
+/* A volume CSI migration serves: both families say migrated="true". */
+static void test_hooks_migrated(void **state) {
+        _cleanup_(metrics_freep) Metrics *m = NULL;
+        _cleanup_free_ char *text = NULL, *csi = NULL, *storage = NULL;
+
+        assert_int_equal(metrics_new(&m), 0);
+        metrics_csi_hook(&(CsiCallMetrics){ .driver = "ebs.csi.aws.com",
+                                            .method = "/csi.v1.Node/NodePublishVolume",
+                                            .code = CSI_CODE_OK,
+                                            .migrated = true,
+                                            .duration_usec = 500000 },
+                         m);
+        metrics_volume_hook("kubernetes.io/csi:ebs.csi.aws.com", "volume_mount", true, true, 500000, m);
+        text = render(m);
+        csi = grep(text, "csi_operations_seconds_count");
+        assert_string_equal(csi, "csi_operations_seconds_count{driver_name=\"ebs.csi.aws.com\",method_name=\"/csi.v1."
+                                 "Node/NodePublishVolume\",grpc_status_code=\"OK\",migrated=\"true\"} 1\n");
+        storage = grep(text, "storage_operation_duration_seconds_count");
+        assert_string_equal(storage, "storage_operation_duration_seconds_count{volume_plugin=\"kubernetes.io/csi:"
+                                     "ebs.csi.aws.com\",operation_name=\"volume_mount\",status=\"success\","
+                                     "migrated=\"true\"} 1\n");
+}
+
 static void test_invalid_observations(void **state) {
         _cleanup_(metrics_freep) Metrics *m = NULL;
         _cleanup_free_ char *text = NULL;
 
         /* No registry: metrics are off, nothing fails. */
-        assert_int_equal(metrics_observe_csi(NULL, "d", "/m", "OK", 1), 0);
-        assert_int_equal(metrics_observe_storage(NULL, "p", "o", true, 1), 0);
+        assert_int_equal(metrics_observe_csi(NULL, "d", "/m", "OK", false, 1), 0);
+        assert_int_equal(metrics_observe_storage(NULL, "p", "o", true, false, 1), 0);
         metrics_observe_reconcile(NULL, 1);
 
         assert_int_equal(metrics_new(&m), 0);
-        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", NAN), -EINVAL);
-        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", -1), -EINVAL);
-        assert_int_equal(metrics_observe_storage(m, "p", "o", true, INFINITY), -EINVAL);
+        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", false, NAN), -EINVAL);
+        assert_int_equal(metrics_observe_csi(m, "d", "/m", "OK", false, -1), -EINVAL);
+        assert_int_equal(metrics_observe_storage(m, "p", "o", true, false, INFINITY), -EINVAL);
         metrics_observe_reconcile(m, NAN);
         metrics_observe_reconcile(m, -0.5);
         text = render(m);
@@ -316,8 +339,8 @@ static void test_many_series(void **state) {
         /* Interleaved inserts exercise the sorted insertion. */
         for (int i = 0; i < 200; i++) {
                 snprintf(driver, sizeof driver, "d%03d", (i * 37) % 200);
-                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", 0.01), 0);
-                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", 0.01), 0);
+                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", false, 0.01), 0);
+                assert_int_equal(metrics_observe_csi(m, driver, "/m", "OK", false, 0.01), 0);
         }
         text = render(m);
         const char *prev = text;
@@ -459,6 +482,7 @@ int main(void) {
                 cmocka_unit_test(test_series_order),
                 cmocka_unit_test(test_volumes_gauge),
                 cmocka_unit_test(test_hooks),
+                cmocka_unit_test(test_hooks_migrated),
                 cmocka_unit_test(test_invalid_observations),
                 cmocka_unit_test(test_many_series),
                 cmocka_unit_test(test_scraped_families),

@@ -535,7 +535,10 @@ void operation_finish(Operation *op, bool success) {
                         snprintf(plugin, sizeof plugin, "%s:%s", av->kind->plugin_name, av->driver);
                 else
                         snprintf(plugin, sizeof plugin, "%s", av->kind->plugin_name);
+                /* migrated: kubelet's Spec.Migrated of the spec the operation
+                 * has (a teardown: the one the volume was set up with). */
                 m->metrics_hook(plugin, (av->block ? block_metric_names : metric_names)[op->kind], success,
+                                op->spec ? op->spec->migrated_from != NULL : av->migrated_from != NULL,
                                 duration, m->metrics_userdata);
         }
         manager_operation_done(m, op, success);

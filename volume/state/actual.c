@@ -7,8 +7,10 @@
 ActualVolume *actual_volume_new(const VolumeSpec *spec) {
         ActualVolume *av = actual_volume_new_empty(spec->kind, spec->lifecycle, spec->unique_name, spec->driver,
                                                    spec->handle, spec->spec_name);
-        if (av)
+        if (av) {
                 av->block = spec->block;
+                av->migrated_from = spec->migrated_from;
+        }
         return av;
 }
 

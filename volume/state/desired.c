@@ -94,6 +94,7 @@ VolumeSpec *volume_spec_copy(const VolumeSpec *from) {
         s->follows_objects = from->follows_objects;
         s->read_only = from->read_only;
         s->rwop = from->rwop;
+        s->migrated_from = from->migrated_from;
         if (strdup_or_null(from->selinux_label, &s->selinux_label) < 0 ||
             strdup_or_null(from->selinux_conflict, &s->selinux_conflict) < 0 ||
             strdup_or_null(from->selinux_change_policy, &s->selinux_change_policy) < 0)

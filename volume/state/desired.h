@@ -51,6 +51,11 @@ typedef struct VolumeSpec {
         char *selinux_conflict;
         char *selinux_change_policy; /* the pod's seLinuxChangePolicy; NULL: unset */
         bool rwop;                   /* PV accessModes is exactly [ReadWriteOncePod] */
+        /* The in-tree plugin ("kubernetes.io/aws-ebs", a static string of
+         * k8s/csimigration.h) whose volume CSI migration translated into
+         * this one, as kubelet's Spec.Migrated says: its metrics are labelled
+         * migrated="true", its messages name the plugin.  NULL: not migrated. */
+        const char *migrated_from;
 } VolumeSpec;
 
 typedef struct DesiredVolume {

@@ -123,6 +123,53 @@ def _trust_bundle_name(resource, name, obj):
     return name[len(prefix):]
 
 
+def _validate_volume_attachment(resource, obj):
+    """ValidateVolumeAttachment (+V1) of storage/validation (1.25): an
+    attacher, a node, and exactly one source; a migrated inline volume's
+    source is a PV spec as ValidatePersistentVolumeSpec takes one in the
+    context of inline volumes (a CSI source, access modes, no capacity, no
+    claimRef)."""
+    name = meta(obj).get("name", "")
+    spec = obj.get("spec") or {}
+    source = spec.get("source") or {}
+    causes = []
+    if not spec.get("attacher"):
+        causes.append(("spec.attacher", "FieldValueRequired", "Required value"))
+    if not spec.get("nodeName"):
+        causes.append(("spec.nodeName", "FieldValueRequired", "Required value"))
+    pv_name, inline = source.get("persistentVolumeName"), source.get("inlineVolumeSpec")
+    if pv_name is None and inline is None:
+        causes.append(("spec.source", "FieldValueRequired",
+                       "Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName"))
+    elif pv_name is not None and inline is not None:
+        causes.append(("spec.source", "FieldValueForbidden",
+                       "Forbidden: must specify exactly one of inlineVolumeSpec and persistentVolumeName"))
+    elif pv_name is not None and not pv_name:
+        causes.append(("spec.source.persistentVolumeName", "FieldValueRequired",
+                       "Required value: must specify non empty persistentVolumeName"))
+    elif inline is not None:
+        path = "spec.source.inlineVolumeSpec"
+        if inline.get("claimRef") is not None:
+            causes.append((path + ".claimRef", "FieldValueForbidden",
+                           "Forbidden: may not be specified in the context of inline volumes"))
+        if inline.get("capacity"):
+            causes.append((path + ".capacity", "FieldValueForbidden",
+                           "Forbidden: may not be specified in the context of inline volumes"))
+        csi = inline.get("csi")
+        if csi is None:
+            causes.append((path + ".csi", "FieldValueRequired",
+                           "Required value: has to be specified in the context of inline volumes"))
+        elif not csi.get("driver") or not csi.get("volumeHandle"):
+            causes.append((path + ".csi", "FieldValueRequired", "Required value: driver and volumeHandle"))
+        if not inline.get("accessModes"):
+            causes.append((path + ".accessModes", "FieldValueRequired", "Required value"))
+    if causes:
+        raise errors.invalid(resource, name, causes)
+
+
+_VALIDATORS = {"volumeattachments": _validate_volume_attachment}
+
+
 def prepare_create(resource, namespace, body, uid=None):
     check_identity(resource, body)
     obj = {"kind": resource.kind, "apiVersion": resource.api_version}
@@ -139,6 +186,8 @@ def prepare_create(resource, namespace, body, uid=None):
             random.choice(_GENERATE_ALPHABET) for _ in range(5))
     _check_name(resource, m["name"], obj)
     _string_maps(m)
+    if resource.plural in _VALIDATORS:
+        _VALIDATORS[resource.plural](resource, obj)
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
                 "managedFields", "resourceVersion"):
         m.pop(key, None)
@@ -180,6 +229,8 @@ def prepare_update(resource, old, body, scope, url_name):
         new.pop("status", None)
         if "status" in old:
             new["status"] = copy.deepcopy(old["status"])
+    if resource.plural in _VALIDATORS:
+        _VALIDATORS[resource.plural](resource, new)
     if _spec_of(new) != _spec_of(old):
         m["generation"] = old["metadata"].get("generation", 0) + 1
     return new

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "test/unit/volume/decode.h"
@@ -738,6 +739,93 @@ static void test_ephemeral_container_mounts_count(void **state) {
         k8s_pod_free(pod);
 }
 
+/* In-tree cloud volumes kubelet migrates are the CSI kind's: a claim's PV
+ * and an inline volume become the CSI PV the translation makes (handle,
+ * attributes), persistent, marked with their in-tree plugin; an inline one
+ * is named after the translated PV, escaped ("/" -> "~") as kubelet's
+ * getTargetPath, and is not read-only for the publish (kubelet's
+ * Spec.ReadOnly of an inline volume).  A source the translation refuses
+ * fails with kubelet's words; portworx (gate off) stays unsupported, and
+ * so does every in-tree source when no kind in the list claims it. */
+static void test_migrated_volumes(void **state) {
+        Fake f = {};
+        ClusterView view = { .get_pvc = get_pvc, .get_pv = get_pv, .userdata = &f, .lookup_error = lookup_error };
+        K8sPod *pod = pod_with(
+                "{\"name\":\"data\",\"persistentVolumeClaim\":{\"claimName\":\"claim\"}},"
+                "{\"name\":\"ebs\",\"awsElasticBlockStore\":{\"volumeID\":\"aws:///vol-0a\",\"readOnly\":true}},"
+                "{\"name\":\"disk\",\"azureDisk\":{\"diskName\":\"d\",\"diskURI\":\"/subscriptions/1/disks/d\","
+                "\"kind\":\"Managed\"}},"
+                "{\"name\":\"bad\",\"awsElasticBlockStore\":{\"volumeID\":\"aws://us-west-2a/02399794d890f9375\"}},"
+                "{\"name\":\"px\",\"portworxVolume\":{\"volumeID\":\"px-1\"}},"
+                "{\"name\":\"dev\",\"awsElasticBlockStore\":{\"volumeID\":\"vol-0b\"}}",
+                "{\"name\":\"data\",\"mountPath\":\"/d\"},{\"name\":\"ebs\",\"mountPath\":\"/e\"},"
+                "{\"name\":\"disk\",\"mountPath\":\"/k\"},{\"name\":\"bad\",\"mountPath\":\"/b\"},"
+                "{\"name\":\"px\",\"mountPath\":\"/p\"}",
+                "{\"name\":\"dev\",\"devicePath\":\"/dev/xvdf\"}");
+        const VolumeKind *const no_csi[] = { &volume_kind_configmap, NULL };
+        const DesiredVolume *v;
+        DesiredPod *p = NULL;
+
+        f.pvcs[0] = decode(&k8s_kind_pvc, PVC("claim", "pv-ebs"));
+        f.pvs[0] = decode(&k8s_kind_pv, "{\"metadata\":{\"uid\":\"p1\",\"name\":\"pv-ebs\",\"resourceVersion\":\"1\"},"
+                                        "\"spec\":{" REF_C1 "\"accessModes\":[\"ReadWriteOnce\"],"
+                                        "\"awsElasticBlockStore\":{\"volumeID\":\"aws://us-west-2a/vol-02399794d890f9375\","
+                                        "\"fsType\":\"ext4\"}}}");
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        v = desired_pod_find_volume(p, "data");
+        assert_non_null(v->spec);
+        assert_ptr_equal(v->spec->kind, &volume_kind_csi);
+        assert_int_equal(v->spec->lifecycle, VOLUME_PERSISTENT);
+        assert_string_equal(v->spec->driver, "ebs.csi.aws.com");
+        assert_string_equal(v->spec->handle, "vol-02399794d890f9375");
+        assert_string_equal(v->spec->unique_name, "kubernetes.io/csi/ebs.csi.aws.com^vol-02399794d890f9375");
+        assert_string_equal(v->spec->spec_name, "pv-ebs");
+        assert_string_equal(v->spec->fs_type, "ext4");
+        assert_string_equal(k8s_string_map_get(&v->spec->attributes, "partition"), "0");
+        assert_string_equal(v->spec->migrated_from, "kubernetes.io/aws-ebs");
+
+        v = desired_pod_find_volume(p, "ebs");
+        assert_non_null(v->spec);
+        assert_int_equal(v->spec->lifecycle, VOLUME_PERSISTENT);
+        assert_string_equal(v->spec->spec_name, "ebs.csi.aws.com-vol-0a");
+        assert_string_equal(v->spec->unique_name, "kubernetes.io/csi/ebs.csi.aws.com^vol-0a");
+        assert_false(v->spec->read_only);
+        assert_string_equal(v->spec->migrated_from, "kubernetes.io/aws-ebs");
+
+        v = desired_pod_find_volume(p, "disk");
+        assert_non_null(v->spec);
+        assert_string_equal(v->spec->spec_name, "~subscriptions~1~disks~d");
+        assert_string_equal(v->spec->handle, "/subscriptions/1/disks/d");
+        assert_string_equal(v->spec->migrated_from, "kubernetes.io/azure-disk");
+
+        v = desired_pod_find_volume(p, "bad");
+        assert_null(v->spec);
+        assert_string_equal(v->failed, "failed to translate in-tree pv to CSI: failed to translate Kubernetes ID to "
+                                       "EBS Volume ID Invalid format for AWS volume "
+                                       "(aws://us-west-2a/02399794d890f9375)");
+        v = desired_pod_find_volume(p, "px");
+        assert_null(v->spec);
+        assert_true(strstr(v->failed, "unsupported volume type portworxVolume: ") == v->failed);
+        v = desired_pod_find_volume(p, "dev");
+        assert_null(v->spec);
+        assert_string_equal(v->failed, "volume dev has volumeMode Filesystem, but is specified in volumeDevices");
+        desired_pod_free(p);
+
+        /* No kind claims them: unsupported, by their source's name. */
+        volume_kinds_set_for_tests(no_csi);
+        assert_int_equal(desired_pod_build(pod, &view, &p, NULL), 0);
+        assert_string_equal(desired_pod_find_volume(p, "data")->failed,
+                            "unsupported volume type awsElasticBlockStore (persistentvolume \"pv-ebs\"): kvolumed "
+                            "does not set up awsElasticBlockStore volumes; use a CSI driver, or set it up in the pod "
+                            "runner and name awsElasticBlockStore in [volumes] runner-kinds");
+        assert_true(strstr(desired_pod_find_volume(p, "ebs")->failed, "unsupported volume type awsElasticBlockStore: ") ==
+                    desired_pod_find_volume(p, "ebs")->failed);
+        volume_kinds_set_for_tests(NULL);
+        desired_pod_free(p);
+        k8s_pod_free(pod);
+        fake_free(&f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_inline_volume),
@@ -751,6 +839,7 @@ int main(void) {
                 cmocka_unit_test(test_pod_volumes_wanted),
                 cmocka_unit_test(test_pod_volumes_wanted_every_container_kind),
                 cmocka_unit_test(test_ephemeral_container_mounts_count),
+                cmocka_unit_test(test_migrated_volumes),
                 cmocka_unit_test(test_selinux_label),
                 cmocka_unit_test(test_selinux_context_and_rwop),
                 cmocka_unit_test(test_fs_group_rule),

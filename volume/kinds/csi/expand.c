@@ -207,8 +207,8 @@ static void attempt_end(ExpandEntry *e, bool success, bool retry) {
                 if (m->metrics_hook && av) {
                         char plugin[128];
                         snprintf(plugin, sizeof plugin, CSI_PLUGIN_NAME ":%s", av->driver);
-                        m->metrics_hook(plugin, "volume_fs_resize", success, now - e->start_usec,
-                                        m->metrics_userdata);
+                        m->metrics_hook(plugin, "volume_fs_resize", success, av->migrated_from != NULL,
+                                        now - e->start_usec, m->metrics_userdata);
                 }
                 mount_finish(e, success || final ? 0 : -EIO, e->mount_message ?: "the expansion did not finish");
                 return;
@@ -228,7 +228,8 @@ static void attempt_end(ExpandEntry *e, bool success, bool retry) {
         if (m->metrics_hook && av) {
                 char plugin[128];
                 snprintf(plugin, sizeof plugin, CSI_PLUGIN_NAME ":%s", av->driver);
-                m->metrics_hook(plugin, "volume_fs_resize", success, now - e->start_usec, m->metrics_userdata);
+                m->metrics_hook(plugin, "volume_fs_resize", success, av->migrated_from != NULL, now - e->start_usec,
+                                m->metrics_userdata);
         }
         manager_operation_done(m, NULL, success);
         manager_schedule_volume_pass(m, e->unique_name); /* its other operations may go on */

@@ -8,6 +8,8 @@
  * record format is CSI's layout so far). */
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
 #include "volume/host/paths.h"
 #include "volume/internal.h"
 #include "volume/kinds/csi/kind.h"
@@ -27,8 +29,9 @@ static int write_vol_data(Operation *op, const char *dir) {
                 if (r < 0)
                         return r;
                 /* kubelet always writes attachmentID, even for volumes never attached. */
+                const CsiSource *src = op->spec ? op->spec->source : NULL;
                 d = (VolData){
-                        .spec_vol_id = op->spec_name,
+                        .spec_vol_id = src && src->spec_vol_id ? src->spec_vol_id : op->spec_name,
                         .volume_handle = op->av->handle,
                         .driver_name = op->av->driver,
                         .node_name = op->m->node_name,
@@ -96,6 +99,10 @@ static void csi_outcome(Operation *op, bool success) {
         ActualVolume *av = op->av;
         ActualPublish *pub;
 
+        /* A volume found on disk at start-up is migrated once it is set up
+         * again from a migrated spec. */
+        if (op->spec)
+                av->migrated_from = op->spec->migrated_from;
         if (!success || op->kind != OP_PUBLISH)
                 return;
         pub = hashmap_get(av->publishes, op->pod.uid);
@@ -138,6 +145,18 @@ static void csi_ended(VolumeManager *m, const Operation *op) {
                 publish_refs_free(m);
 }
 
+/* /volumes: the in-tree plugin a migrated volume was translated from (null:
+ * none, or not known since a restart, as kubelet's reconstructed spec). */
+static int csi_describe(const ActualVolume *av, cJSON *into) {
+        cJSON *item = av->migrated_from ? cJSON_CreateString(av->migrated_from) : cJSON_CreateNull();
+
+        if (!item || !cJSON_AddItemToObject(into, "migrated_from", item)) {
+                cJSON_Delete(item);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
 const VolumeKind volume_kind_csi = {
         .name = "csi",
         .plugin_name = CSI_PLUGIN_NAME,
@@ -159,6 +178,8 @@ const VolumeKind volume_kind_csi = {
         .claims_pv = csi_claims_pv,
         .desire = csi_desire,
         .desire_pv = csi_desire_pv,
+        .source_copy = csi_source_copy,
+        .source_free = csi_source_free,
         .refuses = csi_refuses,
         .refresh_due = republish_due,
         .selinux_mount = csi_selinux_mount,
@@ -177,4 +198,5 @@ const VolumeKind volume_kind_csi = {
         .reconstruct_publish = reconstruct_csi_publish,
         .reconstruct_node = reconstruct_csi_staging,
         .reconstruct_node_after = reconstruct_csi_block,
+        .describe = csi_describe,
 };

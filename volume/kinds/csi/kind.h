@@ -12,10 +12,21 @@
 const K8sCSIDriver *csi_driver_object(VolumeManager *m, const char *driver);
 bool csi_driver_attachable(VolumeManager *m, const char *driver);
 
+/* VolumeSpec.source of a CSI volume, when it has one: what kubelet's spec
+ * says that VolumeSpec's own fields do not. */
+typedef struct CsiSource {
+        /* kubelet's spec.Name() where the pod's volume dir is its escaped
+         * form (a migrated inline volume's translated PV name with a "/"):
+         * vol_data.json's specVolID. */
+        char *spec_vol_id;
+} CsiSource;
+
 /* desire.c */
 bool csi_claims(const K8sPodVolume *v);
 bool csi_claims_pv(const K8sPersistentVolume *pv);
 int csi_desire(const K8sPod *pod, const K8sPodVolume *v, const ClusterView *view, bool block, DesiredVolume *dv);
+void *csi_source_copy(const void *source);
+void csi_source_free(void *source);
 int csi_desire_pv(const K8sPod *pod, const K8sPodVolume *v, const K8sPersistentVolume *pv, const ClusterView *view, bool block,
                   DesiredVolume *dv);
 

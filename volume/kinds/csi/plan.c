@@ -109,8 +109,14 @@ static bool driver_ready(VolumeManager *m, PassState *ps, PodEntry *e, const Des
                 LogFields f = { .pod_uid = p->uid, .pod = p->key, .volume = dv->name, .driver = s->driver,
                                 .volume_handle = s->handle };
                 av->driver_wait_since = reconciler_now(ps);
-                log_fields(LOG_INFO, &f, "Volume %s of pod %s waits for CSI driver %s to register", dv->name,
-                           p->key, s->driver);
+                if (s->migrated_from)
+                        log_fields(LOG_INFO, &f,
+                                   "Volume %s of pod %s (in-tree %s, served through CSI migration) waits for "
+                                   "CSI driver %s to register: install and register that driver on this node",
+                                   dv->name, p->key, s->migrated_from, s->driver);
+                else
+                        log_fields(LOG_INFO, &f, "Volume %s of pod %s waits for CSI driver %s to register",
+                                   dv->name, p->key, s->driver);
         }
         if (reconciler_now(ps) - av->driver_wait_since < DRIVER_WAIT_GRACE_USEC) {
                 /* Wake up when the report is due. */

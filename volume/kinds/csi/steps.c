@@ -37,6 +37,14 @@ enum {
 
 /* A CSI call that did not start (r < 0): its driver is not registered
  * (-ENOENT), or "what" went wrong.  Nothing happened: not uncertain. */
+/* A call of a migrated volume's stage or publish is labelled migrated in
+ * csi_operations_seconds, as kubelet's createCSIOperationContext does for
+ * MountDevice and SetUp (its teardown calls have no spec: "false"). */
+static void call_label(Operation *op, int r) {
+        if (r >= 0 && op->call && op->spec && op->spec->migrated_from)
+                csi_call_mark_migrated(op->call);
+}
+
 static void call_not_started(Operation *op, int r, const char *what) {
         if (r == -ENOENT)
                 operation_fail(op, r, false,
@@ -94,6 +102,7 @@ static void step_capabilities(Operation *op) {
                 return;
         }
         r = csi_node_get_capabilities(op->m->csi, op->av->driver, on_capabilities, op, &op->call);
+        call_label(op, r);
         call_not_started(op, r, "failed to call NodeGetCapabilities");
 }
 
@@ -569,6 +578,7 @@ started:
         op->secret = k8s_secret_free(op->secret);
         tokens_wipe(op->tokens);
         op->called = r >= 0;
+        call_label(op, r);
         call_not_started(op, r, "failed to start the CSI call");
 }
 

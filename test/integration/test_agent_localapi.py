@@ -198,7 +198,8 @@ def test_supplemental_groups_of_the_pods_pv_gid_annotations(volume_env, sockdir)
     # A PV not mounted (its driver is not there) gives nothing.
     other = env.pod("waiting", [claim("x", "x"), claim("a", "a")])
     ouid = other["metadata"]["uid"]
-    wait_until(lambda: {v["name"]: v["state"] for v in api_get(sock, f"/v1/pods/{ouid}/volumes")[1]["volumes"]}
+    # Until kvolumed has the pod, the API answers 404 without "volumes".
+    wait_until(lambda: {v["name"]: v["state"] for v in api_get(sock, f"/v1/pods/{ouid}/volumes")[1].get("volumes", [])}
                .get("a") == "published", timeout=60, what="volume a published for the second pod")
     status, body, _ = api_get(sock, f"/v1/pods/{ouid}/volumes")
     assert status == 200 and not body["allMounted"]

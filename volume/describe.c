@@ -183,44 +183,107 @@ static bool failing_for_pod(const ActualVolume *av, const char *pod_uid) {
         return false;
 }
 
+const char *pod_volume_failure_to_string(PodVolumeFailure f) {
+        static const char *const names[_POD_VOLUME_FAILURE_MAX] = {
+                [POD_VOLUME_FAILURE_CLAIM] = "claim-not-bound",
+                [POD_VOLUME_FAILURE_INVALID_SPEC] = "invalid-spec",
+                [POD_VOLUME_FAILURE_REFUSED] = "refused",
+                [POD_VOLUME_FAILURE_DRIVER_MISSING] = "driver-missing",
+                [POD_VOLUME_FAILURE_CSI] = "csi-error",
+                [POD_VOLUME_FAILURE_ATTACH] = "attach-timeout",
+                [POD_VOLUME_FAILURE_ATTACH_LIMIT] = "attach-limit",
+                [POD_VOLUME_FAILURE_SOURCE_CHANGED] = "source-changed",
+        };
+        return f > 0 && f < _POD_VOLUME_FAILURE_MAX ? names[f] : NULL;
+}
+
+bool pod_volume_failure_is_tenants(PodVolumeFailure f) {
+        return f == POD_VOLUME_FAILURE_CLAIM || f == POD_VOLUME_FAILURE_INVALID_SPEC ||
+               f == POD_VOLUME_FAILURE_REFUSED;
+}
+
+/* A CSI call of the volume failed with a final code and will only be
+ * retried after its backoff: kubelet's pod error, which the runner gets at
+ * once rather than after its whole timeout. */
+static bool csi_failed_finally(VolumeManager *m, const ActualVolume *av, const char *uid) {
+        return av->last_error && av->last_error_final && describe_volume_failing(m, av) &&
+               (!av->last_error_pod || streq(av->last_error_pod, uid)) && !actual_volume_pod_busy(av, uid) &&
+               (av->last_error_op == OP_STAGE || av->last_error_op == OP_PUBLISH);
+}
+
+/* The class of what was reported for the volume (manager_report_once): a
+ * FailedMount is the driver's absence when its kind says the volume's
+ * driver is not there, else a refusal of the pod's use of the volume. */
+static PodVolumeFailure reported_failure(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
+                                         const ActualVolume *av) {
+        uintptr_t kind = e->report_kinds ? (uintptr_t) hashmap_get(e->report_kinds, dv->name) : 0;
+        PodVolumeFailure f = kind > 0 ? (PodVolumeFailure) (kind - 1) : POD_VOLUME_FAILURE_REFUSED;
+        const VolumeSpec *s = dv->spec;
+
+        if (f == POD_VOLUME_FAILURE_REFUSED && s && s->kind->available) {
+                const ActualVolume planned = { .kind = s->kind, .driver = s->driver, .handle = s->handle,
+                                               .spec_name = s->spec_name };
+                if (!s->kind->available(m, av ?: &planned))
+                        f = POD_VOLUME_FAILURE_DRIVER_MISSING;
+        }
+        return f;
+}
+
 /* Published wins over everything (a running pod has its volume); then what
  * was reported to the pod as a FailedMount-like Event and not cleared since
  * (manager_report_once: a claim not bound, the driver not registered after
  * its grace, a lifecycle mode refused, an attach that takes too long); then
- * a failed CSI call waiting for its retry.  Anything else is on its way. */
-PodVolumeState describe_pod_volume_state(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
-                                         const char **ret_reason) {
+ * a failed CSI call waiting for its retry.  Anything else is on its way.
+ * "final" is the runner's: what kubelet's WaitForAttachAndMount gives up on
+ * at once; a failed volume that a retry alone may fix is not. */
+void describe_pod_volume(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv, PodVolumeStatus *ret) {
         const char *reported = hashmap_get(e->reported, dv->name);
         const ActualVolume *av = NULL;
         const ActualPublish *pub = NULL;
-        const char *reason = NULL;
-        PodVolumeState state = POD_VOLUME_PENDING;
+        PodVolumeStatus st = { .state = POD_VOLUME_PENDING };
 
         if (dv->spec) {
                 av = hashmap_get(m->volumes, dv->spec->unique_name);
                 pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
         }
-        if (pub && pub->state == PUBLISH_DONE)
-                state = POD_VOLUME_PUBLISHED;
-        else if (dv->failed) {
-                state = POD_VOLUME_FAILED;
-                reason = dv->failed;
-        } else if (!dv->spec && !dv->looking_up) {
+        if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN)
+                st.state = POD_VOLUME_PUBLISHED;
+        else if (dv->failed)
+                st = (PodVolumeStatus){ .state = POD_VOLUME_FAILED, .failure = POD_VOLUME_FAILURE_INVALID_SPEC,
+                                        .reason = dv->failed, .final = true };
+        else if (!dv->spec && !dv->looking_up)
                 /* kubelet's populator fails the pod for it (an unbound claim,
                  * a missing PV): its pod worker sees the error at once. */
-                state = POD_VOLUME_FAILED;
-                reason = reported ?: dv->waiting;
-        } else if (reported) {
-                state = POD_VOLUME_FAILED;
-                reason = reported;
-        } else if (av && failing_for_pod(av, e->uid)) {
-                state = POD_VOLUME_FAILED;
-                reason = av->last_error;
-        } else if (!dv->spec)
-                reason = dv->waiting;
-        if (ret_reason)
-                *ret_reason = reason;
-        return state;
+                st = (PodVolumeStatus){ .state = POD_VOLUME_FAILED, .failure = POD_VOLUME_FAILURE_CLAIM,
+                                        .reason = reported ?: dv->waiting, .final = true };
+        else if (reported) {
+                bool busy = av && actual_volume_pod_busy(av, e->uid);
+                st = (PodVolumeStatus){ .state = POD_VOLUME_FAILED,
+                                        .failure = reported_failure(m, e, dv, av),
+                                        .reason = reported,
+                                        .final = (e->final && hashmap_get(e->final, dv->name) && !busy) ||
+                                                 (av && csi_failed_finally(m, av, e->uid)) };
+        } else if (av && failing_for_pod(av, e->uid))
+                st = (PodVolumeStatus){ .state = POD_VOLUME_FAILED, .failure = POD_VOLUME_FAILURE_CSI,
+                                        .reason = av->last_error, .final = csi_failed_finally(m, av, e->uid) };
+        else if (!dv->spec)
+                st.reason = dv->waiting;
+        *ret = st;
+}
+
+bool describe_publish_tearing_down(VolumeManager *m, const ActualVolume *av, const ActualPublish *pub) {
+        return !reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name);
+}
+
+const char *describe_driver_label(VolumeManager *m, const VolumeSpec *s) {
+        if (!s || isempty(s->driver))
+                return "";
+        /* A PV's driver, a CSIDriver object's or one registered here: named
+         * by the cluster's administrators, not by whoever writes a pod. */
+        if (s->lifecycle == VOLUME_PERSISTENT || csi_client_has_driver(m->csi, s->driver) ||
+            k8s_informer_get(m->csidrivers, NULL, s->driver))
+                return s->driver;
+        return "other";
 }
 
 /* The backoffs of the volume's failed operations ("<kind>/<pod UID>"): each
@@ -334,6 +397,76 @@ static void add_pending(PodEntry *e, cJSON *pending) {
         }
 }
 
+/* Every pod volume on the node in the one vocabulary, as kvolumed_volumes
+ * counts them: each volume a pod wants (found from the pod's desired state,
+ * whether or not anything of it exists yet), then each publish no pod wants
+ * any more. */
+static void add_pod_volumes(VolumeManager *m, const char **uids, size_t n_pods, const char **names, size_t n,
+                            cJSON *a) {
+        for (size_t i = 0; i < n_pods; i++) {
+                const PodEntry *e = hashmap_get(m->pod_entries, uids[i]);
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        const DesiredVolume *dv = &e->desired->volumes[v];
+                        const ActualVolume *av = dv->spec ? hashmap_get(m->volumes, dv->spec->unique_name) : NULL;
+                        const ActualPublish *pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
+                        PodVolumeStatus st;
+                        cJSON *o = cJSON_CreateObject();
+
+                        describe_pod_volume(m, e, dv, &st);
+                        cJSON_AddStringToObject(o, "pod_uid", e->uid);
+                        cJSON_AddStringToObject(o, "pod", e->desired->key);
+                        cJSON_AddStringToObject(o, "volume", dv->name);
+                        cJSON_AddItemToObject(o, "unique_name", dv->spec ? cJSON_CreateString(dv->spec->unique_name)
+                                                                        : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "kind", dv->spec ? cJSON_CreateString(dv->spec->kind->name)
+                                                                 : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "driver", dv->spec && dv->spec->driver
+                                                                   ? cJSON_CreateString(dv->spec->driver)
+                                                                   : cJSON_CreateNull());
+                        cJSON_AddStringToObject(o, "state", pod_volume_state_to_string(st.state));
+                        cJSON_AddItemToObject(o, "reason", st.failure != POD_VOLUME_FAILURE_NONE
+                                                                   ? cJSON_CreateString(pod_volume_failure_to_string(
+                                                                             st.failure))
+                                                                   : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "message",
+                                              st.reason ? cJSON_CreateString(st.reason) : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "path", path_json(m, pub ? pub->target : NULL));
+                        cJSON_AddItemToArray(a, o);
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                const ActualVolume *av = hashmap_get(m->volumes, names[i]);
+                _cleanup_free_ const char **keys = NULL;
+                size_t n_pubs = 0;
+
+                keys = sorted_keys(av->publishes, &n_pubs);
+                for (size_t j = 0; keys && j < n_pubs; j++) {
+                        const ActualPublish *pub = hashmap_get(av->publishes, keys[j]);
+                        const char *why = runtime_gate_reason(m->runtime, pub->pod_uid);
+                        cJSON *o;
+
+                        if (!describe_publish_tearing_down(m, av, pub))
+                                continue;
+                        o = cJSON_CreateObject();
+                        cJSON_AddStringToObject(o, "pod_uid", pub->pod_uid);
+                        cJSON_AddStringToObject(o, "pod", pub->pod_key);
+                        cJSON_AddStringToObject(o, "volume", pub->spec_name);
+                        cJSON_AddStringToObject(o, "unique_name", av->unique_name);
+                        cJSON_AddStringToObject(o, "kind", av->kind->name);
+                        cJSON_AddItemToObject(o, "driver",
+                                              av->driver ? cJSON_CreateString(av->driver) : cJSON_CreateNull());
+                        cJSON_AddStringToObject(o, "state", pod_volume_state_to_string(POD_VOLUME_TEARING_DOWN));
+                        cJSON_AddNullToObject(o, "reason");
+                        cJSON_AddStringToObject(o, "message",
+                                                why ?: av->last_error && describe_volume_failing(m, av)
+                                                               ? av->last_error
+                                                               : "the pod no longer wants it");
+                        cJSON_AddItemToObject(o, "path", path_json(m, pub->target));
+                        cJSON_AddItemToArray(a, o);
+                }
+        }
+}
+
 int volume_manager_describe_json(VolumeManager *m, char **ret) {
         _cleanup_free_ const char **names = NULL, **uids = NULL;
         VolumeManagerStats st = {};
@@ -372,6 +505,10 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         cJSON_AddNumberToObject(root, "waiting_for_attach", st.attach_waiting);
         cJSON_AddNumberToObject(root, "failing", st.failing);
         cJSON_AddNumberToObject(root, "unresponsive", st.unresponsive);
+        /* The pod volumes by state: kvolumed_volumes{state}, the entries of pod_volumes. */
+        cJSON *states = cJSON_AddObjectToObject(root, "states");
+        for (PodVolumeState i = 0; states && i < _POD_VOLUME_STATE_MAX; i++)
+                cJSON_AddNumberToObject(states, pod_volume_state_to_string(i), st.by_state[i]);
 
         volumes = cJSON_AddArrayToObject(root, "volumes");
         names = sorted_keys(m->volumes, &n);
@@ -382,7 +519,11 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         for (size_t i = 0; pending && uids && i < n_pods; i++)
                 add_pending(hashmap_get(m->pod_entries, uids[i]), pending);
 
-        text = volumes && pending && names && uids ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON *pod_volumes = cJSON_AddArrayToObject(root, "pod_volumes");
+        if (pod_volumes && names && uids)
+                add_pod_volumes(m, uids, n_pods, names, n, pod_volumes);
+
+        text = volumes && pending && pod_volumes && names && uids ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         if (!text)
                 return -ENOMEM;
@@ -415,4 +556,109 @@ void describe_note_outcome(VolumeManager *m, const Operation *op, bool success) 
          * leaving the volume uncertain (a timeout, UNAVAILABLE...). */
         av->last_error_final = (op->called && !op->uncertain) || op->final;
         av->last_error_at = clock_usec(CLOCK_REALTIME);
+}
+
+void describe_count_states(VolumeManager *m, unsigned by_state[static _POD_VOLUME_STATE_MAX]) {
+        void *value, *pv;
+
+        for (size_t i = 0; i < _POD_VOLUME_STATE_MAX; i++)
+                by_state[i] = 0;
+        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        PodVolumeStatus st;
+                        describe_pod_volume(m, e, &e->desired->volumes[v], &st);
+                        by_state[st.state]++;
+                }
+        }
+        /* What a pod wants is counted with its desired volumes above. */
+        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
+                const ActualVolume *av = value;
+                for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);)
+                        by_state[POD_VOLUME_TEARING_DOWN] += describe_publish_tearing_down(m, av, pv);
+        }
+}
+
+/* ---- for the metrics an operator alerts on --------------------------------------- */
+
+typedef struct FailedKey {
+        PodVolumeFailure failure;
+        const char *driver;
+} FailedKey;
+
+static int cmp_failed(const void *a, const void *b) {
+        const FailedKey *x = a, *y = b;
+        return x->failure != y->failure ? (x->failure > y->failure) - (x->failure < y->failure)
+                                        : strcmp(x->driver, y->driver);
+}
+
+void volume_manager_count_failed(VolumeManager *m, volume_failed_count_t cb, void *userdata) {
+        _cleanup_free_ FailedKey *keys = NULL;
+        size_t n = 0, allocated = 0;
+        void *value;
+
+        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        PodVolumeStatus st;
+                        describe_pod_volume(m, e, &e->desired->volumes[v], &st);
+                        if (st.state != POD_VOLUME_FAILED)
+                                continue;
+                        if (n == allocated) {
+                                FailedKey *k = reallocarray(keys, allocated * 2 + 8, sizeof *k);
+                                if (!k)
+                                        return;
+                                keys = k;
+                                allocated = allocated * 2 + 8;
+                        }
+                        keys[n++] = (FailedKey){ st.failure, describe_driver_label(m, e->desired->volumes[v].spec) };
+                }
+        }
+        if (n > 0)
+                qsort(keys, n, sizeof *keys, cmp_failed);
+        for (size_t i = 0, run = 1; i < n; i++, run++)
+                if (i + 1 == n || cmp_failed(&keys[i], &keys[i + 1]) != 0) {
+                        cb(strempty(pod_volume_failure_to_string(keys[i].failure)), keys[i].driver, (unsigned) run,
+                           userdata);
+                        run = 0;
+                }
+}
+
+double volume_manager_oldest_unready_seconds(VolumeManager *m, bool tenants) {
+        uint64_t now = 0, oldest = UINT64_MAX;
+        void *value;
+
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                if (e->wanted_since == 0 || e->wanted_since >= oldest)
+                        continue;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        PodVolumeStatus st;
+                        describe_pod_volume(m, e, &e->desired->volumes[v], &st);
+                        if (st.state != POD_VOLUME_PUBLISHED &&
+                            (st.state == POD_VOLUME_FAILED && pod_volume_failure_is_tenants(st.failure)) == tenants) {
+                                oldest = e->wanted_since;
+                                break;
+                        }
+                }
+        }
+        return oldest == UINT64_MAX || now < oldest ? 0 : (double) (now - oldest) / USEC_PER_SEC;
+}
+
+void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, void *userdata) {
+        _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new();
+        void *value;
+
+        for (size_t i = 0; seen && hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        const char *driver = describe_driver_label(m, e->desired->volumes[v].spec);
+                        if (isempty(driver) || streq(driver, "other") || hashmap_get(seen, driver))
+                                continue;
+                        if (hashmap_put(seen, driver, seen, NULL) < 0)
+                                return;
+                        cb(driver, userdata);
+                }
+        }
 }

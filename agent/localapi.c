@@ -167,8 +167,9 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                 cJSON_AddBoolToObject(e, "block", pv->block);
                 if (pv->reason)
                         cJSON_AddStringToObject(e, "reason", pv->reason);
-                /* A failure wait=mounted gives up on (409), not one a retry may fix. */
-                cJSON_AddBoolToObject(e, "final", pv->final);
+                /* Whether wait=mounted gives up on the failure (409), or a retry may fix it. */
+                if (!pv->runner && pv->state == POD_VOLUME_FAILED)
+                        cJSON_AddBoolToObject(e, "final", pv->final);
                 cJSON_AddItemToArray(vols, e);
                 if (f && pv->final)
                         fprintf(f, "%svolume %s: %s", ftell(f) > 0 ? "; " : "", pv->name,

@@ -212,18 +212,23 @@ static bool csi_failed_finally(VolumeManager *m, const ActualVolume *av, const c
 }
 
 /* The class of what was reported for the volume (manager_report_once): a
- * FailedMount is the driver's absence when its kind says the volume's
- * driver is not there, else a refusal of the pod's use of the volume. */
+ * FailedMount is the driver's absence when its kind does not refuse the
+ * volume and says its driver is not there, else a refusal of the pod's use
+ * of the volume. */
 static PodVolumeFailure reported_failure(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
                                          const ActualVolume *av) {
         uintptr_t kind = e->report_kinds ? (uintptr_t) hashmap_get(e->report_kinds, dv->name) : 0;
         PodVolumeFailure f = kind > 0 ? (PodVolumeFailure) (kind - 1) : POD_VOLUME_FAILURE_REFUSED;
         const VolumeSpec *s = dv->spec;
 
+        /* The reconciler's order: its kind's refusal (a lifecycle mode),
+         * then its driver's registration, then the pod's conflicts. */
         if (f == POD_VOLUME_FAILURE_REFUSED && s && s->kind->available) {
                 const ActualVolume planned = { .kind = s->kind, .driver = s->driver, .handle = s->handle,
                                                .spec_name = s->spec_name };
-                if (!s->kind->available(m, av ?: &planned))
+                char buf[512];
+                if (!(s->kind->refuses && s->kind->refuses(m, s, buf, sizeof buf)) &&
+                    !s->kind->available(m, av ?: &planned))
                         f = POD_VOLUME_FAILURE_DRIVER_MISSING;
         }
         return f;

@@ -90,7 +90,8 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     files = container.sh("dpkg -L kvolumed").stdout.split()
     for path in ("/usr/sbin/kvolumed", "/lib/systemd/system/kvolumed.service", "/etc/kvolumed/kvolumed.conf",
                  "/usr/lib/systemd/catalog/kvolumed.catalog", "/usr/share/man/man8/kvolumed.8.gz",
-                 "/usr/share/man/man5/kvolumed.conf.5.gz", "/usr/share/doc/kvolumed/rbac.yaml"):
+                 "/usr/share/man/man5/kvolumed.conf.5.gz", "/usr/share/doc/kvolumed/rbac.yaml",
+                 "/usr/share/doc/kvolumed/kvolumed-alerts.yaml"):
         assert path in files, files
     assert container.sh("dpkg-query -W -f='${Conffiles}' kvolumed").stdout.split()[0] == "/etc/kvolumed/kvolumed.conf"
     # systemd's dpkg trigger rebuilt the catalog: journalctl -x explains kvolumed's entries.

@@ -35,7 +35,11 @@ def metrics(address):
     return samples(get(address, "/metrics")[2])
 
 
-def metric_states(address):
+def metric_states(address, notify=None):
+    """kvolumed_volumes by state.  notify: read STATUS= meanwhile (a notify
+    socket nobody reads fills up, and sd_notify then blocks kvolumed)."""
+    if notify:
+        notify.drain(0.05)
     s = metrics(address)
     return {st: s.get(f'kvolumed_volumes{{state="{st}"}}') for st in STATES}
 
@@ -64,7 +68,7 @@ def everywhere(env, sock, address, notify, kvolumed_bin):
     """The counts by state of each tool, once they agree with the metric
     (each is read from a moment of its own: they settle, then agree)."""
     def read():
-        want = metric_states(address)
+        want = metric_states(address, notify)
         doc = api_get(sock, "/volumes")[1]
         from_json = {st: sum(1 for p in doc["pod_volumes"] if p["state"] == st) for st in STATES}
         code, rows, _ = table(kvolumed_bin, sock)
@@ -99,11 +103,25 @@ def test_a_stuck_volume_reads_the_same_in_every_tool(volume_env, sockdir, notify
     env.pod("nodriver", [claim("data", "c-other")])
     env.wait_calls("NodePublishVolume", 2, code="INTERNAL", timeout=30)
 
-    # Each tool, at rest, says 0 published of the stuck pod and the same counts.
     final = {"failed": 3, "pending": 0, "published": 1, "tearing-down": 0}
+    wait_until(lambda: metric_states(address, notify_socket) == final, timeout=60, interval=0.5,
+               what="the metric at rest, the unregistered driver failed after its grace")
+
+    # kvolumed status of the pod: the failure, and exit 0; unknown: exit 1
+    # (the pod was taken from its publishes: none, so "No CSI volume", 0).
+    code, rows, err = table(kvolumed_bin, sock, "default/stuck")
+    assert code == 0, err
+    assert len(rows) == 1, (rows, err)
+    row = rows[0]
+    assert row[:4] == ["default/stuck", "data", DRIVER, "failed"], row
+    assert row[5].startswith("csi-error: ") and "backend lost the volume" in row[5], row
+    code, rows, err = table(kvolumed_bin, sock, "default/nosuch")
+    assert code == 1 and rows == [] and "no pod default/nosuch" in err, (code, rows, err)
+
+    # Each tool, at rest, says the same counts in the same words.
     got = wait_until(lambda: (r := everywhere(env, sock, address, notify_socket, kvolumed_bin)()) and
                      r["metric"] == final and r, timeout=60, interval=0.5,
-                     what="the four volumes counted alike by every tool, the unregistered driver failed")
+                     what="the four volumes counted alike by every tool")
     assert got["/volumes"] == final
 
     # The stuck pod, by name, in /volumes: its pod volume (from its desired
@@ -124,14 +142,6 @@ def test_a_stuck_volume_reads_the_same_in_every_tool(volume_env, sockdir, notify
     body = api_get(sock, f"/v1/pods/{stuck['metadata']['uid']}/volumes")[1]
     assert [(v["name"], v["state"]) for v in body["volumes"]] == [("data", "failed")], body
 
-    # kvolumed status of the pod: the failure, and exit 0; unknown: exit 1.
-    code, rows, err = table(kvolumed_bin, sock, "default/stuck")
-    assert code == 0, err
-    [row] = rows
-    assert row[:4] == ["default/stuck", "data", DRIVER, "failed"], row
-    assert row[5].startswith("csi-error: ") and "backend lost the volume" in row[5], row
-    code, rows, err = table(kvolumed_bin, sock, "default/nosuch")
-    assert code == 1 and rows == [] and "no pod default/nosuch" in err, (code, rows, err)
     r = status(kvolumed_bin, "--socket", sock, "--json", "default/stuck")
     assert r.returncode == 0, r.stderr
     assert [p["state"] for p in json.loads(r.stdout)["pod_volumes"]] == ["failed"]
@@ -171,13 +181,23 @@ def test_a_stuck_teardown_is_tearing_down_everywhere(volume_env, sockdir, notify
     sock, address = start(env, sockdir, notify_socket)
     pod = env.pod("leaving", [claim("data", "c-a")])
     env.wait_mounted(env.target(pod, "pv-a"), timeout=30)
-    wait_until(lambda: (r := everywhere(env, sock, address, notify_socket, kvolumed_bin)()) and
-               r["metric"]["published"] == 1 and r, timeout=30, interval=0.5, what="published everywhere")
+    wait_until(lambda: metric_states(address, notify_socket)["published"] == 1, timeout=30,
+               what="the metric: published")
 
     env.driver.control.hang("NodeUnpublishVolume", count=1)
     env.api.remove("pods", "default", "leaving")
     env.driver.control.wait_hung("NodeUnpublishVolume", timeout=30)
     want = {"failed": 0, "pending": 0, "published": 0, "tearing-down": 1}
+    wait_until(lambda: metric_states(address, notify_socket) == want, timeout=30, what="the metric: tearing-down")
+    # STATUS= (sent at most once a second: read until it has caught up) says
+    # tearing-down too, not "1 volume published".
+    seen = []
+    try:
+        wait_until(lambda: seen.append(newest_status(notify_socket)) or status_counts(seen[-1]) == want,
+                   timeout=30, interval=0.5, what="STATUS= counting the stuck teardown as tearing-down")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last STATUS= said {seen[-1]!r}") from None
+    assert not re.search(r": 1 (pod )?volumes? published", seen[-1]), seen[-1]
     wait_until(lambda: (r := everywhere(env, sock, address, notify_socket, kvolumed_bin)()) and
                r["metric"] == want and r, timeout=30, interval=0.5, what="tearing-down everywhere")
     assert "0 pod volumes published" in newest_status(notify_socket)
@@ -193,13 +213,13 @@ def test_a_stuck_teardown_is_tearing_down_everywhere(volume_env, sockdir, notify
                r["metric"] == want and r, timeout=30, interval=0.5, what="nothing left")
 
 
-def test_failed_volumes_say_whose_they_are_with_a_bounded_driver_label(volume_env, sockdir, notify_socket):
+def test_failed_volumes_say_whose_they_are_with_a_bounded_driver_label(volume_env, sockdir):
     """An inline volume of a driver only the pod names is refused (no
     CSIDriver allows Ephemeral): the tenant's, counted with driver_name
     "other", so that a pod spec cannot add series; its pod is failed."""
     env = volume_env
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent"])
-    sock, address = start(env, sockdir, notify_socket)
+    sock, address = start(env, sockdir, None)
     for i in range(3):
         env.pod(f"inline-{i}", [{"name": "v", "csi": {"driver": f"made-up-{i}.example.com"}}])
     s = wait_until(lambda: (s := metrics(address)).get('kvolumed_volumes{state="failed"}') == 3 and s,

@@ -90,9 +90,9 @@ static const ScrapedFamily scraped_families[_METRICS_SCRAPED_MAX] = {
                                        "or the limit of NodeGetVolumeStats calls)",
                                        "gauge", { "driver_name" }, 1 },
         [METRICS_CSI_DRIVER_REGISTERED] = { "kvolumed_csi_driver_registered",
-                                            "1 while the CSI driver is registered on the node (or configured in "
-                                            "[csi] drivers and answering), else 0: each driver known here or "
-                                            "wanted by a pod volume on the node",
+                                            "1 while the CSI driver is registered on the node (or configured in a "
+                                            "[driver] section), else 0: each driver known here or wanted by a pod "
+                                            "volume on the node",
                                             "gauge", { "driver_name" }, 1 },
         [METRICS_RUNTIME_ERRORS] = { "kvolumed_runtime_errors_total",
                                      "Rounds of CRI calls to the container runtime ([runtime] endpoint) that failed; "

@@ -142,6 +142,12 @@ def test_a_stuck_volume_reads_the_same_in_every_tool(volume_env, sockdir, notify
     body = api_get(sock, f"/v1/pods/{stuck['metadata']['uid']}/volumes")[1]
     assert [(v["name"], v["state"]) for v in body["volumes"]] == [("data", "failed")], body
 
+    # What an operator sees (printed: shown with -s, or when a test fails).
+    print("STATUS=" + newest_status(notify_socket))
+    print(status(kvolumed_bin, "--socket", sock).stdout)
+    print(status(kvolumed_bin, "--socket", sock, "default/stuck").stdout)
+    print("\n".join(k + " " + str(v) for k, v in metrics(address).items()
+                    if k.startswith(("kvolumed_volumes", "kvolumed_csi_driver_registered", "kvolumed_api_last"))))
     r = status(kvolumed_bin, "--socket", sock, "--json", "default/stuck")
     assert r.returncode == 0, r.stderr
     assert [p["state"] for p in json.loads(r.stdout)["pod_volumes"]] == ["failed"]

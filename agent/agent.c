@@ -310,11 +310,11 @@ static void collect_metrics(MetricsScrape *s, void *userdata) {
 
         /* What an operator alerts on: who fixes a failed volume, how long
          * the oldest waits, whether the drivers the pods want are there. */
+        double node, tenant;
         volume_manager_count_failed(a->volumes, collect_failed, s);
-        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "node" },
-                                  volume_manager_oldest_unready_seconds(a->volumes, false));
-        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "tenant" },
-                                  volume_manager_oldest_unready_seconds(a->volumes, true));
+        volume_manager_oldest_unready(a->volumes, &node, &tenant);
+        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "node" }, node);
+        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "tenant" }, tenant);
         csi_client_foreach_driver_calls(a->csi, collect_driver_calls, &drivers);
         volume_manager_foreach_wanted_driver(a->volumes, collect_driver, &drivers);
 

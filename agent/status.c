@@ -94,6 +94,17 @@ static Row *add_row(Row **rows, size_t *n) {
         return &r[(*n)++];
 }
 
+/* By pod and volume; the volumes of no pod last. */
+static int cmp_rows(const void *a, const void *b) {
+        const Row *x = a, *y = b;
+        int c;
+
+        if (!x->pod != !y->pod)
+                return x->pod ? -1 : 1;
+        c = strcmp(strempty(x->pod), strempty(y->pod));
+        return c != 0 ? c : strcmp(strempty(x->volume), strempty(y->volume));
+}
+
 static bool named_by(const cJSON *pod_volumes, const char *unique_name) {
         const cJSON *p;
 
@@ -300,8 +311,10 @@ int status_main(int argc, char *argv[]) {
                 else
                         r = -ENOMEM;
                 free(text);
-        } else if (n > 0)
+        } else if (n > 0) {
+                qsort(rows, n, sizeof *rows, cmp_rows);
                 print_rows(rows, n);
+        }
         else if (!pod)
                 printf("No pod volume on node %s.\n", str(doc, "node") ?: "(this node)");
         if (r >= 0 && !known)

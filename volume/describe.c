@@ -629,26 +629,26 @@ void volume_manager_count_failed(VolumeManager *m, volume_failed_count_t cb, voi
                 }
 }
 
-double volume_manager_oldest_unready_seconds(VolumeManager *m, bool tenants) {
-        uint64_t now = 0, oldest = UINT64_MAX;
+void volume_manager_oldest_unready(VolumeManager *m, double *ret_node, double *ret_tenant) {
+        uint64_t now = 0, oldest[2] = { UINT64_MAX, UINT64_MAX }; /* [0]: the node's, [1]: the tenants' */
         void *value;
 
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
         for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
                 const PodEntry *e = value;
-                if (e->wanted_since == 0 || e->wanted_since >= oldest)
+                if (e->wanted_since == 0 || (e->wanted_since >= oldest[0] && e->wanted_since >= oldest[1]))
                         continue;
                 for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
                         PodVolumeStatus st;
                         describe_pod_volume(m, e, &e->desired->volumes[v], &st);
-                        if (st.state != POD_VOLUME_PUBLISHED &&
-                            (st.state == POD_VOLUME_FAILED && pod_volume_failure_is_tenants(st.failure)) == tenants) {
-                                oldest = e->wanted_since;
-                                break;
-                        }
+                        if (st.state == POD_VOLUME_PUBLISHED)
+                                continue;
+                        size_t k = st.state == POD_VOLUME_FAILED && pod_volume_failure_is_tenants(st.failure);
+                        oldest[k] = MIN(oldest[k], e->wanted_since);
                 }
         }
-        return oldest == UINT64_MAX || now < oldest ? 0 : (double) (now - oldest) / USEC_PER_SEC;
+        *ret_node = oldest[0] == UINT64_MAX || now < oldest[0] ? 0 : (double) (now - oldest[0]) / USEC_PER_SEC;
+        *ret_tenant = oldest[1] == UINT64_MAX || now < oldest[1] ? 0 : (double) (now - oldest[1]) / USEC_PER_SEC;
 }
 
 void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, void *userdata) {

@@ -168,10 +168,10 @@ void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret);
 typedef void (*volume_failed_count_t)(const char *reason, const char *driver, unsigned n, void *userdata);
 void volume_manager_count_failed(VolumeManager *m, volume_failed_count_t cb, void *userdata);
 /* Seconds since the oldest pod volume not published was first wanted, as
- * kvolumed saw it (since its start at most); 0 when there is none.  tenants:
- * among those failed for a tenant's reason; else among the others (pending,
- * or failed for the node's reason). */
-double volume_manager_oldest_unready_seconds(VolumeManager *m, bool tenants);
+ * kvolumed saw it (since its start at most); 0 when there is none: among
+ * those pending or failed for the node's reason, and among those failed
+ * for a tenant's reason. */
+void volume_manager_oldest_unready(VolumeManager *m, double *ret_node, double *ret_tenant);
 /* The drivers (bounded as above, "other" left out) that pod volumes on the
  * node want, once each, for kvolumed_csi_driver_registered. */
 typedef void (*volume_driver_t)(const char *driver, void *userdata);

@@ -121,7 +121,7 @@ static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 
 /* What "systemctl status" shows: the pod volumes in each state, in the
  * words and from the judgement of kvolumed_volumes{state}, /volumes and
- * "kvolumed status" (volume/describe.c), then whatever else is not zero. */
+ * "kvolumed status" (volume/state/podstate.c), then whatever else is not zero. */
 static int status_text(const char *node, const VolumeManagerStats *st, const char *api, char **ret) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;

@@ -591,12 +591,11 @@ static inline void erase_and_freep(char **p) {
 /* describe.c: an operation ended; its failure (or a success that leaves
  * nothing failing) is what /volumes reports as the volume's last error. */
 void describe_note_outcome(VolumeManager *m, const Operation *op, bool success);
-/* Whether an operation of the volume failed and is to be retried (a pod gone
- * since its publish failed does not count). */
-/* The state kvolumed_volumes counts a pod's desired volume in (exactly
- * one), why, and the reason it is not published (NULL when it is, or when
- * it merely waits for work in progress): the one judgement of a pod's desired volume that the
- * metrics, STATUS=, /volumes, the local API and "kvolumed status" show. */
+/* state/podstate.c: the state kvolumed_volumes counts a pod's desired
+ * volume in (exactly one), why, and the reason it is not published (NULL
+ * when it is, or when it merely waits for work in progress): the one
+ * judgement the metrics, STATUS=, /volumes, the local API and "kvolumed
+ * status" show. */
 typedef struct PodVolumeStatus {
         PodVolumeState state;
         PodVolumeFailure failure; /* when FAILED */
@@ -613,6 +612,8 @@ bool describe_publish_tearing_down(VolumeManager *m, const ActualVolume *av, con
 void describe_count_states(VolumeManager *m, unsigned by_state[static _POD_VOLUME_STATE_MAX]);
 /* kvolumed_volumes_failed's driver label for a spec (see volume_manager_count_failed). */
 const char *describe_driver_label(VolumeManager *m, const VolumeSpec *s);
+/* describe.c: whether an operation of the volume failed and is to be
+ * retried (a pod gone since its publish failed does not count). */
 bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
 
 /* podview.c: the watches of the pod runner's waiters.  Before a pass

@@ -110,7 +110,7 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
 
         if (set_str(&out->name, dv->name) < 0)
                 return -ENOMEM;
-        /* The state /volumes and the metrics show (describe.c); the runner
+        /* The state /volumes and the metrics show (state/podstate.c); the runner
          * also learns whether it is final (WaitForAttachAndMount's error). */
         describe_pod_volume(m, e, dv, &st);
         out->state = st.state;

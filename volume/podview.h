@@ -14,7 +14,7 @@
 #include "volume/manager.h"
 
 /* A volume's state is volume/manager.h's PodVolumeState, judged as
- * kvolumed_volumes{state}, STATUS= and /volumes judge it (describe.c): one
+ * kvolumed_volumes{state}, STATUS= and /volumes judge it (state/podstate.c): one
  * vocabulary everywhere.  What the runner needs beyond it, whether a failure
  * is final, is PodVolumeView.final. */
 

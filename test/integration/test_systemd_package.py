@@ -131,7 +131,7 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     wait_until(lambda: os.path.ismount(target), timeout=30, what="the pod's volume published")
     # What the daemon writes under the default root-dir's kvolumed/ (here: a stand-in).
     assert container.sh(f"mkdir -p {DEFAULT_RECORDS}/pods && touch {DEFAULT_RECORDS}/pods/record").returncode == 0
-    wait_until(lambda: "1 volume published" in container.show("StatusText"), timeout=10,
+    wait_until(lambda: "1 pod volume published" in container.show("StatusText"), timeout=10,
                what="STATUS= counting the published volume")
     # The listing sees what the purge must take away.
     installed = file_list(container)

@@ -119,23 +119,26 @@ static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* What "systemctl status" shows: the three figures an operator looks for
- * first, then whatever else is not zero. */
+/* What "systemctl status" shows: the pod volumes in each state, in the
+ * words and from the judgement of kvolumed_volumes{state}, /volumes and
+ * "kvolumed status" (volume/state/podstate.c), then whatever else is not zero. */
 static int status_text(const char *node, const VolumeManagerStats *st, const char *api, char **ret) {
         _cleanup_free_ char *text = NULL;
         size_t size = 0;
         FILE *f = open_memstream(&text, &size);
+        unsigned published = st->by_state[POD_VOLUME_PUBLISHED];
 
         if (!f)
                 return -ENOMEM;
-        fprintf(f, "Running on node %s: %u volume%s published, %u waiting for attach, %u failing", node,
-                st->published, st->published == 1 ? "" : "s", st->attach_waiting, st->failing);
+        fprintf(f, "Running on node %s: %u pod volume%s published, %u pending, %u failed, %u tearing-down", node,
+                published, published == 1 ? "" : "s", st->by_state[POD_VOLUME_PENDING],
+                st->by_state[POD_VOLUME_FAILED], st->by_state[POD_VOLUME_TEARING_DOWN]);
+        if (st->attach_waiting > 0)
+                fprintf(f, ", %u waiting for attach", st->attach_waiting);
         if (st->unresponsive > 0)
                 fprintf(f, ", %u unresponsive", st->unresponsive);
         if (st->uncertain > 0)
                 fprintf(f, ", %u uncertain", st->uncertain);
-        if (st->waiting > 0)
-                fprintf(f, ", %u waiting for their claim", st->waiting);
         if (st->running > 0)
                 fprintf(f, "; %u operations in flight", st->running);
         if (api)
@@ -322,8 +325,38 @@ static void collect_csi_calls(const char *driver, unsigned in_flight, unsigned q
         (void) metrics_scrape_add(userdata, METRICS_CSI_CALLS_QUEUED, (const char *const[]){ driver }, queued);
 }
 
+static void collect_failed(const char *reason, const char *driver, unsigned n, void *userdata) {
+        (void) metrics_scrape_add(userdata, METRICS_VOLUMES_FAILED, (const char *const[]){ driver, reason }, n);
+}
+
+typedef struct DriverScrape {
+        MetricsScrape *s;
+        CsiClient *csi;
+} DriverScrape;
+
+static void collect_driver(const char *driver, void *userdata) {
+        DriverScrape *d = userdata;
+        (void) metrics_scrape_add(d->s, METRICS_CSI_DRIVER_REGISTERED, (const char *const[]){ driver },
+                                  csi_client_has_driver(d->csi, driver) ? 1 : 0);
+}
+
+static void collect_driver_calls(const char *driver, unsigned in_flight, unsigned queued, void *userdata) {
+        collect_driver(driver, userdata);
+}
+
 static void collect_metrics(MetricsScrape *s, void *userdata) {
         Agent *a = userdata;
+        DriverScrape drivers = { .s = s, .csi = a->csi };
+
+        /* What an operator alerts on: who fixes a failed volume, how long
+         * the oldest waits, whether the drivers the pods want are there. */
+        double node, tenant;
+        volume_manager_count_failed(a->volumes, collect_failed, s);
+        volume_manager_oldest_unready(a->volumes, &node, &tenant);
+        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "node" }, node);
+        (void) metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "tenant" }, tenant);
+        csi_client_foreach_driver_calls(a->csi, collect_driver_calls, &drivers);
+        volume_manager_foreach_wanted_driver(a->volumes, collect_driver, &drivers);
 
         volume_stats_foreach(a->volume_stats, collect_volume_usage, s);
         volume_manager_count_volumes(a->volumes, collect_volume_count, s);

@@ -180,8 +180,11 @@ static cJSON *pod_json(const char *uid, const PodView *v, bool with_error) {
                 cJSON_AddBoolToObject(e, "block", pv->block);
                 if (pv->reason)
                         cJSON_AddStringToObject(e, "reason", pv->reason);
+                /* Whether wait=mounted gives up on the failure (409), or a retry may fix it. */
+                if (!pv->runner && pv->state == POD_VOLUME_FAILED)
+                        cJSON_AddBoolToObject(e, "final", pv->final);
                 cJSON_AddItemToArray(vols, e);
-                if (f && pv->state == POD_VOLUME_FAILED)
+                if (f && pv->final)
                         fprintf(f, "%svolume %s: %s", ftell(f) > 0 ? "; " : "", pv->name,
                                 strempty(pv->reason));
         }
@@ -377,80 +380,118 @@ static int serve_pod(HttpRequest *req, void *userdata) {
 
 /* ---- GET /volumes with filters ---------------------------------------------------- */
 
-static const char *const volume_states[] = {
-        "published", "uncertain", "staged", "waiting", "failing", "unresponsive", "failed", NULL,
-};
+/* The pod volumes' states (kvolumed_volumes{state}, pod_volumes[].state), then
+ * the volumes' conditions (kvolumed_volume_conditions). */
+static const char *const pod_volume_states[] = { "published", "pending", "failed", "tearing-down", NULL };
+static const char *const volume_conditions[] = { "uncertain", "staged", "waiting", "failing", "unresponsive", NULL };
+
+static bool in_list(const char *const *list, const char *s) {
+        for (; *list; list++)
+                if (streq(*list, s))
+                        return true;
+        return false;
+}
 
 static bool is_set(const cJSON *o, const char *key) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
         return x && !cJSON_IsNull(x) && !cJSON_IsFalse(x);
 }
 
-/* Whether a volume of /volumes is in the state, as kvolumed_volumes counts. */
-static bool volume_in_state(const cJSON *v, const char *state) {
-        const cJSON *p;
+static const char *get_str(const cJSON *o, const char *key) {
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
 
-        if (streq(state, "published")) {
-                cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(v, "publishes")) if (
-                        streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "state")),
-                                  "done")) return true;
-                return false;
-        }
-        if (streq(state, "uncertain"))
+/* Whether a volume of /volumes has the condition, as kvolumed_volume_conditions counts. */
+static bool volume_in_condition(const cJSON *v, const char *condition) {
+        if (streq(condition, "uncertain"))
                 return is_set(v, "uncertain");
-        if (streq(state, "staged"))
-                return streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
-                                         cJSON_GetObjectItemCaseSensitive(v, "stage"), "state")),
-                                 "done");
-        if (streq(state, "waiting"))
+        if (streq(condition, "staged"))
+                return streq_ptr(get_str(cJSON_GetObjectItemCaseSensitive(v, "stage"), "state"), "done");
+        if (streq(condition, "waiting"))
                 return is_set(v, "driver_waiting_since") ||
                        is_set(cJSON_GetObjectItemCaseSensitive(v, "attach"), "waiting_since");
-        if (streq(state, "failing"))
+        if (streq(condition, "failing"))
                 return is_set(v, "last_error");
-        if (streq(state, "unresponsive"))
+        if (streq(condition, "unresponsive"))
                 return is_set(v, "unresponsive");
         return false;
 }
 
-static bool pending_in_state(const cJSON *p, const char *state) {
-        const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "state"));
-        if (streq(state, "waiting"))
-                return streq_ptr(s, "waiting") || streq_ptr(s, "reported");
-        return streq_ptr(s, state);
-}
+typedef bool (*keep_t)(cJSON *item, const void *userdata);
 
-static void filter_array(cJSON *a, const char *pod, const char *state, bool pending) {
+static void filter(cJSON *a, keep_t keep, const void *userdata) {
         cJSON *item = a ? a->child : NULL;
 
         while (item) {
                 cJSON *next = item->next;
-                bool keep = true;
-
-                if (pod && pending)
-                        keep = streq_ptr(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "pod")),
-                                         pod);
-                else if (pod) {
-                        /* A volume of the pod: its publishes of other pods are left out. */
-                        cJSON *pubs = cJSON_GetObjectItemCaseSensitive(item, "publishes"),
-                              *p = pubs ? pubs->child : NULL;
-                        keep = false;
-                        while (p) {
-                                cJSON *pn = p->next;
-                                if (streq_ptr(
-                                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "pod")),
-                                            pod))
-                                        keep = true;
-                                else
-                                        cJSON_Delete(cJSON_DetachItemViaPointer(pubs, p));
-                                p = pn;
-                        }
-                }
-                if (keep && state)
-                        keep = pending ? pending_in_state(item, state) : volume_in_state(item, state);
-                if (!keep)
+                if (!keep(item, userdata))
                         cJSON_Delete(cJSON_DetachItemViaPointer(a, item));
                 item = next;
         }
+}
+
+static bool has_str(const cJSON *item, const char *key, const char *value) {
+        return streq_ptr(get_str(item, key), value);
+}
+
+static bool keep_of_pod(cJSON *item, const void *pod) {
+        return has_str(item, "pod", pod);
+}
+
+static bool keep_in_state(cJSON *item, const void *state) {
+        return has_str(item, "state", state);
+}
+
+/* An entry naming a volume one of the list's entries names (unique_name). */
+static bool names_listed(cJSON *item, const void *list) {
+        const cJSON *x;
+        const char *name = get_str(item, "unique_name");
+
+        cJSON_ArrayForEach(x, (const cJSON *) list) if (name && has_str(x, "unique_name", name)) return true;
+        return false;
+}
+
+/* A pending entry whose pod volume is in the list. */
+static bool pod_volume_listed(cJSON *item, const void *list) {
+        const cJSON *x;
+
+        cJSON_ArrayForEach(x, (const cJSON *) list) if (has_str(x, "pod_uid", get_str(item, "pod_uid")) &&
+                                                       has_str(x, "volume", get_str(item, "volume"))) return true;
+        return false;
+}
+
+static bool keep_in_condition(cJSON *item, const void *condition) {
+        return volume_in_condition(item, condition);
+}
+
+typedef struct PodFilter {
+        const char *pod;
+        const cJSON *pod_volumes;
+} PodFilter;
+
+/* A volume of the pod: one it has a publish of, or one its pod volumes
+ * name (a pod whose volume failed before any publish has it too).  Its
+ * publishes of other pods are left out. */
+static bool keep_volume_of_pod(cJSON *item, const void *userdata) {
+        const PodFilter *f = userdata;
+        cJSON *pubs = cJSON_GetObjectItemCaseSensitive(item, "publishes"), *p = pubs ? pubs->child : NULL;
+        bool keep = names_listed(item, f->pod_volumes);
+
+        while (p) {
+                cJSON *pn = p->next;
+                if (has_str(p, "pod", f->pod))
+                        keep = true;
+                else
+                        cJSON_Delete(cJSON_DetachItemViaPointer(pubs, p));
+                p = pn;
+        }
+        return keep;
+}
+
+/* The old "waiting" of the pending entries: its claim, a report. */
+static bool keep_pending_condition(cJSON *item, const void *condition) {
+        const char *s = get_str(item, "state");
+        return streq(condition, "waiting") && (streq_ptr(s, "waiting") || streq_ptr(s, "reported"));
 }
 
 static int serve_volumes(HttpRequest *req, void *userdata) {
@@ -458,8 +499,7 @@ static int serve_volumes(HttpRequest *req, void *userdata) {
         VolumeManager *m = userdata;
         const char *pod, *state, *unknown;
         _cleanup_free_ char *text = NULL;
-        bool state_known = false;
-        cJSON *root;
+        cJSON *root, *volumes, *pending, *pod_volumes;
         int r;
 
         unknown = http_request_unknown_arg(req, known);
@@ -470,12 +510,10 @@ static int serve_volumes(HttpRequest *req, void *userdata) {
                     isempty(strchr(pod, '/') + 1)))
                 return reply_error(req, 400, "invalid pod \"%s\": NAMESPACE/NAME", pod);
         state = http_request_arg(req, "state");
-        for (const char *const *s = volume_states; state && *s; s++)
-                state_known = state_known || streq(*s, state);
-        if (state && !state_known)
+        if (state && !in_list(pod_volume_states, state) && !in_list(volume_conditions, state))
                 return reply_error(req, 400,
-                                   "invalid state \"%s\": one of published, uncertain, staged, waiting, "
-                                   "failing, unresponsive, failed",
+                                   "invalid state \"%s\": one of published, pending, failed, tearing-down (a pod "
+                                   "volume's), uncertain, staged, waiting, failing, unresponsive (a volume's)",
                                    state);
         r = volume_manager_describe_json(m, &text);
         if (r < 0)
@@ -489,9 +527,26 @@ static int serve_volumes(HttpRequest *req, void *userdata) {
         root = cJSON_Parse(text);
         if (!root)
                 return -ENOMEM;
-        /* The node's counters stay whole: the filters choose the entries. */
-        filter_array(cJSON_GetObjectItemCaseSensitive(root, "volumes"), pod, state, false);
-        filter_array(cJSON_GetObjectItemCaseSensitive(root, "pending"), pod, state, true);
+        volumes = cJSON_GetObjectItemCaseSensitive(root, "volumes");
+        pending = cJSON_GetObjectItemCaseSensitive(root, "pending");
+        pod_volumes = cJSON_GetObjectItemCaseSensitive(root, "pod_volumes");
+        /* The node's counters stay whole: the filters choose the entries.
+         * The pod first, from its pod volumes (its desired state), then the
+         * volumes they name. */
+        if (pod) {
+                filter(pod_volumes, keep_of_pod, pod);
+                filter(pending, keep_of_pod, pod);
+                filter(volumes, keep_volume_of_pod, &(PodFilter){ .pod = pod, .pod_volumes = pod_volumes });
+        }
+        if (state && in_list(pod_volume_states, state)) {
+                filter(pod_volumes, keep_in_state, state);
+                filter(volumes, names_listed, pod_volumes);
+                filter(pending, pod_volume_listed, pod_volumes);
+        } else if (state) {
+                filter(volumes, keep_in_condition, state);
+                filter(pod_volumes, names_listed, volumes);
+                filter(pending, keep_pending_condition, state);
+        }
         return reply_json(req, 200, root);
 }
 

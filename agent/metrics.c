@@ -89,6 +89,11 @@ static const ScrapedFamily scraped_families[_METRICS_SCRAPED_MAX] = {
                                        "CSI calls waiting for a free slot of their driver now (csi.max-parallel, "
                                        "or the limit of NodeGetVolumeStats calls)",
                                        "gauge", { "driver_name" }, 1 },
+        [METRICS_CSI_DRIVER_REGISTERED] = { "kvolumed_csi_driver_registered",
+                                            "1 while the CSI driver is registered on the node (or configured in a "
+                                            "[driver] section), else 0: each driver known here or wanted by a pod "
+                                            "volume on the node",
+                                            "gauge", { "driver_name" }, 1 },
         [METRICS_RUNTIME_ERRORS] = { "kvolumed_runtime_errors_total",
                                      "Rounds of CRI calls to the container runtime ([runtime] endpoint) that failed; "
                                      "while it does not answer, no volume is unpublished",
@@ -100,6 +105,19 @@ static const ScrapedFamily scraped_families[_METRICS_SCRAPED_MAX] = {
                                            "Pods whose volumes' unpublish waits for the container runtime (an "
                                            "answer, or their containers to stop)",
                                            "gauge", {}, 0 },
+        [METRICS_VOLUMES_FAILED] = { "kvolumed_volumes_failed",
+                                     "Failed pod volumes (kvolumed_volumes{state=\"failed\"}) by reason and "
+                                     "driver. The tenant's to fix: claim-not-bound, invalid-spec, refused; the "
+                                     "node's: driver-missing, csi-error, attach-timeout, attach-limit, "
+                                     "source-changed. driver_name is empty without a CSI driver, \"other\" for "
+                                     "a name only a pod spec gives",
+                                     "gauge", { "driver_name", "reason" }, 2 },
+        [METRICS_VOLUMES_OLDEST_UNREADY] = { "kvolumed_volumes_oldest_unready_seconds",
+                                             "Seconds since the oldest pod volume not published was first wanted "
+                                             "(as kvolumed saw it), 0 when none: owner=\"node\" among the pending "
+                                             "ones and those failed for the node's reason, owner=\"tenant\" "
+                                             "among those failed for the tenant's",
+                                             "gauge", { "owner" }, 1 },
         [METRICS_VOLUME_MANAGER_TOTAL_VOLUMES] = { "volume_manager_total_volumes",
                                                    "[ALPHA] Number of volumes in Volume Manager", "gauge",
                                                    { "plugin_name", "state" }, 2 },
@@ -119,6 +137,8 @@ struct MetricsScrape {
 };
 
 struct Metrics {
+        double api_last_success; /* unix seconds; 0: none yet */
+        bool api_hooked;         /* a request was observed: the gauge is shown */
         HistogramVec csi_operations;
         HistogramVec storage_operations;
         HistogramVec reconcile;
@@ -329,6 +349,12 @@ int metrics_observe_api_request(Metrics *m, const char *method, const char *host
 
         if (!m)
                 return 0;
+        m->api_hooked = true;
+        if (status >= 200 && status < 300) {
+                struct timespec ts;
+                if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+                        m->api_last_success = (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+        }
         /* client-go's label for a request that got no HTTP answer. */
         if (status <= 0)
                 strcpy(code, "<error>");
@@ -449,6 +475,19 @@ static void write_counter_vec(FILE *f, const HistogramVec *h) {
                 write_labels(f, h, h->series[i], NULL);
                 fprintf(f, " %" PRIu64 "\n", h->series[i]->count);
         }
+}
+
+/* Shown once the API client reports to this registry (the agent's does). */
+static void write_api_last_success(FILE *f, const Metrics *m) {
+        char buf[32];
+
+        if (!m->api_hooked)
+                return;
+        write_header(f, "kvolumed_api_last_success_timestamp_seconds",
+                     "Unix time of the last request the API server answered with a 2xx status (0: none since "
+                     "kvolumed started)",
+                     "gauge");
+        fprintf(f, "kvolumed_api_last_success_timestamp_seconds %s\n", format_double(m->api_last_success, buf));
 }
 
 static void write_build_info(FILE *f, const Metrics *m) {
@@ -628,15 +667,19 @@ int metrics_write(Metrics *m, FILE *f) {
          * kvolumed_csi_..., kvolumed_reconcile_..., kvolumed_volumes,
          * storage_..., volume_manager_... */
         write_histogram_vec(f, &m->csi_operations);
-        for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_API_WATCH_RESTARTS; i++)
+        for (MetricsScraped i = METRICS_VOLUME_STATS_AVAILABLE_BYTES; i <= METRICS_VOLUME_STATS_USED_BYTES; i++)
                 write_scraped(f, &s, i);
+        write_api_last_success(f, m);
+        write_scraped(f, &s, METRICS_API_WATCH_RESTARTS);
         write_build_info(f, m);
-        for (MetricsScraped i = METRICS_CSI_CALLS_IN_FLIGHT; i <= METRICS_CSI_CALLS_QUEUED; i++)
+        for (MetricsScraped i = METRICS_CSI_CALLS_IN_FLIGHT; i <= METRICS_CSI_DRIVER_REGISTERED; i++)
                 write_scraped(f, &s, i);
         write_histogram_vec(f, &m->reconcile);
         for (MetricsScraped i = METRICS_RUNTIME_ERRORS; i <= METRICS_RUNTIME_WAITING_PODS; i++)
                 write_scraped(f, &s, i);
         write_volumes_gauge(f, m);
+        write_scraped(f, &s, METRICS_VOLUMES_FAILED);
+        write_scraped(f, &s, METRICS_VOLUMES_OLDEST_UNREADY);
         if (m->process)
                 process_metrics_write(f);
         write_histogram_vec(f, &m->rest_duration);

@@ -62,6 +62,8 @@ void metrics_csi_hook(const CsiCallMetrics *call, void *userdata);
 void metrics_volume_hook(const char *plugin, const char *operation, bool success, bool migrated,
                          uint64_t duration_usec, void *userdata);
 
+/* Also kvolumed_api_last_success_timestamp_seconds: the wall-clock time of
+ * the last request the API server answered with a 2xx status. */
 /* client-go's rest_client_requests_total{code,method,host} (code "<error>"
  * for status 0: no HTTP answer) and, unless watch,
  * rest_client_request_duration_seconds{verb,host} with client-go's buckets. */
@@ -96,9 +98,12 @@ typedef enum MetricsScraped {
         METRICS_API_WATCH_RESTARTS, /* kvolumed_api_watch_restarts_total{resource}, counter */
         METRICS_CSI_CALLS_IN_FLIGHT, /* kvolumed_csi_calls_in_flight{driver_name} */
         METRICS_CSI_CALLS_QUEUED,    /* kvolumed_csi_calls_queued{driver_name} */
+        METRICS_CSI_DRIVER_REGISTERED, /* kvolumed_csi_driver_registered{driver_name} */
         METRICS_RUNTIME_ERRORS,      /* kvolumed_runtime_errors_total, counter */
         METRICS_RUNTIME_UNREACHABLE, /* kvolumed_runtime_unreachable */
         METRICS_RUNTIME_WAITING_PODS, /* kvolumed_runtime_waiting_pods */
+        METRICS_VOLUMES_FAILED,      /* kvolumed_volumes_failed{driver_name,reason} */
+        METRICS_VOLUMES_OLDEST_UNREADY, /* kvolumed_volumes_oldest_unready_seconds{owner} */
         METRICS_VOLUME_MANAGER_TOTAL_VOLUMES, /* volume_manager_total_volumes{plugin_name,state} */
         _METRICS_SCRAPED_MAX,
 } MetricsScraped;

@@ -62,6 +62,7 @@ static const char *str(const cJSON *o, const char *key) {
 
 typedef struct Row {
         const char *pod, *volume, *driver, *state, *path, *reason;
+        char *owned; /* reason, when made here */
 } Row;
 
 static void print_rows(const Row *rows, size_t n) {
@@ -93,55 +94,66 @@ static Row *add_row(Row **rows, size_t *n) {
         return &r[(*n)++];
 }
 
-/* /volumes: a row per publish, per volume without one, per volume waiting. */
+/* By pod and volume; the volumes of no pod last. */
+static int cmp_rows(const void *a, const void *b) {
+        const Row *x = a, *y = b;
+        int c;
+
+        if (!x->pod != !y->pod)
+                return x->pod ? -1 : 1;
+        c = strcmp(strempty(x->pod), strempty(y->pod));
+        return c != 0 ? c : strcmp(strempty(x->volume), strempty(y->volume));
+}
+
+static bool named_by(const cJSON *pod_volumes, const char *unique_name) {
+        const cJSON *p;
+
+        cJSON_ArrayForEach(p, pod_volumes) if (streq_ptr(str(p, "unique_name"), unique_name)) return true;
+        return false;
+}
+
+/* /volumes: a row per pod volume (pod_volumes: what kvolumed_volumes counts,
+ * in its states), then one per volume no pod volume names (staged for no
+ * pod, or left to tear down).  A failed one says whose it is to fix. */
 static int rows_from_volumes(const cJSON *doc, Row **rows, size_t *n) {
-        const cJSON *v, *p;
+        const cJSON *pod_volumes = cJSON_GetObjectItemCaseSensitive(doc, "pod_volumes"), *v;
         Row *r;
 
+        cJSON_ArrayForEach(v, pod_volumes) {
+                const char *reason = str(v, "reason"), *message = str(v, "message");
+                if (!(r = add_row(rows, n)))
+                        return -ENOMEM;
+                r->pod = str(v, "pod");
+                r->volume = str(v, "volume");
+                r->driver = str(v, "driver");
+                r->state = str(v, "state");
+                r->path = str(v, "path");
+                r->reason = message;
+                if (reason && message) {
+                        if (asprintf(&r->owned, "%s: %s", reason, message) < 0) {
+                                r->owned = NULL;
+                                return -ENOMEM;
+                        }
+                        r->reason = r->owned;
+                }
+        }
         cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(doc, "volumes")) {
                 const cJSON *err = cJSON_GetObjectItemCaseSensitive(v, "last_error");
-                const char *error = str(err, "message");
                 bool wanted = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "wanted"));
-                const cJSON *pubs = cJSON_GetObjectItemCaseSensitive(v, "publishes");
 
-                cJSON_ArrayForEach(p, pubs) {
-                        bool done = streq_ptr(str(p, "state"), "done");
-                        if (!(r = add_row(rows, n)))
-                                return -ENOMEM;
-                        r->pod = str(p, "pod");
-                        r->volume = str(p, "volume");
-                        r->driver = str(v, "driver");
-                        r->path = str(p, "path");
-                        r->state = !done ? "uncertain" : wanted ? "published" : "tearing-down";
-                        r->reason = str(p, "teardown_waits") ?: (!done || !wanted ? error : NULL);
-                }
-                if (cJSON_GetArraySize(pubs) > 0)
+                if (named_by(pod_volumes, str(v, "unique_name")) ||
+                    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(v, "publishes")) > 0)
                         continue;
-                /* Staged (or on its way) with no pod's publish. */
                 if (!(r = add_row(rows, n)))
                         return -ENOMEM;
                 r->volume = str(v, "name");
                 r->driver = str(v, "driver");
                 r->path = str(cJSON_GetObjectItemCaseSensitive(v, "stage"), "path");
-                r->state = !wanted                          ? "tearing-down"
-                           : str(v, "driver_waiting_since") ? "waiting"
-                           : cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
-                                     cJSON_GetObjectItemCaseSensitive(v, "attach"), "attached"))
-                                   ? "waiting"
-                                   : "pending";
-                r->reason = error
-                                    ?: str(v, "driver_waiting_since")
-                                       ? "waiting for its CSI driver to register"
-                               : streq(r->state, "waiting") ? "waiting for its attachment"
-                                                            : NULL;
-        }
-        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(doc, "pending")) {
-                if (!(r = add_row(rows, n)))
-                        return -ENOMEM;
-                r->pod = str(p, "pod");
-                r->volume = str(p, "volume");
-                r->state = streq_ptr(str(p, "state"), "failed") ? "failed" : "waiting";
-                r->reason = str(p, "message");
+                r->state = wanted ? "pending" : "tearing-down";
+                r->reason = str(err, "message") ?: str(v, "driver_waiting_since")
+                                                           ? "waiting for its CSI driver to register"
+                                                   : wanted ? NULL
+                                                            : "no pod wants it: to be unstaged";
         }
         return 0;
 }
@@ -165,11 +177,14 @@ static int rows_from_pod(const cJSON *doc, Row **rows, size_t *n) {
 }
 
 static void help(void) {
-        printf("Usage: kvolumed status [--socket PATH | --config PATH] [NAMESPACE/NAME | UID]\n"
+        printf("Usage: kvolumed status [--socket PATH | --config PATH] [--json] [NAMESPACE/NAME | UID]\n"
                "\n"
-               "Prints the node's volumes (or one pod's) as a table, from the local volumes API\n"
-               "of the kvolumed that runs.\n"
+               "Prints the node's pod volumes (or one pod's) as a table, from the local volumes API\n"
+               "of the kvolumed that runs: published, pending, failed or tearing-down, as the\n"
+               "metric kvolumed_volumes and STATUS= count them. Exit 1 for a pod kvolumed does\n"
+               "not know.\n"
                "\n"
+               "  -j --json          print the API's answer (JSON) instead of the table\n"
                "  -s --socket PATH   the API socket (default: [api] socket of the configuration,\n"
                "                     else " DEFAULT_SOCKET ")\n"
                "  -c --config PATH   the configuration to read [api] socket from\n"
@@ -180,6 +195,7 @@ int status_main(int argc, char *argv[]) {
         static const struct option options[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "config", required_argument, NULL, 'c' },
+                { "json", no_argument, NULL, 'j' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
@@ -189,12 +205,16 @@ int status_main(int argc, char *argv[]) {
         _cleanup_free_ Row *rows = NULL;
         cJSON *doc = NULL;
         size_t n = 0;
+        bool json = false, known;
         long status;
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "s:c:h", options, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "s:c:jh", options, NULL)) >= 0)
                 switch (c) {
+                case 'j':
+                        json = true;
+                        break;
                 case 's':
                         socket_path = optarg;
                         break;
@@ -278,14 +298,34 @@ int status_main(int argc, char *argv[]) {
         }
         r = pod && validate_uid(pod) >= 0 ? rows_from_pod(doc, &rows, &n)
                                           : rows_from_volumes(doc, &rows, &n);
+        /* A pod by name is known when the node has anything of it: a volume
+         * it wants (failed before any publish, too) or one it had. */
+        known = !pod || validate_uid(pod) >= 0 || n > 0 ||
+                cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "pending")) > 0;
         if (r < 0)
                 fprintf(stderr, "kvolumed status: out of memory\n");
-        else if (n == 0)
-                printf(pod ? "No CSI volume of pod %s on node %s.\n" : "No CSI volume on node %s%s.\n",
-                       pod ? pod : "", str(doc, "node") ?: "(this node)");
-        else
+        else if (json) {
+                char *text = cJSON_Print(doc);
+                if (text)
+                        printf("%s\n", text);
+                else
+                        r = -ENOMEM;
+                free(text);
+        } else if (n > 0) {
+                qsort(rows, n, sizeof *rows, cmp_rows);
                 print_rows(rows, n);
+        }
+        else if (!pod)
+                printf("No pod volume on node %s.\n", str(doc, "node") ?: "(this node)");
+        if (r >= 0 && !known)
+                fprintf(stderr,
+                        "kvolumed status: no pod %s with volumes on node %s: it is not bound to this node, "
+                        "or it has no volumes (kubectl get pod -n %.*s %s -o wide)\n",
+                        pod, str(doc, "node") ?: "(this node)", (int) (strchr(pod, '/') - pod), pod,
+                        strchr(pod, '/') + 1);
+        for (size_t i = 0; i < n; i++)
+                free(rows[i].owned);
         cJSON_Delete(doc);
         curl_global_cleanup();
-        return r < 0 ? 1 : 0;
+        return r < 0 || !known ? 1 : 0;
 }

@@ -157,72 +157,6 @@ bool describe_volume_failing(VolumeManager *m, const ActualVolume *av) {
         return false;
 }
 
-const char *pod_volume_state_to_string(PodVolumeState s) {
-        static const char *const names[_POD_VOLUME_STATE_MAX] = {
-                [POD_VOLUME_FAILED] = "failed",
-                [POD_VOLUME_PENDING] = "pending",
-                [POD_VOLUME_PUBLISHED] = "published",
-                [POD_VOLUME_TEARING_DOWN] = "tearing-down",
-        };
-        return s >= 0 && s < _POD_VOLUME_STATE_MAX ? names[s] : NULL;
-}
-
-/* A stage of the volume, or this pod's publish, failed and waits for its retry. */
-static bool failing_for_pod(const ActualVolume *av, const char *pod_uid) {
-        const char *key;
-        void *value;
-
-        for (size_t i = 0; hashmap_iterate(av->backoffs, &i, &key, &value);) {
-                const char *slash = strchr(key, '/');
-                if (((const Backoff *) value)->last_error_usec == 0 || !slash ||
-                    strncmp(key, "unpublish/", strlen("unpublish/")) == 0)
-                        continue;
-                if (isempty(slash + 1) || streq(slash + 1, pod_uid))
-                        return true;
-        }
-        return false;
-}
-
-/* Published wins over everything (a running pod has its volume); then what
- * was reported to the pod as a FailedMount-like Event and not cleared since
- * (manager_report_once: a claim not bound, the driver not registered after
- * its grace, a lifecycle mode refused, an attach that takes too long); then
- * a failed CSI call waiting for its retry.  Anything else is on its way. */
-PodVolumeState describe_pod_volume_state(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
-                                         const char **ret_reason) {
-        const char *reported = hashmap_get(e->reported, dv->name);
-        const ActualVolume *av = NULL;
-        const ActualPublish *pub = NULL;
-        const char *reason = NULL;
-        PodVolumeState state = POD_VOLUME_PENDING;
-
-        if (dv->spec) {
-                av = hashmap_get(m->volumes, dv->spec->unique_name);
-                pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
-        }
-        if (pub && pub->state == PUBLISH_DONE)
-                state = POD_VOLUME_PUBLISHED;
-        else if (dv->failed) {
-                state = POD_VOLUME_FAILED;
-                reason = dv->failed;
-        } else if (!dv->spec && !dv->looking_up) {
-                /* kubelet's populator fails the pod for it (an unbound claim,
-                 * a missing PV): its pod worker sees the error at once. */
-                state = POD_VOLUME_FAILED;
-                reason = reported ?: dv->waiting;
-        } else if (reported) {
-                state = POD_VOLUME_FAILED;
-                reason = reported;
-        } else if (av && failing_for_pod(av, e->uid)) {
-                state = POD_VOLUME_FAILED;
-                reason = av->last_error;
-        } else if (!dv->spec)
-                reason = dv->waiting;
-        if (ret_reason)
-                *ret_reason = reason;
-        return state;
-}
-
 /* The backoffs of the volume's failed operations ("<kind>/<pod UID>"): each
  * with when it may run again; the earliest is the volume's next retry. */
 static cJSON *retries_json(VolumeManager *m, const Clocks *c, const ActualVolume *av, uint64_t *ret_next) {
@@ -334,6 +268,76 @@ static void add_pending(PodEntry *e, cJSON *pending) {
         }
 }
 
+/* Every pod volume on the node in the one vocabulary, as kvolumed_volumes
+ * counts them: each volume a pod wants (found from the pod's desired state,
+ * whether or not anything of it exists yet), then each publish no pod wants
+ * any more. */
+static void add_pod_volumes(VolumeManager *m, const char **uids, size_t n_pods, const char **names, size_t n,
+                            cJSON *a) {
+        for (size_t i = 0; i < n_pods; i++) {
+                const PodEntry *e = hashmap_get(m->pod_entries, uids[i]);
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        const DesiredVolume *dv = &e->desired->volumes[v];
+                        const ActualVolume *av = dv->spec ? hashmap_get(m->volumes, dv->spec->unique_name) : NULL;
+                        const ActualPublish *pub = av ? hashmap_get(av->publishes, e->uid) : NULL;
+                        PodVolumeStatus st;
+                        cJSON *o = cJSON_CreateObject();
+
+                        describe_pod_volume(m, e, dv, &st);
+                        cJSON_AddStringToObject(o, "pod_uid", e->uid);
+                        cJSON_AddStringToObject(o, "pod", e->desired->key);
+                        cJSON_AddStringToObject(o, "volume", dv->name);
+                        cJSON_AddItemToObject(o, "unique_name", dv->spec ? cJSON_CreateString(dv->spec->unique_name)
+                                                                        : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "kind", dv->spec ? cJSON_CreateString(dv->spec->kind->name)
+                                                                 : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "driver", dv->spec && dv->spec->driver
+                                                                   ? cJSON_CreateString(dv->spec->driver)
+                                                                   : cJSON_CreateNull());
+                        cJSON_AddStringToObject(o, "state", pod_volume_state_to_string(st.state));
+                        cJSON_AddItemToObject(o, "reason", st.failure != POD_VOLUME_FAILURE_NONE
+                                                                   ? cJSON_CreateString(pod_volume_failure_to_string(
+                                                                             st.failure))
+                                                                   : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "message",
+                                              st.reason ? cJSON_CreateString(st.reason) : cJSON_CreateNull());
+                        cJSON_AddItemToObject(o, "path", path_json(m, pub ? pub->target : NULL));
+                        cJSON_AddItemToArray(a, o);
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                const ActualVolume *av = hashmap_get(m->volumes, names[i]);
+                _cleanup_free_ const char **keys = NULL;
+                size_t n_pubs = 0;
+
+                keys = sorted_keys(av->publishes, &n_pubs);
+                for (size_t j = 0; keys && j < n_pubs; j++) {
+                        const ActualPublish *pub = hashmap_get(av->publishes, keys[j]);
+                        const char *why = runtime_gate_reason(m->runtime, pub->pod_uid);
+                        cJSON *o;
+
+                        if (!describe_publish_tearing_down(m, av, pub))
+                                continue;
+                        o = cJSON_CreateObject();
+                        cJSON_AddStringToObject(o, "pod_uid", pub->pod_uid);
+                        cJSON_AddStringToObject(o, "pod", pub->pod_key);
+                        cJSON_AddStringToObject(o, "volume", pub->spec_name);
+                        cJSON_AddStringToObject(o, "unique_name", av->unique_name);
+                        cJSON_AddStringToObject(o, "kind", av->kind->name);
+                        cJSON_AddItemToObject(o, "driver",
+                                              av->driver ? cJSON_CreateString(av->driver) : cJSON_CreateNull());
+                        cJSON_AddStringToObject(o, "state", pod_volume_state_to_string(POD_VOLUME_TEARING_DOWN));
+                        cJSON_AddNullToObject(o, "reason");
+                        cJSON_AddStringToObject(o, "message",
+                                                why ?: av->last_error && describe_volume_failing(m, av)
+                                                               ? av->last_error
+                                                               : "the pod no longer wants it");
+                        cJSON_AddItemToObject(o, "path", path_json(m, pub->target));
+                        cJSON_AddItemToArray(a, o);
+                }
+        }
+}
+
 int volume_manager_describe_json(VolumeManager *m, char **ret) {
         _cleanup_free_ const char **names = NULL, **uids = NULL;
         VolumeManagerStats st = {};
@@ -372,6 +376,10 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         cJSON_AddNumberToObject(root, "waiting_for_attach", st.attach_waiting);
         cJSON_AddNumberToObject(root, "failing", st.failing);
         cJSON_AddNumberToObject(root, "unresponsive", st.unresponsive);
+        /* The pod volumes by state: kvolumed_volumes{state}, the entries of pod_volumes. */
+        cJSON *states = cJSON_AddObjectToObject(root, "states");
+        for (PodVolumeState i = 0; states && i < _POD_VOLUME_STATE_MAX; i++)
+                cJSON_AddNumberToObject(states, pod_volume_state_to_string(i), st.by_state[i]);
 
         volumes = cJSON_AddArrayToObject(root, "volumes");
         names = sorted_keys(m->volumes, &n);
@@ -382,7 +390,11 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         for (size_t i = 0; pending && uids && i < n_pods; i++)
                 add_pending(hashmap_get(m->pod_entries, uids[i]), pending);
 
-        text = volumes && pending && names && uids ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON *pod_volumes = cJSON_AddArrayToObject(root, "pod_volumes");
+        if (pod_volumes && names && uids)
+                add_pod_volumes(m, uids, n_pods, names, n, pod_volumes);
+
+        text = volumes && pending && pod_volumes && names && uids ? cJSON_PrintUnformatted(root) : NULL;
         cJSON_Delete(root);
         if (!text)
                 return -ENOMEM;

@@ -223,6 +223,8 @@ typedef struct PodEntry {
         char *reported_invalid; /* an invalid-name event was sent */
         Hashmap *reported;      /* volume name → the last wait/failure message sent as an event */
         Hashmap *final;         /* volume name → non-NULL: the latest pass reported a FailedMount (podview.c) */
+        Hashmap *report_kinds;  /* volume name → PodVolumeFailure + 1 of the event in reported; NULL until one */
+        uint64_t wanted_since;  /* CLOCK_MONOTONIC: when its volumes were first wanted (counts.c) */
         unsigned counted_desired, counted_waiting; /* what desired adds to VolumeCounts (counts.c) */
         ResyncLink resync;      /* in the rolling resync's order (manager.c) */
 } PodEntry;
@@ -596,13 +598,29 @@ static inline void erase_and_freep(char **p) {
 /* describe.c: an operation ended; its failure (or a success that leaves
  * nothing failing) is what /volumes reports as the volume's last error. */
 void describe_note_outcome(VolumeManager *m, const Operation *op, bool success);
-/* Whether an operation of the volume failed and is to be retried (a pod gone
- * since its publish failed does not count). */
-/* The state kvolumed_volumes counts a pod's desired volume in (exactly
- * one), and the reason it is not published (NULL when it is, or when it
- * merely waits for work in progress). */
-PodVolumeState describe_pod_volume_state(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv,
-                                         const char **ret_reason);
+/* state/podstate.c: the state kvolumed_volumes counts a pod's desired
+ * volume in (exactly one), why, and the reason it is not published (NULL
+ * when it is, or when it merely waits for work in progress): the one
+ * judgement the metrics, STATUS=, /volumes, the local API and "kvolumed
+ * status" show. */
+typedef struct PodVolumeStatus {
+        PodVolumeState state;
+        PodVolumeFailure failure; /* when FAILED */
+        const char *reason;       /* borrowed: why it is failed (or waits); NULL when published */
+        /* The runner's final error: kubelet's WaitForAttachAndMount gives up
+         * at once (a failure a retry alone does not fix). */
+        bool final;
+} PodVolumeStatus;
+void describe_pod_volume(VolumeManager *m, const PodEntry *e, const DesiredVolume *dv, PodVolumeStatus *ret);
+/* A publish that no desired volume of its pod accounts for: "tearing-down"
+ * (the reconciler's own test before it unpublishes). */
+bool describe_publish_tearing_down(VolumeManager *m, const ActualVolume *av, const ActualPublish *pub);
+/* kvolumed_volumes{state}: every pod volume in exactly one state. */
+void describe_count_states(VolumeManager *m, unsigned by_state[static _POD_VOLUME_STATE_MAX]);
+/* kvolumed_volumes_failed's driver label for a spec (see volume_manager_count_failed). */
+const char *describe_driver_label(VolumeManager *m, const VolumeSpec *s);
+/* describe.c: whether an operation of the volume failed and is to be
+ * retried (a pod gone since its publish failed does not count). */
 bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
 
 /* podview.c: the watches of the pod runner's waiters.  Before a pass

@@ -19,7 +19,8 @@
  *   volume/runtime.c      the runtime's word before any teardown
  *   volume/state/         desired (desired.c routes every pod volume
  *                         through the kinds), actual, intents, records,
- *                         backoffs, counts, the pod index, the lookup cache
+ *                         backoffs, counts, the pod index, the lookup cache,
+ *                         podstate.c (a pod volume's one state, for all views)
  *   volume/passes/        the reconciler, reconstruction, the operation
  *                         frame (operations.c: directories, the intent
  *                         record, durable sync, outcome, backoff, events)

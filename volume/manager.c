@@ -285,6 +285,19 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
          * the driver's registration clears. */
         if (streq(reason, "FailedMount"))
                 podview_volume_failed(e, volume);
+        /* Which class of failure it is, for kvolumed_volumes_failed{reason}
+         * (describe.c tells a FailedMount's apart). */
+        if (!e->report_kinds)
+                e->report_kinds = hashmap_new();
+        if (e->report_kinds)
+                (void) hashmap_put(e->report_kinds, volume,
+                                   (void *) (uintptr_t) (1 + (streq(reason, "FailedAttachVolume") ? POD_VOLUME_FAILURE_ATTACH
+                                                   : streq(reason, "VolumeAttachmentLimitExceeded")
+                                                           ? POD_VOLUME_FAILURE_ATTACH_LIMIT
+                                                   : streq(reason, "VolumeSourceChanged")
+                                                           ? POD_VOLUME_FAILURE_SOURCE_CHANGED
+                                                           : POD_VOLUME_FAILURE_REFUSED)),
+                                   NULL);
         if (streq_ptr(last, message))
                 return;
         if (m->verifying) {
@@ -322,6 +335,8 @@ void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredP
 
 void manager_report_clear(PodEntry *e, const char *volume) {
         free(hashmap_remove(e->reported, volume));
+        if (e->report_kinds)
+                (void) hashmap_remove(e->report_kinds, volume);
         podview_volume_planned(e, volume);
 }
 
@@ -380,6 +395,7 @@ static PodEntry *pod_entry_free(PodEntry *e) {
                 free(value);
         hashmap_free(e->reported);
         hashmap_free(e->final);
+        hashmap_free(e->report_kinds);
         free(e->uid);
         free(e->namespace);
         free(e->name);
@@ -1055,7 +1071,6 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.desired++;
                         if (!e->desired->volumes[v].spec)
                                 s.waiting++;
-                        s.by_state[describe_pod_volume_state(m, e, &e->desired->volumes[v], NULL)]++;
                 }
         }
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
@@ -1071,11 +1086,9 @@ void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
                         s.published += pub->state == PUBLISH_DONE;
                         s.uncertain += pub->state == PUBLISH_UNCERTAIN;
                         s.mounts_pending += pub->mount_pending;
-                        /* What a pod wants is counted with its desired volumes above. */
-                        if (!reconciler_pod_wants(m, pub->pod_uid, av->unique_name, pub->spec_name))
-                                s.by_state[POD_VOLUME_TEARING_DOWN]++;
                 }
         }
+        describe_count_states(m, s.by_state);
         *ret = s;
 }
 
@@ -1086,5 +1099,7 @@ void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret) {
                 volume_manager_get_stats(m, ret);
                 return;
         }
+        /* The states are judged, not kept: the same walk as the metric's. */
+        describe_count_states(m, s.by_state);
         *ret = s;
 }

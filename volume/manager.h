@@ -71,6 +71,28 @@ typedef enum PodVolumeState {
 /* "failed", "pending", "published", "tearing-down". */
 const char *pod_volume_state_to_string(PodVolumeState s);
 
+/* Why a failed pod volume failed, for kvolumed_volumes_failed{reason}: the
+ * first three are the tenant's to fix (their pod or claim), the others the
+ * node's (its drivers, its attachments, the storage). */
+typedef enum PodVolumeFailure {
+        POD_VOLUME_FAILURE_NONE,
+        POD_VOLUME_FAILURE_CLAIM,          /* "claim-not-bound": its claim is not bound, or it or its PV is missing */
+        POD_VOLUME_FAILURE_INVALID_SPEC,   /* "invalid-spec": a volume the pod spec cannot have */
+        POD_VOLUME_FAILURE_REFUSED,        /* "refused": a lifecycle mode the CSIDriver refuses, a ReadWriteOncePod
+                                            * claim or an SELinux label in use by another pod */
+        POD_VOLUME_FAILURE_DRIVER_MISSING, /* "driver-missing": its CSI driver is not registered after its grace */
+        POD_VOLUME_FAILURE_CSI,            /* "csi-error": a CSI call failed and waits for its retry */
+        POD_VOLUME_FAILURE_ATTACH,         /* "attach-timeout": no attachment after its wait, or an attach error */
+        POD_VOLUME_FAILURE_ATTACH_LIMIT,   /* "attach-limit": the driver's attach limit on the node is reached */
+        POD_VOLUME_FAILURE_SOURCE_CHANGED, /* "source-changed": its PV was re-created while published */
+        _POD_VOLUME_FAILURE_MAX,
+} PodVolumeFailure;
+
+/* The label value above; NULL for NONE. */
+const char *pod_volume_failure_to_string(PodVolumeFailure f);
+/* Whether the tenant fixes it (its pod or claim), not the node's operator. */
+bool pod_volume_failure_is_tenants(PodVolumeFailure f);
+
 typedef struct VolumeManagerStats {
         unsigned pods;          /* pods on this node the manager tracks */
         unsigned desired;       /* pod volumes wanted */
@@ -138,6 +160,23 @@ void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, voi
  * beside 10,000 volumes with by_state (a lookup of every publish's pod) and
  * 8 ms without; a new pod arriving then waited for it (issue 23's p99). */
 void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret);
+
+/* For kvolumed_volumes_failed{driver_name,reason}: once per pair with a
+ * failed pod volume.  driver is "" for a volume with no CSI driver (or not
+ * known yet), the driver's name when an administrator named it (a PV's, a
+ * CSIDriver object's, a driver registered on the node), else "other": a
+ * name only a pod spec gives cannot multiply the series. */
+typedef void (*volume_failed_count_t)(const char *reason, const char *driver, unsigned n, void *userdata);
+void volume_manager_count_failed(VolumeManager *m, volume_failed_count_t cb, void *userdata);
+/* Seconds since the oldest pod volume not published was first wanted, as
+ * kvolumed saw it (since its start at most); 0 when there is none: among
+ * those pending or failed for the node's reason, and among those failed
+ * for a tenant's reason. */
+void volume_manager_oldest_unready(VolumeManager *m, double *ret_node, double *ret_tenant);
+/* The drivers (bounded as above, "other" left out) that pod volumes on the
+ * node want, once each, for kvolumed_csi_driver_registered. */
+typedef void (*volume_driver_t)(const char *driver, void *userdata);
+void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, void *userdata);
 
 /* For kvolumed_runtime_*: the runtime gate's counters (volume/runtime.c);
  * all zero when no runtime is configured. */

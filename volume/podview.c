@@ -96,15 +96,6 @@ static PodVolumeView *view_add(PodView *v) {
         return &a[v->n_volumes++];
 }
 
-/* A CSI call of the volume failed with a final code and will only be
- * retried after its backoff: kubelet's pod error, which the runner gets at
- * once rather than after its whole timeout. */
-static bool csi_failed_finally(VolumeManager *m, const ActualVolume *av, const char *uid) {
-        return av->last_error && av->last_error_final && describe_volume_failing(m, av) &&
-               (!av->last_error_pod || streq(av->last_error_pod, uid)) && !actual_volume_pod_busy(av, uid) &&
-               (av->last_error_op == OP_STAGE || av->last_error_op == OP_PUBLISH);
-}
-
 static int set_str(char **p, const char *s) {
         if (!s)
                 return 0;
@@ -114,27 +105,27 @@ static int set_str(char **p, const char *s) {
 
 static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *dv, PodVolumeView *out) {
         const VolumeSpec *s = dv->spec;
-        const char *reported = hashmap_get(e->reported, dv->name);
-        bool final = e->final && hashmap_get(e->final, dv->name);
         char buf[512];
         const ActualVolume *av;
         const ActualPublish *pub;
-        uint64_t now = 0;
+        PodVolumeStatus st;
 
         if (set_str(&out->name, dv->name) < 0)
                 return -ENOMEM;
-        if (dv->failed) {
-                out->state = POD_VOLUME_FAILED;
+        /* The state /volumes and the metrics show (state/podstate.c); the runner
+         * also learns whether it is final (WaitForAttachAndMount's error). */
+        describe_pod_volume(m, e, dv, &st);
+        out->state = st.state;
+        out->final = st.state == POD_VOLUME_FAILED && st.final;
+        if (dv->failed)
                 return set_str(&out->reason, dv->failed);
-        }
         if (!s) {
                 /* A claim not bound (or missing) is a pod error for kubelet's
                  * WaitForAttachAndMount; a lookup not answered yet is not. */
-                out->state = dv->looking_up ? POD_VOLUME_PENDING : POD_VOLUME_FAILED;
                 if (dv->looking_up)
                         return set_str(&out->reason, "looking up its claim and volume");
                 snprintf(buf, sizeof buf, "Waiting for volume \"%s\": %s", dv->name, strempty(dv->waiting));
-                return set_str(&out->reason, reported ?: buf);
+                return set_str(&out->reason, hashmap_get(e->reported, dv->name) ?: buf);
         }
         if (set_str(&out->driver, s->driver) < 0)
                 return -ENOMEM;
@@ -152,30 +143,16 @@ static int describe_wanted(VolumeManager *m, PodEntry *e, const DesiredVolume *d
                                                   : host_path(m, s, e->uid, s->spec_name, s->block);
         if (!out->host_path)
                 return -ENOMEM;
-        if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
-                out->state = POD_VOLUME_PUBLISHED;
+        if (st.state == POD_VOLUME_PUBLISHED)
                 return 0;
-        }
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
-        out->state = POD_VOLUME_PENDING;
-        /* The checks of the reconciler's latest look at this volume (lifecycle
-         * mode, driver registered after its grace, SELinux, ReadWriteOncePod). */
-        if (final && reported && !(av && actual_volume_pod_busy(av, e->uid))) {
-                out->state = POD_VOLUME_FAILED;
-                return set_str(&out->reason, reported);
-        }
-        if (av && csi_failed_finally(m, av, e->uid)) {
-                out->state = POD_VOLUME_FAILED;
-                return set_str(&out->reason, av->last_error);
-        }
+        if (st.state == POD_VOLUME_FAILED && st.reason)
+                return set_str(&out->reason, st.reason);
         if (av && actual_volume_pod_busy(av, e->uid)) {
                 const Operation *op = av->op ?: hashmap_get(av->pod_ops, e->uid);
                 snprintf(buf, sizeof buf, "%s in progress",
                          volume_kind_call_name(av->kind, op && op->kind == OP_STAGE ? OP_STAGE : OP_PUBLISH));
                 return set_str(&out->reason, buf);
         }
-        if (reported)
-                return set_str(&out->reason, reported);
         if (av && av->last_error && describe_volume_failing(m, av))
                 return set_str(&out->reason, av->last_error);
         if (av && av->kind->waiting && av->kind->waiting(m, av, s, buf, sizeof buf))
@@ -478,7 +455,7 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                 if (r < 0)
                         return r;
                 v->all_mounted = v->all_mounted && pv->state == POD_VOLUME_PUBLISHED;
-                v->failed = v->failed || pv->state == POD_VOLUME_FAILED;
+                v->failed = v->failed || pv->final;
         }
         for (size_t i = 0; e && e->desired && i < e->desired->n_runner_volumes; i++) {
                 PodVolumeView *pv = view_add(v);
@@ -498,16 +475,12 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, &name, &value);) {
                 ActualVolume *av = value;
                 ActualPublish *pub = hashmap_get(av->publishes, uid);
-                bool wanted = false;
 
                 if (!pub && !hashmap_get(av->pod_ops, uid))
                         continue;
                 v->all_torn_down = false;
-                for (size_t j = 0; e && e->desired && j < e->desired->n_volumes; j++) {
-                        const VolumeSpec *s = e->desired->volumes[j].spec;
-                        wanted = wanted || (s && streq(s->unique_name, av->unique_name));
-                }
-                if (wanted || !pub)
+                /* The reconciler's test, as /volumes and the metrics count it. */
+                if (!pub || !describe_publish_tearing_down(m, av, pub))
                         continue;
                 if (!v->pod && pub->pod_key && !(v->pod = strdup(pub->pod_key)))
                         return -ENOMEM;

@@ -13,14 +13,10 @@
 #include "systemd/macro.h"
 #include "volume/manager.h"
 
-/* A volume's state is volume/manager.h's PodVolumeState, with one
- * difference of meaning that the runner needs: here FAILED is a final error
- * only (kubelet's WaitForAttachAndMount gives up at once on it: a claim not
- * bound, a driver not registered after its grace, a lifecycle mode refused,
- * a CSI call that failed with a final code), while kvolumed_volumes{state}
- * and /volumes count a volume whose CSI call failed and will be retried as
- * failed too, to alert on.  Here such a volume is pending, with the error as
- * its reason. */
+/* A volume's state is volume/manager.h's PodVolumeState, judged as
+ * kvolumed_volumes{state}, STATUS= and /volumes judge it (state/podstate.c): one
+ * vocabulary everywhere.  What the runner needs beyond it, whether a failure
+ * is final, is PodVolumeView.final. */
 
 typedef struct PodVolumeView {
         char *name;   /* the pod's name of the volume (pod.spec.volumes[].name) */
@@ -32,6 +28,13 @@ typedef struct PodVolumeView {
         char *runner_type; /* then: its source ("nfs", "image") */
         char *driver; /* NULL: not known yet (its claim is not bound) */
         PodVolumeState state;
+        /* FAILED with an error kubelet's WaitForAttachAndMount gives up on at
+         * once (a claim not bound, a driver not registered after its grace,
+         * a lifecycle mode refused, a CSI call failed with a final code): the
+         * pod's wait=mounted is answered 409.  A failed volume that a retry
+         * alone may fix (a CSI call that timed out, an attach not there yet)
+         * is not final: the runner keeps waiting. */
+        bool final;
         char *host_path; /* absolute: the publish target, or for block the pod device path */
         bool read_only;
         bool block;

@@ -20,6 +20,8 @@ def test_install_layout(tmp_path):
     # The RBAC fallback is documentation, not configuration (README, "Running as the node").
     assert [f for f in files if f.endswith("share/doc/kvolumed/rbac.yaml")], files
     assert not [f for f in files if f.startswith("etc/") and "rbac" in f], files
+    # The alert rules on its metrics, for the operator's Prometheus (README, "Metrics").
+    assert [f for f in files if f.endswith("share/doc/kvolumed/kvolumed-alerts.yaml")], files
     unit = [f for f in files if f.endswith("systemd/system/kvolumed.service")]
     assert len(unit) == 1, files
     text = (dest / unit[0]).read_text()

@@ -11,8 +11,8 @@ from integration.agent_fixtures import wait_until, write_config
 def test_ready_then_prompt_clean_stop(start_agent, agent_config, notify_socket, sig):
     agent = start_agent(agent_config, notify=notify_socket)
     notify_socket.wait_for("READY=1")
-    notify_socket.wait_for("STATUS=Running on node test-node: 0 volumes published, 0 waiting for attach, "
-                           "0 failing")
+    notify_socket.wait_for("STATUS=Running on node test-node: 0 pod volumes published, 0 pending, 0 failed, "
+                           "0 tearing-down")
     started = time.monotonic()
     agent.signal(sig)
     notify_socket.wait_for("STOPPING=1", timeout=1.0)

@@ -527,7 +527,9 @@ def test_status_prints_the_volumes_as_a_table(volume_env, sockdir, kvolumed_bin)
     rows = [re.split(r"  +", line, maxsplit=5) for line in lines[1:]]
     assert ["default/web", "scratch", DRIVER, "published", env.target(web, "scratch")] in [r[:5] for r in rows]
     [other] = [r for r in rows if r[0] == "default/other"]
-    assert other[1:4] == ["data", "-", "waiting"] and "lonely" in other[5]
+    # kvolumed_volumes' words: a claim not bound is failed, the tenant's to fix.
+    assert other[1:4] == ["data", "-", "failed"] and "lonely" in other[5]
+    assert other[5].startswith("claim-not-bound: "), other
 
     # One pod, by name or by UID; the socket from the configuration file.
     r = status(kvolumed_bin, "--config", str(env.tmp_path / "kvolumed.conf"), "default/other")

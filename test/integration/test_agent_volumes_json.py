@@ -102,12 +102,12 @@ def test_inline_persistent_and_block_volumes_are_described(volume_env, notify_so
     assert [(p["pod_uid"], p["volume"], p["state"], p["path"]) for p in blk["publishes"]] == [
         (uid, "pv-blk", "done", f"{env.root}/{BLOCK}/publish/pv-blk/{uid}")]
 
-    wait_status(notify_socket, "Running on node test-node: 3 volumes published, 0 waiting for attach, 0 failing")
+    wait_status(notify_socket, "Running on node test-node: 3 pod volumes published, 0 pending, 0 failed, 0 tearing-down")
 
     env.api.remove("pods", "default", "web")
     state = wait_until(lambda: (s := volumes(address))["volumes"] == [] and s, what="no volume left")
     assert (state["published"], state["staged"], state["pods"]) == (0, 0, 0)
-    wait_status(notify_socket, "Running on node test-node: 0 volumes published, 0 waiting for attach, 0 failing")
+    wait_status(notify_socket, "Running on node test-node: 0 pod volumes published, 0 pending, 0 failed, 0 tearing-down")
 
 
 def test_attach_wait_and_a_claim_wait_are_described(volume_env, notify_socket):
@@ -130,8 +130,8 @@ def test_attach_wait_and_a_claim_wait_are_described(volume_env, notify_socket):
     [pending] = state["pending"]
     assert (pending["pod"], pending["volume"], pending["state"]) == ("default/other", "data", "waiting")
     assert "lonely" in pending["message"]
-    wait_status(notify_socket, "Running on node test-node: 0 volumes published, 1 waiting for attach, 0 failing, "
-                "1 waiting for their claim")
+    wait_status(notify_socket, "Running on node test-node: 0 pod volumes published, 1 pending, 1 failed, 0 tearing-down, "
+                "1 waiting for attach")
 
     node = env.node()
     node["status"]["volumesAttached"] = [{"name": UNIQUE + "vol-att", "devicePath": ""}]
@@ -144,8 +144,7 @@ def test_attach_wait_and_a_claim_wait_are_described(volume_env, notify_socket):
     vol = by_name(state)[UNIQUE + "vol-att"]
     assert vol["attach"] == {"required": True, "attached": True, "waiting_since": None}
     assert vol["stage"]["state"] == "done" and vol["publishes"][0]["state"] == "done"
-    wait_status(notify_socket, "Running on node test-node: 1 volume published, 0 waiting for attach, 0 failing, "
-                "1 waiting for their claim")
+    wait_status(notify_socket, "Running on node test-node: 1 pod volume published, 0 pending, 1 failed, 0 tearing-down")
     env.api.remove("pods", "default", "web")
     env.api.remove("pods", "default", "other")
     wait_until(lambda: volumes(address)["volumes"] == [], what="no volume left")
@@ -176,7 +175,7 @@ def test_a_failing_volume_shows_its_last_error_and_next_retry(volume_env, notify
     assert vol["publishes"] == [] and vol["uncertain"] is False  # a final code: nothing there
     status, _, body = get(address, "/metrics")
     assert samples(body)['kvolumed_volume_conditions{condition="failing"}'] == 1
-    wait_status(notify_socket, "Running on node test-node: 0 volumes published, 0 waiting for attach, 1 failing")
+    wait_status(notify_socket, "Running on node test-node: 0 pod volumes published, 0 pending, 1 failed, 0 tearing-down")
 
     env.driver.control.clear_faults("NodePublishVolume")
     env.wait_mounted(env.target(pod, "scratch"), timeout=30)
@@ -184,7 +183,7 @@ def test_a_failing_volume_shows_its_last_error_and_next_retry(volume_env, notify
                        what="the volume published")
     vol = by_name(state)[unique]
     assert vol["last_error"] is None and vol["retries"] == [] and vol["next_retry"] is None
-    wait_status(notify_socket, "Running on node test-node: 1 volume published, 0 waiting for attach, 0 failing")
+    wait_status(notify_socket, "Running on node test-node: 1 pod volume published, 0 pending, 0 failed, 0 tearing-down")
     env.api.remove("pods", "default", "web")
     env.wait_gone(env.target(pod, "scratch"))
 
@@ -204,7 +203,7 @@ def test_an_uncertain_publish_is_described(volume_env, notify_socket):
     assert vol["publishes"] == [{"pod_uid": uid, "pod": "default/web", "volume": "scratch", "state": "uncertain",
                                  "path": env.target(pod, "scratch"), "mount": True, "stale": False}]
     assert "backend busy" in vol["last_error"]["message"] and vol["next_retry"] is not None
-    wait_status(notify_socket, "Running on node test-node: 0 volumes published, 0 waiting for attach, 1 failing, "
+    wait_status(notify_socket, "Running on node test-node: 0 pod volumes published, 0 pending, 1 failed, 0 tearing-down, "
                 "1 uncertain")
 
     env.driver.control.clear_faults("NodePublishVolume")
@@ -233,7 +232,7 @@ def test_a_pod_gone_after_its_publish_failed_leaves_nothing_failing(volume_env, 
     vol = by_name(state)[UNIQUE + "vol-sh"]
     assert vol["last_error"]["pod_uid"] == b["metadata"]["uid"] and "quota exceeded" in vol["last_error"]["message"]
     assert [r["pod_uid"] for r in vol["retries"]] == [b["metadata"]["uid"]]
-    wait_status(notify_socket, "Running on node test-node: 1 volume published, 0 waiting for attach, 1 failing")
+    wait_status(notify_socket, "Running on node test-node: 1 pod volume published, 0 pending, 1 failed, 0 tearing-down")
 
     env.api.remove("pods", "default", "b")
     state = wait_until(lambda: (s := volumes(address))["failing"] == 0 and s["pods"] == 1 and s,
@@ -241,7 +240,7 @@ def test_a_pod_gone_after_its_publish_failed_leaves_nothing_failing(volume_env, 
     vol = by_name(state)[UNIQUE + "vol-sh"]
     assert vol["last_error"] is None and vol["retries"] == [] and vol["next_retry"] is None
     assert [p["pod_uid"] for p in vol["publishes"]] == [a["metadata"]["uid"]]
-    wait_status(notify_socket, "Running on node test-node: 1 volume published, 0 waiting for attach, 0 failing")
+    wait_status(notify_socket, "Running on node test-node: 1 pod volume published, 0 pending, 0 failed, 0 tearing-down")
     env.driver.control.clear_faults("NodePublishVolume")
     env.api.remove("pods", "default", "a")
     env.wait_gone(env.target(a, "pv-sh"))

@@ -93,7 +93,8 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     files = container.sh("dpkg -L kvolumed").stdout.split()
     for path in ("/usr/sbin/kvolumed", "/lib/systemd/system/kvolumed.service", "/etc/kvolumed/kvolumed.conf",
                  "/usr/lib/systemd/catalog/kvolumed.catalog", "/usr/share/man/man8/kvolumed.8.gz",
-                 "/usr/share/man/man5/kvolumed.conf.5.gz", "/usr/share/doc/kvolumed/rbac.yaml"):
+                 "/usr/share/man/man5/kvolumed.conf.5.gz", "/usr/share/doc/kvolumed/rbac.yaml",
+                 "/usr/share/doc/kvolumed/kvolumed-alerts.yaml"):
         assert path in files, files
     assert container.sh("dpkg-query -W -f='${Conffiles}' kvolumed").stdout.split()[0] == "/etc/kvolumed/kvolumed.conf"
     # systemd's dpkg trigger rebuilt the catalog: journalctl -x explains kvolumed's entries.
@@ -133,7 +134,7 @@ def test_deb_installs_starts_and_purges_clean(deb, container, fake_api, driver):
     wait_until(lambda: os.path.ismount(target), timeout=30, what="the pod's volume published")
     # What the daemon writes under the default root-dir's kvolumed/ (here: a stand-in).
     assert container.sh(f"mkdir -p {DEFAULT_RECORDS}/pods && touch {DEFAULT_RECORDS}/pods/record").returncode == 0
-    wait_until(lambda: "1 volume published" in container.show("StatusText"), timeout=10,
+    wait_until(lambda: "1 pod volume published" in container.show("StatusText"), timeout=10,
                what="STATUS= counting the published volume")
     # The listing sees what the purge must take away.
     installed = file_list(container)

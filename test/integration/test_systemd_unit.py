@@ -199,7 +199,7 @@ def test_unit_under_real_systemd(container, fake_api, driver):
 
     # systemctl status shows the STATUS= text with the counts.
     status = container.sh("systemctl status --no-pager kvolumed").stdout
-    assert "Status: \"Running on node test-node: 0 volumes published, 0 waiting for attach, 0 failing" in status, status
+    assert "Status: \"Running on node test-node: 0 pod volumes published, 0 pending, 0 failed, 0 tearing-down" in status, status
 
     def entry(message_id):
         def find():
@@ -225,7 +225,7 @@ def test_unit_under_real_systemd(container, fake_api, driver):
     keep_target = (f"{container.kubelet_dir}/pods/{keep['metadata']['uid']}"
                    "/volumes/kubernetes.io~csi/data/mount")
     wait_until(lambda: os.path.ismount(keep_target), timeout=20, what="the kept pod's volume mounted")
-    wait_until(lambda: "2 volumes published" in container.show("StatusText"), timeout=10,
+    wait_until(lambda: "2 pod volumes published" in container.show("StatusText"), timeout=10,
                what="STATUS= counting the published volumes")
     fake_api.delete("pods", "default", "gone")
     unpublished = entry(MSG_UNPUBLISHED)

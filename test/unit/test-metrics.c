@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "agent/metrics.h"
@@ -372,6 +374,14 @@ static void collect_fake(MetricsScrape *s, void *userdata) {
                                             3), 0);
         assert_int_equal(metrics_scrape_add(s, METRICS_API_WATCH_RESTARTS, (const char *const[]){ "pods" }, 0), 0);
         assert_int_equal(metrics_scrape_add(s, METRICS_CSI_CALLS_IN_FLIGHT, (const char *const[]){ "d" }, 2), 0);
+        /* What an operator alerts on (agent.c gives them). */
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUMES_FAILED, (const char *const[]){ "d", "csi-error" }, 2),
+                         0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUMES_FAILED,
+                                            (const char *const[]){ "", "claim-not-bound" }, 1), 0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_VOLUMES_OLDEST_UNREADY, (const char *const[]){ "node" }, 42.5),
+                         0);
+        assert_int_equal(metrics_scrape_add(s, METRICS_CSI_DRIVER_REGISTERED, (const char *const[]){ "d" }, 0), 0);
         assert_int_equal(metrics_scrape_add(s, _METRICS_SCRAPED_MAX, NULL, 1), -EINVAL);
 }
 
@@ -381,6 +391,30 @@ static void test_api_requests(void **state) {
         _cleanup_(metrics_freep) Metrics *m = NULL;
         _cleanup_free_ char *text = NULL, *total = NULL, *dur = NULL;
 
+        assert_int_equal(metrics_new(&m), 0);
+        assert_int_equal(metrics_set_build_info(m, "0.1.0", "abc"), 0);
+        /* Before any 2xx answer: 0; then the time of the last one. */
+        assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 0, false, 10), 0);
+        text = render(m);
+        assert_non_null(strstr(text, "# TYPE kvolumed_api_last_success_timestamp_seconds gauge\n"
+                                     "kvolumed_api_last_success_timestamp_seconds 0\n"));
+        free(text);
+        double before = (double) time(NULL);
+        assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 200, false, 0.02), 0);
+        text = render(m);
+        const char *last = strstr(text, "\nkvolumed_api_last_success_timestamp_seconds ");
+        assert_non_null(last);
+        double at = strtod(last + strlen("\nkvolumed_api_last_success_timestamp_seconds "), NULL);
+        assert_true(at >= before && at <= (double) time(NULL) + 1);
+        assert_true(strstr(text, "# TYPE kvolumed_api_last_success") < strstr(text, "# TYPE kvolumed_build_info"));
+        free(text);
+        /* The rest as before: one transport error fewer below. */
+        assert_int_equal(metrics_observe_api_request(m, "PATCH", "h:6443", 409, false, 0.001), 0);
+        text = render(m);
+        last = strstr(text, "\nkvolumed_api_last_success_timestamp_seconds ");
+        assert_true(strtod(last + strlen("\nkvolumed_api_last_success_timestamp_seconds "), NULL) == at);
+        free(text);
+        metrics_free(m);
         assert_int_equal(metrics_new(&m), 0);
         assert_int_equal(metrics_set_build_info(m, "0.1.0", "abc"), 0);
         assert_int_equal(metrics_observe_api_request(m, "GET", "h:6443", 200, false, 0.02), 0);
@@ -460,10 +494,20 @@ static void test_scraped_families(void **state) {
         /* Families without a sample are left out. */
         assert_null(strstr(text, "kubelet_volume_stats_used_bytes"));
         assert_null(strstr(text, "kvolumed_csi_calls_queued"));
+        assert_non_null(strstr(text, "# TYPE kvolumed_volumes_failed gauge\n"
+                                     "kvolumed_volumes_failed{driver_name=\"\",reason=\"claim-not-bound\"} 1\n"
+                                     "kvolumed_volumes_failed{driver_name=\"d\",reason=\"csi-error\"} 2\n"));
+        assert_non_null(strstr(text, "# TYPE kvolumed_volumes_oldest_unready_seconds gauge\n"
+                                     "kvolumed_volumes_oldest_unready_seconds{owner=\"node\"} 42.5\n"));
+        assert_non_null(strstr(text, "# TYPE kvolumed_csi_driver_registered gauge\n"
+                                     "kvolumed_csi_driver_registered{driver_name=\"d\"} 0\n"));
+        /* No request observed: no API gauge. */
+        assert_null(strstr(text, "kvolumed_api_last_success"));
         /* Families in name order, as the Go client writes them. */
         const char *order[] = { "# TYPE kubelet_volume_stats_capacity_bytes", "# TYPE kvolumed_api_watch_restarts_total",
-                                "# TYPE kvolumed_csi_calls_in_flight", "# TYPE kvolumed_reconcile_seconds",
-                                "# TYPE volume_manager_total_volumes" };
+                                "# TYPE kvolumed_csi_calls_in_flight", "# TYPE kvolumed_csi_driver_registered",
+                                "# TYPE kvolumed_reconcile_seconds", "# TYPE kvolumed_volumes_failed",
+                                "# TYPE kvolumed_volumes_oldest_unready_seconds", "# TYPE volume_manager_total_volumes" };
         for (size_t i = 1; i < ELEMENTSOF(order); i++)
                 assert_true(strstr(text, order[i - 1]) < strstr(text, order[i]));
 

@@ -29,6 +29,9 @@ static void pod_counts(const PodEntry *e, unsigned *ret_desired, unsigned *ret_w
 
 void counts_pod_noted(VolumeManager *m, PodEntry *e) {
         counts_pod_forgotten(m, e); /* a note not paired with a forget counts once */
+        /* Since when its volumes are wanted: the age of an unready one. */
+        if (e->desired && e->wanted_since == 0)
+                (void) sd_event_now(m->event, CLOCK_MONOTONIC, &e->wanted_since);
         pod_counts(e, &e->counted_desired, &e->counted_waiting);
         m->counts.desired += e->counted_desired;
         m->counts.waiting += e->counted_waiting;

@@ -488,6 +488,8 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
                 if (!pv || set_str(&pv->name, pub->spec_name) < 0 || set_str(&pv->driver, av->driver) < 0)
                         return -ENOMEM;
                 pv->state = POD_VOLUME_TEARING_DOWN;
+                /* Not the pod the runner is to start: a volume of it goes. */
+                v->all_mounted = false;
                 pv->block = av->block;
                 pv->host_path =
                         av->block ? host_path(m, NULL, uid, pub->spec_name, true) : abs_path(m, pub->target);
@@ -497,6 +499,14 @@ int volume_manager_describe_pod(VolumeManager *m, const char *uid, PodView **ret
         }
         if (!e && v->n_volumes == 0 && v->all_torn_down)
                 return -ENOENT;
+        /* Found on disk only (after a restart, before the pod list is in):
+         * nothing says yet which volumes the pod wants, so none of them is
+         * "all mounted", whatever is published. */
+        if (!e) {
+                v->all_mounted = false;
+                if (!v->reason && !(v->reason = strdup("the pod is not listed yet: its volumes are not read yet")))
+                        return -ENOMEM;
+        }
         if (e) {
                 r = describe_containers(m, e, v);
                 if (r < 0)

@@ -583,6 +583,32 @@ def test_a_pod_whose_volumes_are_not_read_yet_is_not_mounted(volume_env, sockdir
     assert status == 200 and body["volumes"][0]["state"] == "published", body
 
 
+def test_a_pod_found_on_disk_before_the_pod_list_is_not_mounted(volume_env, sockdir):
+    """After a restart, before the pod list is in, a pod is known only from
+    the publishes found on disk: they read as tearing-down (nothing wants
+    them yet), and "every wanted volume published" held vacuously: the
+    runner was told allMounted while its volumes were tearing-down.  Here
+    the window is held open: the pod list keeps failing."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    sock = start(env, sockdir)
+    pod = env.pod("restarted", [inline("v")])
+    uid = pod["metadata"]["uid"]
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s", timeout=40)
+    assert status == 200 and body["allMounted"], body
+    env.agent.stop()
+    env.api.fail_next(10 ** 6, status=500, path_prefix="/api/v1/pods")
+    sock = start(env, sockdir)
+    wait_until(lambda: api_get(sock, f"/v1/pods/{uid}/volumes")[0] == 200, 30, what="the pod found on disk")
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=500ms")
+    assert status == 504 and body["allMounted"] is False, body
+    assert "not listed yet" in body.get("reason", ""), body
+    env.api.clear_faults()
+    status, body, _ = api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s", timeout=40)
+    assert status == 200 and body["volumes"][0]["state"] == "published", body
+    assert not env.calls("NodeUnpublishVolume")
+
+
 def test_a_terminated_pod_is_not_mounted(volume_env, sockdir):
     """A pod whose volumes are no longer wanted (it terminated) has none
     desired: wait=mounted is a final error at once, not a vacuous 200."""

@@ -238,6 +238,10 @@ def test_reference_fixture_round_trips(fake_api, fixture):
         obj["metadata"]["namespace"] = "default"
     else:
         del obj["metadata"]["namespace"]
+    if obj["kind"] == "VolumeAttachment":
+        # It fills both sources; the API server takes exactly one
+        # (test_volume_migration's validation test refuses both).
+        del obj["spec"]["source"]["inlineVolumeSpec"]
     c = Client(fake_api)
     r = c.request("POST", _FIXTURE_PATHS[fixture], obj)
     assert r.status == 201, r.json

@@ -197,7 +197,7 @@ def test_unreachable_at_start_is_ready_after_the_grace_and_status_counts_the_who
     assert not [t for t in statuses(notify_socket) if t.startswith("Running")], statuses(notify_socket)
 
     outage.up()
-    wait_status(notify_socket, lambda t: t.startswith("Running on node test-node: 0 volumes published"),
+    wait_status(notify_socket, lambda t: t.startswith("Running on node test-node: 0 pod volumes published"),
                 timeout=60, what="the volume counts once the lists are read")
     agent.wait_for_log("Ready: volumes on disk reconstructed, pods, CSIDrivers and node test-node listed")
     # One READY=1 for the whole start: none again at the sync.

@@ -339,7 +339,7 @@ def test_api_server_away_at_start_leaves_the_unit_active_never_restarted(contain
         assert "timed out" not in log and "Up without the API server's lists after 10 s" in log, log[-3000:]
 
         outage.up()
-        wait_until(lambda: container.show("StatusText").startswith("Running on node test-node: 0 volumes published"),
+        wait_until(lambda: container.show("StatusText").startswith("Running on node test-node: 0 pod volumes published"),
                    timeout=60, interval=0.5, what="the counts once the server answers\n"
                    + container.journal("-o cat")[-3000:])
         assert "Ready: volumes on disk reconstructed" in container.journal("-o cat")

@@ -10,20 +10,8 @@
 #include <unistd.h>
 
 #include "agent/apisocket.h"
+#include "systemd/errormsg.h"
 #include "systemd/log.h"
-
-static int fail(char **ret_error, int error, const char *format, ...) _printf_(3, 4);
-static int fail(char **ret_error, int error, const char *format, ...) {
-        va_list ap;
-
-        if (ret_error) {
-                va_start(ap, format);
-                if (vasprintf(ret_error, format, ap) < 0)
-                        *ret_error = NULL;
-                va_end(ap);
-        }
-        return -error;
-}
 
 /* A directory on the way to the socket: root's, and only root may change
  * what is in it.  An ancestor with the sticky bit (/tmp) lets others add
@@ -34,13 +22,14 @@ static int check_dir(int fd, const char *path, const char *dir, bool socket_dir,
         bool writable;
 
         if (fstat(fd, &st) < 0)
-                return fail(ret_error, errno, "[api] socket %s: cannot inspect directory %s: %s", path, dir,
-                            strerror(errno));
+                return error_message(ret_error, -errno, "[api] socket %s: cannot inspect directory %s: %s",
+                                     path, dir, strerror(errno));
         if (!S_ISDIR(st.st_mode))
-                return fail(ret_error, ENOTDIR, "[api] socket %s: %s is not a directory", path, dir);
+                return error_message(ret_error, -ENOTDIR, "[api] socket %s: %s is not a directory", path,
+                                     dir);
         if (st.st_uid != 0)
-                return fail(
-                        ret_error, EPERM,
+                return error_message(
+                        ret_error, -EPERM,
                         "[api] socket %s: directory %s is owned by uid %u (mode %04o), not root: its owner "
                         "could put their own socket in kvolumed's place and tell the pod runner that "
                         "volumes are mounted; make it root's (chown root:root %s) or choose another "
@@ -48,8 +37,8 @@ static int check_dir(int fd, const char *path, const char *dir, bool socket_dir,
                         path, dir, (unsigned) st.st_uid, (unsigned) (st.st_mode & 07777), dir);
         writable = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0);
         if (writable && (socket_dir || !(st.st_mode & S_ISVTX)))
-                return fail(
-                        ret_error, EPERM,
+                return error_message(
+                        ret_error, -EPERM,
                         "[api] socket %s: directory %s is writable by %s (mode %04o, group %u): they could "
                         "put their own socket in kvolumed's place and tell the pod runner that volumes "
                         "are mounted; chmod go-w %s, or choose another [api] socket",
@@ -66,19 +55,20 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
         int r;
 
         if (!path || path[0] != '/' || strlen(path) >= sizeof sa.sun_path)
-                return fail(ret_error, EINVAL, "[api] socket \"%s\": an absolute path of at most %zu bytes",
-                            strempty(path), sizeof sa.sun_path - 1);
+                return error_message(ret_error, -EINVAL,
+                                     "[api] socket \"%s\": an absolute path of at most %zu bytes",
+                                     strempty(path), sizeof sa.sun_path - 1);
         dir = strdup(path);
         if (!dir)
                 return -ENOMEM;
         name = strrchr(dir, '/');
         *name++ = '\0';
         if (isempty(name) || streq(name, ".") || streq(name, ".."))
-                return fail(ret_error, EINVAL, "[api] socket \"%s\" names no file", path);
+                return error_message(ret_error, -EINVAL, "[api] socket \"%s\" names no file", path);
 
         fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
-                return fail(ret_error, errno, "cannot open /: %s", strerror(errno));
+                return error_message(ret_error, -errno, "cannot open /: %s", strerror(errno));
         r = check_dir(fd, path, "/", isempty(dir), ret_error);
         if (r < 0)
                 return r;
@@ -87,8 +77,8 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
                 bool last = !save || isempty(save) || strspn(save, "/") == strlen(save);
 
                 if (streq(comp, ".") || streq(comp, ".."))
-                        return fail(ret_error, EINVAL, "[api] socket \"%s\": no . or .. components, please",
-                                    path);
+                        return error_message(ret_error, -EINVAL,
+                                             "[api] socket \"%s\": no . or .. components, please", path);
                 if (walked[1] != '\0')
                         strcat(walked, "/");
                 strcat(walked, comp);
@@ -103,9 +93,9 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
                                 log_info("Created %s (root, 0755) for the local API socket %s", walked,
                                          path);
                         } else if (errno != EEXIST)
-                                return fail(ret_error, errno,
-                                            "[api] socket %s: cannot create directory %s: %s", path, walked,
-                                            strerror(errno));
+                                return error_message(ret_error, -errno,
+                                                     "[api] socket %s: cannot create directory %s: %s", path,
+                                                     walked, strerror(errno));
                         next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 }
                 if (next < 0) {
@@ -113,20 +103,22 @@ int api_socket_open_dir(const char *path, bool create, char **ret_error) {
                         int e = errno;
 
                         if (e == ENOENT)
-                                return fail(ret_error, ENOENT,
-                                            "[api] socket %s: directory %s does not exist", path, walked);
+                                return error_message(ret_error, -ENOENT,
+                                                     "[api] socket %s: directory %s does not exist", path,
+                                                     walked);
                         if (fstatat(fd, comp, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISLNK(st.st_mode))
-                                return fail(ret_error, EPERM,
-                                            "[api] socket %s: %s is a symlink; kvolumed follows none on "
-                                            "the way to its socket (whoever can change it decides where "
-                                            "the pod runner connects): name the real directory in [api] "
-                                            "socket",
-                                            path, walked);
+                                return error_message(
+                                        ret_error, -EPERM,
+                                        "[api] socket %s: %s is a symlink; kvolumed follows none on "
+                                        "the way to its socket (whoever can change it decides where "
+                                        "the pod runner connects): name the real directory in [api] "
+                                        "socket",
+                                        path, walked);
                         if (e == ENOTDIR)
-                                return fail(ret_error, ENOTDIR, "[api] socket %s: %s is not a directory",
-                                            path, walked);
-                        return fail(ret_error, e, "[api] socket %s: cannot open directory %s: %s", path,
-                                    walked, strerror(e));
+                                return error_message(ret_error, -ENOTDIR,
+                                                     "[api] socket %s: %s is not a directory", path, walked);
+                        return error_message(ret_error, -e, "[api] socket %s: cannot open directory %s: %s",
+                                             path, walked, strerror(e));
                 }
                 r = check_dir(next, path, walked, last, ret_error);
                 if (r < 0)

@@ -13,6 +13,7 @@
 
 #include "k8s/auth.h"
 #include "k8s/base64.h"
+#include "systemd/errormsg.h"
 #include "systemd/log.h"
 #include "systemd/secure-file.h"
 
@@ -37,18 +38,6 @@ K8sAuth *k8s_auth_free(K8sAuth *a) {
         }
         free(a);
         return NULL;
-}
-
-_printf_(2, 3) static int auth_fail(char **ret_error, const char *fmt, ...) {
-        va_list ap;
-
-        if (ret_error) {
-                va_start(ap, fmt);
-                if (vasprintf(ret_error, fmt, ap) < 0)
-                        *ret_error = NULL;
-                va_end(ap);
-        }
-        return -EINVAL;
 }
 
 /* --- a small view of a libyaml document ------------------------------------ */
@@ -112,7 +101,7 @@ static int data_decode(const char *text, const char *field, uint8_t **ret, size_
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return auth_fail(ret_error, "kubeconfig: %s is not valid base64", field);
+                return error_message(ret_error, -EINVAL, "kubeconfig: %s is not valid base64", field);
         return 0;
 }
 
@@ -123,29 +112,33 @@ static int kubeconfig_extract(yaml_document_t *doc, const char *base_dir, K8sAut
         int r;
 
         if (!root || root->type != YAML_MAPPING_NODE)
-                return auth_fail(ret_error, "kubeconfig: not a YAML mapping");
+                return error_message(ret_error, -EINVAL, "kubeconfig: not a YAML mapping");
         current = yaml_map_scalar(doc, root, "current-context");
         if (!current)
-                return auth_fail(ret_error, "kubeconfig: no current-context");
+                return error_message(ret_error, -EINVAL, "kubeconfig: no current-context");
         ctx = yaml_named_entry(doc, root, "contexts", current, "context");
         if (!ctx)
-                return auth_fail(ret_error, "kubeconfig: context \"%s\" not found", current);
+                return error_message(ret_error, -EINVAL, "kubeconfig: context \"%s\" not found", current);
         cluster_name = yaml_map_scalar(doc, ctx, "cluster");
         user_name = yaml_map_scalar(doc, ctx, "user");
         if (!cluster_name)
-                return auth_fail(ret_error, "kubeconfig: context \"%s\" names no cluster", current);
+                return error_message(ret_error, -EINVAL, "kubeconfig: context \"%s\" names no cluster",
+                                     current);
         cluster = yaml_named_entry(doc, root, "clusters", cluster_name, "cluster");
         if (!cluster)
-                return auth_fail(ret_error, "kubeconfig: cluster \"%s\" not found", cluster_name);
+                return error_message(ret_error, -EINVAL, "kubeconfig: cluster \"%s\" not found",
+                                     cluster_name);
 
         a = calloc(1, sizeof *a);
         if (!a)
                 return -ENOMEM;
         s = yaml_map_scalar(doc, cluster, "server");
         if (!s)
-                return auth_fail(ret_error, "kubeconfig: cluster \"%s\" has no server", cluster_name);
+                return error_message(ret_error, -EINVAL, "kubeconfig: cluster \"%s\" has no server",
+                                     cluster_name);
         if (strncmp(s, "https://", 8) != 0 && strncmp(s, "http://", 7) != 0)
-                return auth_fail(ret_error, "kubeconfig: server \"%s\" is not an http(s) URL", s);
+                return error_message(ret_error, -EINVAL, "kubeconfig: server \"%s\" is not an http(s) URL",
+                                     s);
         a->server = strdup(s);
         if (!a->server)
                 return -ENOMEM;
@@ -166,17 +159,20 @@ static int kubeconfig_extract(yaml_document_t *doc, const char *base_dir, K8sAut
         if (user_name) {
                 user = yaml_named_entry(doc, root, "users", user_name, "user");
                 if (!user)
-                        return auth_fail(ret_error, "kubeconfig: user \"%s\" not found", user_name);
+                        return error_message(ret_error, -EINVAL, "kubeconfig: user \"%s\" not found",
+                                             user_name);
                 if (yaml_map_get(doc, user, "exec"))
-                        return auth_fail(ret_error,
-                                         "kubeconfig: user \"%s\" uses an exec credential plugin, which is not "
-                                         "supported; use a token, tokenFile or client certificate",
-                                         user_name);
+                        return error_message(
+                                ret_error, -EINVAL,
+                                "kubeconfig: user \"%s\" uses an exec credential plugin, which is not "
+                                "supported; use a token, tokenFile or client certificate",
+                                user_name);
                 if (yaml_map_get(doc, user, "auth-provider"))
-                        return auth_fail(ret_error,
-                                         "kubeconfig: user \"%s\" uses an auth-provider, which is not supported; "
-                                         "use a token, tokenFile or client certificate",
-                                         user_name);
+                        return error_message(
+                                ret_error, -EINVAL,
+                                "kubeconfig: user \"%s\" uses an auth-provider, which is not supported; "
+                                "use a token, tokenFile or client certificate",
+                                user_name);
                 if ((s = yaml_map_scalar(doc, user, "token")) && !(a->token = strdup(s)))
                         return -ENOMEM;
                 if ((s = yaml_map_scalar(doc, user, "tokenFile")) && path_resolve(base_dir, s, &a->token_file) < 0)
@@ -202,12 +198,15 @@ static int kubeconfig_extract(yaml_document_t *doc, const char *base_dir, K8sAut
                 bool has_cert = a->client_cert_file || a->client_cert_data;
                 bool has_key = a->client_key_file || a->client_key_data;
                 if (has_cert != has_key)
-                        return auth_fail(ret_error, "kubeconfig: user \"%s\" has a client %s but no client %s",
-                                         user_name, has_cert ? "certificate" : "key",
-                                         has_cert ? "key" : "certificate");
+                        return error_message(ret_error, -EINVAL,
+                                             "kubeconfig: user \"%s\" has a client %s but no client %s",
+                                             user_name, has_cert ? "certificate" : "key",
+                                             has_cert ? "key" : "certificate");
                 if (yaml_map_get(doc, user, "username") || yaml_map_get(doc, user, "password"))
-                        return auth_fail(ret_error, "kubeconfig: user \"%s\" uses basic authentication, which is not supported",
-                                         user_name);
+                        return error_message(
+                                ret_error, -EINVAL,
+                                "kubeconfig: user \"%s\" uses basic authentication, which is not supported",
+                                user_name);
         }
         *ret = TAKE_PTR(a);
         return 0;
@@ -225,8 +224,8 @@ int k8s_auth_from_kubeconfig_string(const char *text, size_t size, const char *b
                 return -ENOMEM;
         yaml_parser_set_input_string(&parser, (const unsigned char *) text, size);
         if (!yaml_parser_load(&parser, &doc)) {
-                r = auth_fail(ret_error, "kubeconfig: YAML error at line %zu: %s", parser.problem_mark.line + 1,
-                              strempty(parser.problem));
+                r = error_message(ret_error, -EINVAL, "kubeconfig: YAML error at line %zu: %s",
+                                  parser.problem_mark.line + 1, strempty(parser.problem));
                 yaml_parser_delete(&parser);
                 return r;
         }
@@ -322,9 +321,9 @@ int k8s_auth_in_cluster(const char *dir, K8sAuth **ret, char **ret_error) {
         if (!dir)
                 dir = K8S_SERVICE_ACCOUNT_DIR;
         if (isempty(host) || isempty(port))
-                return auth_fail(ret_error,
-                                 "no kubeconfig or server configured, and not in a cluster "
-                                 "(KUBERNETES_SERVICE_HOST/PORT unset)");
+                return error_message(ret_error, -EINVAL,
+                                     "no kubeconfig or server configured, and not in a cluster "
+                                     "(KUBERNETES_SERVICE_HOST/PORT unset)");
         a = calloc(1, sizeof *a);
         if (!a)
                 return -ENOMEM;
@@ -334,7 +333,7 @@ int k8s_auth_in_cluster(const char *dir, K8sAuth **ret, char **ret_error) {
         if (asprintf(&a->token_file, "%s/token", dir) < 0 || asprintf(&a->ca_file, "%s/ca.crt", dir) < 0)
                 return -ENOMEM;
         if (access(a->token_file, R_OK) < 0)
-                return auth_fail(ret_error, "in-cluster: cannot read %s: %m", a->token_file);
+                return error_message(ret_error, -EINVAL, "in-cluster: cannot read %s: %m", a->token_file);
         *ret = TAKE_PTR(a);
         return 0;
 }
@@ -350,9 +349,9 @@ int k8s_auth_resolve(const K8sAuthSettings *s, K8sAuth **ret, char **ret_error) 
         if (ret_error)
                 *ret_error = NULL;
         if (strncmp(s->server, "https://", 8) != 0 && strncmp(s->server, "http://", 7) != 0)
-                return auth_fail(ret_error, "server \"%s\" is not an http(s) URL", s->server);
+                return error_message(ret_error, -EINVAL, "server \"%s\" is not an http(s) URL", s->server);
         if (isempty(s->client_certificate) != isempty(s->client_key))
-                return auth_fail(ret_error, "client-certificate and client-key go together");
+                return error_message(ret_error, -EINVAL, "client-certificate and client-key go together");
         a = calloc(1, sizeof *a);
         if (!a)
                 return -ENOMEM;
@@ -526,8 +525,8 @@ static int check_ca(const K8sAuth *a, char **ret_error) {
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return auth_fail(ret_error, "%s %s: cannot read: %s", field, where(a->ca_file, buf),
-                                  strempty(reason));
+                return error_message(ret_error, -EINVAL, "%s %s: cannot read: %s", field,
+                                     where(a->ca_file, buf), strempty(reason));
         for (;;) {
                 X509 *x = PEM_read_bio_X509(bio, NULL, NULL, NULL);
                 if (!x)
@@ -537,8 +536,10 @@ static int check_ca(const K8sAuth *a, char **ret_error) {
         }
         ERR_clear_error();
         if (n == 0)
-                return auth_fail(ret_error, "%s %s: no PEM certificate in it (expected \"-----BEGIN "
-                                  "CERTIFICATE-----\")", field, where(a->ca_file, buf));
+                return error_message(ret_error, -EINVAL,
+                                     "%s %s: no PEM certificate in it (expected \"-----BEGIN "
+                                     "CERTIFICATE-----\")",
+                                     field, where(a->ca_file, buf));
         return 0;
 }
 
@@ -561,32 +562,33 @@ static int check_client_certificate(const K8sAuth *a, const char **ret_key, char
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return auth_fail(ret_error, "%s %s: cannot read: %s", cert_field,
-                                  where(a->client_cert_file, buf), strempty(reason));
+                return error_message(ret_error, -EINVAL, "%s %s: cannot read: %s", cert_field,
+                                     where(a->client_cert_file, buf), strempty(reason));
         cert = PEM_read_bio_X509(cert_bio, NULL, NULL, NULL);
         if (!cert) {
                 ERR_clear_error();
-                return auth_fail(ret_error, "%s %s: no PEM certificate in it", cert_field,
-                                  where(a->client_cert_file, buf));
+                return error_message(ret_error, -EINVAL, "%s %s: no PEM certificate in it", cert_field,
+                                     where(a->client_cert_file, buf));
         }
         *ret_key = "client-key";
         r = credential_bio(key_file, a->client_key_data, a->client_key_data_size, &key_bio, &reason);
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return auth_fail(ret_error, "%s %s: cannot read: %s", key_field, where(key_file, buf),
-                                  strempty(reason));
+                return error_message(ret_error, -EINVAL, "%s %s: cannot read: %s", key_field,
+                                     where(key_file, buf), strempty(reason));
         key = PEM_read_bio_PrivateKey(key_bio, NULL, NULL, NULL);
         if (!key) {
                 ERR_clear_error();
-                return auth_fail(ret_error, "%s %s: no PEM private key in it (or one with a passphrase)",
-                                  key_field, where(key_file, buf));
+                return error_message(ret_error, -EINVAL,
+                                     "%s %s: no PEM private key in it (or one with a passphrase)", key_field,
+                                     where(key_file, buf));
         }
         if (X509_check_private_key(cert, key) != 1) {
                 ERR_clear_error();
-                return auth_fail(ret_error, "%s %s is not the key of the certificate in %s %s", key_field,
-                                  where(key_file, buf), cert_field,
-                                  a->client_cert_file ? a->client_cert_file : "(inline data)");
+                return error_message(ret_error, -EINVAL, "%s %s is not the key of the certificate in %s %s",
+                                     key_field, where(key_file, buf), cert_field,
+                                     a->client_cert_file ? a->client_cert_file : "(inline data)");
         }
         return 0;
 }
@@ -603,12 +605,13 @@ static int check_token_file(const K8sAuth *a, char **ret_error) {
         if (r == -ENOMEM)
                 return r;
         if (r < 0)
-                return auth_fail(ret_error, "%s %s: cannot read: %s", field, a->token_file, strerror(-r));
+                return error_message(ret_error, -EINVAL, "%s %s: cannot read: %s", field, a->token_file,
+                                     strerror(-r));
         while (n > 0 && strchr(" \t\r\n", text[n - 1]))
                 n--;
         explicit_bzero(text, n);
         if (n == 0)
-                return auth_fail(ret_error, "%s %s: the file is empty", field, a->token_file);
+                return error_message(ret_error, -EINVAL, "%s %s: the file is empty", field, a->token_file);
         return 0;
 }
 

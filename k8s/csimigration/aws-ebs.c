@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "k8s/csimigration/internal.h"
+#include "systemd/errormsg.h"
 
 #define DRIVER "ebs.csi.aws.com"
 #define TOPOLOGY_KEY "topology." DRIVER "/zone"
@@ -72,20 +73,22 @@ static int ebs_volume_id(const char *kubernetes_id, char **ret, char **ret_error
         if (r < 0)
                 return r;
         if (problem)
-                return migration_error(ret_error,
-                                       "failed to translate Kubernetes ID to EBS Volume ID Invalid disk name (%s): "
-                                       "parse \"%s\": %s",
-                                       kubernetes_id, kubernetes_id, problem);
+                return error_message(
+                        ret_error, -EINVAL,
+                        "failed to translate Kubernetes ID to EBS Volume ID Invalid disk name (%s): "
+                        "parse \"%s\": %s",
+                        kubernetes_id, kubernetes_id, problem);
         /* strings.Trim(path, "/") then ^vol-[^/]*$ */
         for (b = path; *b == '/'; b++)
                 ;
         for (e = b + strlen(b); e > b && e[-1] == '/'; e--)
                 ;
         if (e - b < 4 || strncmp(b, "vol-", 4) != 0 || memchr(b, '/', e - b))
-                return migration_error(ret_error,
-                                       "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS "
-                                       "volume (%s)",
-                                       kubernetes_id);
+                return error_message(
+                        ret_error, -EINVAL,
+                        "failed to translate Kubernetes ID to EBS Volume ID Invalid format for AWS "
+                        "volume (%s)",
+                        kubernetes_id);
         *ret = strndup(b, e - b);
         return *ret ? 0 : -ENOMEM;
 }

@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include "k8s/csimigration/internal.h"
+#include "systemd/errormsg.h"
 
 #define DRIVER "disk.csi.azure.com"
 
@@ -11,7 +12,8 @@
  * from an API server have it set: its default is "Shared"). */
 static int check_kind(const K8sInTreeSource *s, char **ret_error) {
         if (s->azure_kind && strcasecmp(s->azure_kind, "Managed") != 0)
-                return migration_error(ret_error, "kind(%s) is not supported in csi migration", s->azure_kind);
+                return error_message(ret_error, -EINVAL, "kind(%s) is not supported in csi migration",
+                                     s->azure_kind);
         return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "k8s/csimigration/internal.h"
+#include "systemd/errormsg.h"
 
 #define DRIVER "file.csi.azure.com"
 #define SECRET_PREFIX "azure-storage-account-"
@@ -57,8 +58,9 @@ static int translate_pv(const K8sInTreeSource *s, K8sPersistentVolume *pv, char 
         const char *ns = s->secret_namespace ? s->secret_namespace : pv->has_claim_ref ? pv->claim_namespace : NULL;
 
         if (isempty(ns))
-                return migration_error(ret_error,
-                                       "could not find a secret namespace in PersistentVolumeSource or ClaimRef");
+                return error_message(
+                        ret_error, -EINVAL,
+                        "could not find a secret namespace in PersistentVolumeSource or ClaimRef");
         return csi_set(s, pv->azure_file_resource_group, pv->meta.name, ns, pv);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "k8s/csimigration/internal.h"
+#include "systemd/errormsg.h"
 
 static const MigrationPlugin *const plugins[] = {
         &migration_plugin_aws_ebs, &migration_plugin_gce_pd,  &migration_plugin_azure_disk,
@@ -28,20 +29,6 @@ static const MigrationPlugin *plugin_of_source(const K8sInTreeSource *s) {
 }
 
 /* --- small helpers --------------------------------------------------------- */
-
-int migration_error(char **ret_error, const char *fmt, ...) {
-        va_list ap;
-        int r;
-
-        va_start(ap, fmt);
-        r = vasprintf(ret_error, fmt, ap);
-        va_end(ap);
-        if (r < 0) {
-                *ret_error = NULL;
-                return -ENOMEM;
-        }
-        return -EINVAL;
-}
 
 int migration_map_set(K8sStringMap *m, const char *key, const char *value) {
         char **keys, **values;

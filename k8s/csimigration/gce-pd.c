@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "k8s/csimigration/internal.h"
+#include "systemd/errormsg.h"
 
 #define DRIVER "pd.csi.storage.gke.io"
 #define TOPOLOGY_KEY "topology.gke.io/zone"
@@ -57,10 +58,10 @@ static int region_of_zones(char *const *zones, char **ret, char **ret_error) {
                 if (r < 0)
                         return r;
                 if (k8s_strv_length(parts) != 3)
-                        return migration_error(ret_error,
-                                               "failed to get region from zones: zone in unexpected format, "
-                                               "expected: {locale}-{region}-{zone}, got: %s",
-                                               *z);
+                        return error_message(ret_error, -EINVAL,
+                                             "failed to get region from zones: zone in unexpected format, "
+                                             "expected: {locale}-{region}-{zone}, got: %s",
+                                             *z);
                 if (asprintf(&region, "%s-%s", parts[0], parts[1]) < 0)
                         return -ENOMEM;
                 for (char **e = regions; e && *e; e++)
@@ -90,8 +91,10 @@ static int region_of_zones(char *const *zones, char **ret, char **ret_error) {
         r = format_set(regions, &set);
         if (r < 0)
                 return r;
-        return migration_error(ret_error, "failed to get region from zones: multiple or no regions gotten from zones, "
-                                          "got: %s", set);
+        return error_message(ret_error, -EINVAL,
+                             "failed to get region from zones: multiple or no regions gotten from zones, "
+                             "got: %s",
+                             set);
 }
 
 /* The zone label (beta first, then GA) names the disk's zone, or its zones

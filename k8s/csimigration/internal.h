@@ -38,7 +38,6 @@ extern const MigrationPlugin migration_plugin_vsphere;
 extern const MigrationPlugin migration_plugin_portworx;
 
 /* -EINVAL with *ret_error formatted (the lib's message), -ENOMEM. */
-int migration_error(char **ret_error, const char *fmt, ...) _printf_(2, 3);
 
 /* pv->csi, new, with driver and handle, read_only and fs_type (NULL or ""
  * both: unset) and no attribute. */

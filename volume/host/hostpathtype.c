@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "systemd/errormsg.h"
 #include "systemd/log.h"
 #include "volume/host/hostpathtype.h"
 
@@ -35,19 +36,6 @@ const char *host_path_type_to_string(HostPathType t) {
         return t >= 0 && t < _HOST_PATH_TYPE_MAX ? types[t].name : NULL;
 }
 
-static int fail(char **ret_error, int error, const char *fmt, ...) _printf_(3, 4);
-static int fail(char **ret_error, int error, const char *fmt, ...) {
-        va_list ap;
-        if (ret_error) {
-                *ret_error = NULL;
-                va_start(ap, fmt);
-                if (vasprintf(ret_error, fmt, ap) < 0)
-                        *ret_error = NULL;
-                va_end(ap);
-        }
-        return error;
-}
-
 /* os.MkdirAll(path, 0755): each missing parent made, an existing one kept. */
 static int mkdir_parents(const char *path, mode_t mode) {
         _cleanup_free_ char *copy = strdup(path);
@@ -72,43 +60,46 @@ int host_path_check(const char *path, HostPathType type, char **ret_error) {
         int r;
 
         if (type < 0 || type >= _HOST_PATH_TYPE_MAX)
-                return fail(ret_error, -EINVAL, "%s is an invalid volume type", "(unknown)");
+                return error_message(ret_error, -EINVAL, "%s is an invalid volume type", "(unknown)");
         if (isempty(path) || path[0] != '/')
-                return fail(ret_error, -EINVAL, "hostPath %s is not an absolute path", strempty(path));
+                return error_message(ret_error, -EINVAL, "hostPath %s is not an absolute path",
+                                     strempty(path));
         if (type == HOST_PATH_UNSET)
                 return 0;
 
         if (stat(path, &st) < 0) {
                 if (errno != ENOENT)
-                        return fail(ret_error, -errno, "hostPath type check failed: %s is not %s", path,
-                                    types[type].what);
+                        return error_message(ret_error, -errno, "hostPath type check failed: %s is not %s",
+                                             path, types[type].what);
                 if (type == HOST_PATH_DIRECTORY_OR_CREATE) {
                         r = mkdir_parents(path, 0755);
                         if (r < 0)
-                                return fail(ret_error, r, "mkdir %s: %s", path, strerror(-r));
+                                return error_message(ret_error, r, "mkdir %s: %s", path, strerror(-r));
                         log_info("Created hostPath directory %s (DirectoryOrCreate)", path);
                         created = true;
                 } else if (type == HOST_PATH_FILE_OR_CREATE) {
                         int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOCTTY, 0644);
                         if (fd < 0)
-                                return fail(ret_error, -errno, "open %s: %s", path, strerror(errno));
+                                return error_message(ret_error, -errno, "open %s: %s", path,
+                                                     strerror(errno));
                         close(fd);
                         log_info("Created hostPath file %s (FileOrCreate)", path);
                         created = true;
                 }
                 if (stat(path, &st) < 0)
-                        return fail(ret_error, errno == ENOENT ? -ENOENT : -errno,
-                                    "hostPath type check failed: %s is not %s", path, types[type].what);
+                        return error_message(ret_error, errno == ENOENT ? -ENOENT : -errno,
+                                             "hostPath type check failed: %s is not %s", path,
+                                             types[type].what);
         }
         if ((st.st_mode & S_IFMT) != types[type].format)
-                return fail(ret_error, S_ISDIR(types[type].format) ? -ENOTDIR : -EEXIST,
-                            "hostPath type check failed: %s is not %s", path, types[type].what);
+                return error_message(ret_error, S_ISDIR(types[type].format) ? -ENOTDIR : -EEXIST,
+                                     "hostPath type check failed: %s is not %s", path, types[type].what);
         return created ? 1 : 0;
 }
 
 int host_path_check_spec(const char *path, const char *type, char **ret_error) {
         HostPathType t = host_path_type_from_string(type);
         if (t < 0)
-                return fail(ret_error, -EINVAL, "%s is an invalid volume type", type);
+                return error_message(ret_error, -EINVAL, "%s is an invalid volume type", type);
         return host_path_check(path, t, ret_error);
 }

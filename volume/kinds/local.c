@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "systemd/errormsg.h"
 #include "systemd/log.h"
 #include "volume/internal.h"
 #include "volume/kinds/podkind.h"
@@ -81,20 +82,6 @@ static bool is_mount_root(int fd) {
                (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
 }
 
-_printf_(3, 4) static int fail(char **ret_error, int r, const char *format, ...) {
-        va_list ap;
-        int k;
-
-        va_start(ap, format);
-        k = vasprintf(ret_error, format, ap);
-        va_end(ap);
-        if (k < 0) {
-                *ret_error = NULL;
-                return -ENOMEM;
-        }
-        return r;
-}
-
 static int set_up(LocalWork *w, const char *abs, char **ret_error) {
         LogFields f = podkind_work_fields(&w->w);
         _cleanup_close_ int parent = -1, target = -1, source = -1;
@@ -107,7 +94,7 @@ static int set_up(LocalWork *w, const char *abs, char **ret_error) {
         if (r >= 0 && (target = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
                 r = -errno;
         if (r < 0)
-                return fail(ret_error, r, "cannot open %s: %s", abs, strerror(-r));
+                return error_message(ret_error, r, "cannot open %s: %s", abs, strerror(-r));
         if (is_mount_root(target)) {
                 log_fields(LOG_DEBUG, &f, "%s is mounted already", abs);
                 return 0;
@@ -116,24 +103,28 @@ static int set_up(LocalWork *w, const char *abs, char **ret_error) {
          * EvalSymlinks does. */
         source = open(w->path, O_PATH | O_CLOEXEC);
         if (source < 0 || fstat(source, &st) < 0)
-                return fail(ret_error, -errno, "local PV path %s cannot be opened: %s", w->path, strerror(errno));
+                return error_message(ret_error, -errno, "local PV path %s cannot be opened: %s", w->path,
+                                     strerror(errno));
         if (S_ISBLK(st.st_mode))
-                return fail(ret_error, -EOPNOTSUPP,
-                            "local PV path %s is a block device: formatting and mounting it is not supported by kvolumed",
-                            w->path);
+                return error_message(ret_error, -EOPNOTSUPP,
+                                     "local PV path %s is a block device: formatting and mounting it is not "
+                                     "supported by kvolumed",
+                                     w->path);
         if (!S_ISDIR(st.st_mode))
-                return fail(ret_error, -ENOTDIR, "local PV path %s is not a directory", w->path);
+                return error_message(ret_error, -ENOTDIR, "local PV path %s is not a directory", w->path);
         snprintf(from, sizeof from, "/proc/self/fd/%d", source);
         snprintf(to, sizeof to, "/proc/self/fd/%d", target);
         if (mount(from, to, NULL, MS_BIND, NULL) < 0) {
                 r = -errno;
                 log_fields_errno(LOG_ERR, r, &f, "Failed to bind-mount local PV path %s at %s: %m", w->path, abs);
-                return fail(ret_error, r, "cannot bind-mount %s at %s: %s", w->path, abs, strerror(-r));
+                return error_message(ret_error, r, "cannot bind-mount %s at %s: %s", w->path, abs,
+                                     strerror(-r));
         }
         if (w->read_only && mount(NULL, abs, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0) {
                 r = -errno;
                 (void) umount2(abs, UMOUNT_NOFOLLOW);
-                return fail(ret_error, r, "cannot make the bind of %s at %s read-only: %s", w->path, abs, strerror(-r));
+                return error_message(ret_error, r, "cannot make the bind of %s at %s read-only: %s", w->path,
+                                     abs, strerror(-r));
         }
         log_fields(LOG_INFO, &f, "Bind-mounted local PV path %s at %s%s", w->path, abs, w->read_only ? " (read-only)" : "");
         return 0;
@@ -151,14 +142,14 @@ static int tear_down(LocalWork *w, const char *abs, char **ret_error) {
         if (r >= 0 && (target = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
                 r = errno == ENOENT ? 1 : -errno;
         if (r != 0)
-                return r > 0 ? 0 : fail(ret_error, r, "cannot open %s: %s", abs, strerror(-r));
+                return r > 0 ? 0 : error_message(ret_error, r, "cannot open %s: %s", abs, strerror(-r));
         /* Binds stacked by a crash between the mount and its record: each one. */
         while (is_mount_root(target)) {
                 close(TAKE_FD(target));
                 if (umount2(abs, UMOUNT_NOFOLLOW) < 0) {
                         r = -errno;
                         log_fields_errno(LOG_ERR, r, &f, "Failed to unmount %s: %m", abs);
-                        return fail(ret_error, r, "cannot unmount %s: %s", abs, strerror(-r));
+                        return error_message(ret_error, r, "cannot unmount %s: %s", abs, strerror(-r));
                 }
                 log_fields(LOG_INFO, &f, "Unmounted local PV bind at %s", abs);
                 target = openat(parent, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "systemd/errormsg.h"
 #include "systemd/macro.h"
 #include "volume/kinds/files/downward.h"
 
@@ -219,22 +220,6 @@ static bool qualified_name(const char *s) {
         return true;
 }
 
-_printf_(2, 3) static int fail(char **ret_error, const char *fmt, ...) {
-        va_list ap;
-        int r = 0;
-
-        if (!ret_error)
-                return -EINVAL;
-        va_start(ap, fmt);
-        r = vasprintf(ret_error, fmt, ap);
-        va_end(ap);
-        if (r < 0) {
-                *ret_error = NULL;
-                return -ENOMEM;
-        }
-        return -EINVAL;
-}
-
 static int dup_value(const char *s, char **ret) {
         char *t = strdup(s ?: "");
         if (!t)
@@ -283,10 +268,13 @@ int downward_field_value(const K8sPod *pod, const char *field_path, bool env, ch
                                 for (char *c = check; *c; c++)
                                         *c = (char) tolower((unsigned char) *c);
                         if (!qualified_name(check))
-                                return fail(ret_error, "invalid key subscript in %s: not a qualified name", field_path);
+                                return error_message(ret_error, -EINVAL,
+                                                     "invalid key subscript in %s: not a qualified name",
+                                                     field_path);
                         return dup_value(k8s_string_map_get(ann ? &pod->annotations : &pod->labels, key), ret);
                 }
-                return fail(ret_error, "fieldPath \"%s\" does not support subscript", field_path);
+                return error_message(ret_error, -EINVAL, "fieldPath \"%s\" does not support subscript",
+                                     field_path);
         }
 
         if (streq(field_path, "metadata.annotations"))
@@ -313,7 +301,7 @@ int downward_field_value(const K8sPod *pod, const char *field_path, bool env, ch
                 if (streq(field_path, "status.podIPs"))
                         return pod->pod_ips ? join(pod->pod_ips, ret) : dup_value(pod->pod_ip, ret);
         }
-        return fail(ret_error, "unsupported fieldPath: %s", field_path);
+        return error_message(ret_error, -EINVAL, "unsupported fieldPath: %s", field_path);
 }
 
 static const K8sContainer *find_container(const K8sPod *pod, const char *name) {
@@ -339,24 +327,25 @@ int downward_resource_value(const K8sPod *pod, const K8sResourceFieldRef *ref, c
         container = container ?: ref->container_name;
         c = find_container(pod, container);
         if (!c)
-                return fail(ret_error, "container %s not found", container ?: "");
+                return error_message(ret_error, -EINVAL, "container %s not found", container ?: "");
 
         if (startswith(res, "limits."))
                 limits = true, name = res + strlen("limits.");
         else if (startswith(res, "requests."))
                 limits = false, name = res + strlen("requests.");
         else
-                return fail(ret_error, "unsupported container resource : %s", res);
+                return error_message(ret_error, -EINVAL, "unsupported container resource : %s", res);
         if (!streq(name, "cpu") && !streq(name, "memory") && !streq(name, "ephemeral-storage") &&
             !startswith(name, "hugepages-"))
-                return fail(ret_error, "unsupported container resource : %s", res);
+                return error_message(ret_error, -EINVAL, "unsupported container resource : %s", res);
         cpu = streq(name, "cpu");
 
         q = k8s_string_map_get(limits ? &c->limits : &c->requests, name);
         if (q) {
                 r = cpu ? k8s_quantity_parse_milli(q, &value) : k8s_quantity_parse(q, &value);
                 if (r < 0)
-                        return fail(ret_error, "the container's quantity of %s does not parse", res);
+                        return error_message(ret_error, -EINVAL,
+                                             "the container's quantity of %s does not parse", res);
         }
         /* MergeContainerResourceLimits: an unset or zero limit of cpu, memory
          * or ephemeral storage is the Node's allocatable (hugepages are never
@@ -366,7 +355,8 @@ int downward_resource_value(const K8sPod *pod, const K8sResourceFieldRef *ref, c
                 if (q) {
                         r = cpu ? k8s_quantity_parse_milli(q, &value) : k8s_quantity_parse(q, &value);
                         if (r < 0)
-                                return fail(ret_error, "the Node's allocatable %s does not parse", name);
+                                return error_message(ret_error, -EINVAL,
+                                                     "the Node's allocatable %s does not parse", name);
                 }
         }
 
@@ -374,7 +364,7 @@ int downward_resource_value(const K8sPod *pod, const K8sResourceFieldRef *ref, c
         r = cpu ? k8s_quantity_parse_milli(ref->divisor ?: "1", &divisor)
                 : k8s_quantity_parse(ref->divisor ?: "1", &divisor);
         if (r < 0)
-                return fail(ret_error, "the divisor of %s does not parse", res);
+                return error_message(ret_error, -EINVAL, "the divisor of %s does not parse", res);
         if (divisor == 0)
                 divisor = cpu ? 1000 : 1;
 

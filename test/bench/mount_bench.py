@@ -310,6 +310,23 @@ class Node:
         self.filled = level
         log(f"filled to {level} volumes in {time.monotonic() - t0:.1f} s")
 
+    def wait_quiet(self, window=1.0, cpu_percent=2.0, timeout=300.0):
+        """Until kvolumed has been quiet for a whole window (its CPU below
+        cpu_percent, no new driver call): what a fill leaves to finish (the
+        last records made durable, volumesInUse written, the driver's state)
+        is not a new pod's cost.  Returns the seconds waited."""
+        pid = self.agent.pid
+        t0 = time.monotonic()
+        while True:
+            cpu0, calls0 = cpu_seconds(pid), len(self.tail.poll())
+            time.sleep(window)
+            busy = 100.0 * (cpu_seconds(pid) - cpu0) / window
+            if busy < cpu_percent and len(self.tail.poll()) == calls0:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                log(f"kvolumed still busy ({busy:.0f} % CPU) {timeout:.0f} s after the fill; measuring anyway")
+                return time.monotonic() - t0
+
     def single_pods(self, tag, n):
         """Overheads (ms) of n pods of one inline volume, one at a time."""
         out = []
@@ -327,6 +344,7 @@ class Node:
                     log(f"{name}: a step of its trace is missing ({self.trace.missing}), left out of the split")
                 else:
                     st["tag"] = tag
+                    st["index"] = i
                     self.traces.append(st)
             self.api.remove("pods", "default", name)
             self.tail.wait(mark, "NodeUnpublishVolume", 1, 60, f"unpublish of {name}")

@@ -209,6 +209,12 @@ def memory(pid):
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+DRIVER_STATE_TEXT = {
+    "root-dir": "on root-dir's file system, written through a temporary file, fsync and rename",
+    "hostpath": "on root-dir's file system, truncated and written in place, never synced (the CSI hostpath "
+                "driver's state.go)",
+    "tmpfs": "on a tmpfs of its own"}
+
 SOURCES = ("kernel", "mountinfo")
 CONFIG_VALUE = {"kernel": "auto", "mountinfo": "mountinfo"}
 
@@ -220,7 +226,7 @@ def log(msg):
 class Node:
     def __init__(self, args):
         self.args = args
-        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.")
+        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.", getattr(args, "driver_state", "root-dir"))
         with open(self.config) as f:
             self.config_text = f.read()
         self.agent = None
@@ -568,6 +574,10 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
+    ap.add_argument("--driver-state", choices=("root-dir", "hostpath", "tmpfs"), default="root-dir",
+                    help="the mock driver's state file, rewritten at each call: on root-dir's file system written "
+                         "safely (temp, fsync, rename), there in place and never synced as the CSI hostpath "
+                         "driver does, or on a tmpfs")
     ap.add_argument("--builds", default="",
                     help="LABEL=BUILD_DIR,LABEL=BUILD_DIR: each source run with each build in turn, before/after "
                          "in one run")
@@ -617,7 +627,8 @@ def main():
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
-             f"{' --builds ' + args.builds if args.builds else ''}", "",
+             f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}", "",
+             f"The mock driver's state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",

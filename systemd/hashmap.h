@@ -23,6 +23,8 @@ void *hashmap_get(const Hashmap *h, const char *key);
 /* Removes the entry and returns its value (NULL when absent). */
 void *hashmap_remove(Hashmap *h, const char *key);
 size_t hashmap_size(const Hashmap *h);
+/* Slots in its table (0: none allocated, as for a new or emptied map). */
+size_t hashmap_capacity(const Hashmap *h);
 
 /* for (size_t i = 0; hashmap_iterate(h, &i, &key, &value);) ... */
 bool hashmap_iterate(const Hashmap *h, size_t *state, const char **ret_key, void **ret_value);

@@ -194,12 +194,16 @@ def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral"
     return driver, driver_state, config
 
 
-def open_bench_node(node, workdir, work_prefix, sock_prefix):
+def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-dir"):
     """What the mount and the restart benchmarks start from, set on `node`:
     a work directory (.work, .root), a short socket directory (.sockdir),
     the fake API server (.api), the metrics address (.listen), the mock
     driver (.driver) with its call log (.tail) and kvolumed's configuration
-    (.config), kvolumed not started."""
+    (.config), kvolumed not started.  driver_state: where and how the mock
+    driver keeps its state file, rewritten at each call: "root-dir" (on
+    root-dir's file system, written safely: temp, fsync, rename), "hostpath"
+    (there, written in place and never synced, as the CSI hostpath driver)
+    or "tmpfs" (on a tmpfs of its own)."""
     import tempfile
     from doubles.fakeapi import FakeApiServer
 
@@ -209,7 +213,17 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix):
     os.makedirs(node.root)
     node.api = FakeApiServer(os.path.join(node.work, "api"), control_port=None, bookmark_interval=60).start()
     node.listen = f"127.0.0.1:{free_port()}"
-    node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen)
+    driver_args = ()
+    if driver_state == "tmpfs":
+        os.makedirs(os.path.join(node.work, "driver"))
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g", "tmpfs", os.path.join(node.work, "driver")],
+                       check=True)
+    elif driver_state == "hostpath":
+        driver_args = ("--state-write", "hostpath")
+    elif driver_state != "root-dir":
+        raise ValueError(f"driver_state {driver_state!r}")
+    node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen,
+                                                 driver_args=driver_args)
     node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
 
 

@@ -6,7 +6,8 @@
 # With --dirty: a new pod's overhead beside a busy writer to root-dir's file
 # system against the same writer to a tmpfs, under the per-file durability
 # rule and the syncfs rule before it (issue 31).
-# Usage (as root): test/bench/mount.sh [--levels 0,1000,10000] [--repeat 5] [--pods 20]
+# Usage (as root): test/bench/mount.sh [--levels 0,1000,10000] [--repeat 5] [--pods 20] [--trace]
+#                  [--driver-state root-dir|hostpath|tmpfs]  (the mock driver's state file, see mount_bench.py)
 #                  test/bench/mount.sh --dirty [--repeat 3] [--pods 20] [--dirty-rate 512] [--dirty-window 512] [--isolated]
 set -u -o pipefail
 . "$(dirname "$0")/../lib/common.sh"

@@ -209,6 +209,12 @@ def memory(pid):
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+DRIVER_STATE_TEXT = {
+    "root-dir": "on root-dir's file system, written through a temporary file, fsync and rename",
+    "hostpath": "on root-dir's file system, truncated and written in place, never synced (the CSI hostpath "
+                "driver's state.go)",
+    "tmpfs": "on a tmpfs of its own"}
+
 SOURCES = ("kernel", "mountinfo")
 CONFIG_VALUE = {"kernel": "auto", "mountinfo": "mountinfo"}
 
@@ -220,7 +226,7 @@ def log(msg):
 class Node:
     def __init__(self, args):
         self.args = args
-        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.")
+        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.", getattr(args, "driver_state", "root-dir"))
         with open(self.config) as f:
             self.config_text = f.read()
         self.agent = None
@@ -310,9 +316,30 @@ class Node:
         self.filled = level
         log(f"filled to {level} volumes in {time.monotonic() - t0:.1f} s")
 
-    def single_pods(self, tag, n):
-        """Overheads (ms) of n pods of one inline volume, one at a time."""
+    def wait_quiet(self, window=1.0, cpu_percent=2.0, timeout=300.0):
+        """Until kvolumed has been quiet for a whole window (its CPU below
+        cpu_percent, no new driver call): what a fill leaves to finish (the
+        last records made durable, volumesInUse written, the driver's state)
+        is not a new pod's cost.  Returns the seconds waited."""
+        pid = self.agent.pid
+        t0 = time.monotonic()
+        while True:
+            cpu0, calls0 = cpu_seconds(pid), len(self.tail.poll())
+            time.sleep(window)
+            busy = 100.0 * (cpu_seconds(pid) - cpu0) / window
+            if busy < cpu_percent and len(self.tail.poll()) == calls0:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                log(f"kvolumed still busy ({busy:.0f} % CPU) {timeout:.0f} s after the fill; measuring anyway")
+                return time.monotonic() - t0
+
+    def single_pods(self, tag, n, keep=False):
+        """Overheads (ms) of n pods of one inline volume, one at a time; with
+        keep, each stays until the last is published (then all go): what the
+        driver wrote after a pod's publish is still there when the next pod's
+        record is synced, as when pods start one after another on a node."""
         out = []
+        kept = []
         for i in range(n):
             name = f"one-{tag}-{i}".replace("@", "-")
             mark = self.tail.mark()
@@ -327,11 +354,23 @@ class Node:
                     log(f"{name}: a step of its trace is missing ({self.trace.missing}), left out of the split")
                 else:
                     st["tag"] = tag
+                    st["index"] = i
                     self.traces.append(st)
+            if keep:
+                kept.append((name, obj))
+                continue
             self.api.remove("pods", "default", name)
             self.tail.wait(mark, "NodeUnpublishVolume", 1, 60, f"unpublish of {name}")
             pod_dir = os.path.join(self.root, "pods", obj["metadata"]["uid"])
             wait(lambda: not os.path.exists(pod_dir), 60, f"teardown of {name}", interval=0.002)
+        if kept:
+            mark = self.tail.mark()
+            for name, _ in kept:
+                self.api.remove("pods", "default", name)
+            self.tail.wait(mark, "NodeUnpublishVolume", len(kept), 120, f"unpublish of {len(kept)} pods")
+            for name, obj in kept:
+                pod_dir = os.path.join(self.root, "pods", obj["metadata"]["uid"])
+                wait(lambda: not os.path.exists(pod_dir), 60, f"teardown of {name}", interval=0.01)
         return out
 
     def idle(self):
@@ -550,6 +589,13 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
+    ap.add_argument("--driver-state", choices=("root-dir", "hostpath", "tmpfs"), default="root-dir",
+                    help="the mock driver's state file, rewritten at each call: on root-dir's file system written "
+                         "safely (temp, fsync, rename), there in place and never synced as the CSI hostpath "
+                         "driver does, or on a tmpfs")
+    ap.add_argument("--keep-pods", action="store_true",
+                    help="each repeat's pods stay until its last is published, rather than each going before the "
+                         "next: the driver's write after a publish is pending when the next pod's record is synced")
     ap.add_argument("--builds", default="",
                     help="LABEL=BUILD_DIR,LABEL=BUILD_DIR: each source run with each build in turn, before/after "
                          "in one run")
@@ -580,7 +626,7 @@ def main():
                         node.start(s, level)
                     if per[s]["idle"] is None:
                         per[s]["idle"] = node.idle()
-                    o = node.single_pods(f"{level}-{s}-{r}", args.pods)
+                    o = node.single_pods(f"{level}-{s}-{r}", args.pods, keep=args.keep_pods)
                     if r == args.repeat - 1:
                         # Idle again after its last pods: what their code paths brought back.
                         per[s]["idle_after"] = node.idle()
@@ -599,7 +645,9 @@ def main():
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
-             f"{' --builds ' + args.builds if args.builds else ''}", "",
+             f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}"
+             f"{' --keep-pods' if args.keep_pods else ''}", "",
+             f"The mock driver's state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",

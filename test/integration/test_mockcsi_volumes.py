@@ -334,3 +334,22 @@ def test_noop_fault_answers_ok_and_does_nothing(mock_csi_factory, tmp_path):
     c.unpublish("vol-1", target)
     assert not mounts.is_mount_point(target)
     c.unstage("vol-1", staging)
+
+
+@pytest.mark.parametrize("mode", ["safe", "hostpath"])
+def test_state_file_written_as_the_mode_says(mock_csi_factory, tmp_path, mode):
+    """--state-write: "safe" replaces state.json through a synced temporary
+    file (a new inode at each change); "hostpath" writes it in place, as the
+    CSI hostpath driver's os.WriteFile does (the same inode).  Either way the
+    file holds each change once the call is answered."""
+    drv = mock_csi_factory(tmpfs=True, state_write=mode)
+    state_file = os.path.join(drv.state_dir, "state.json")
+    inode = os.stat(state_file).st_ino
+    staging, _ = kubelet_dirs(tmp_path)
+    drv.csi.stage("vol-w", staging, fs_type="ext4")
+    # state(): read from the file, as a restarted driver reads it.
+    assert drv.state()["volumes"]["vol-w"]["staged"]["path"] == staging
+    assert (os.stat(state_file).st_ino == inode) == (mode == "hostpath")
+    assert not [f for f in os.listdir(drv.state_dir) if ".tmp." in f]
+    drv.csi.unstage("vol-w", staging)
+    assert drv.state()["volumes"]["vol-w"]["staged"] is None

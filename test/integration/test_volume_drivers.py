@@ -321,3 +321,21 @@ def test_migrated_plugins_empty_annotation_written_before_is_removed(fake_api, m
     env.start()
     wait_recorded(env, DRIVER, "n-8")
     assert csinode_annotations(env.api) == {"keep.example.com/x": "y"}
+
+
+def test_node_capabilities_are_asked_at_registration_not_by_the_first_pod(volume_env):
+    """Issue 31 (the first pod's cold cost): the driver's node capabilities
+    are asked when it is recorded, so that the first pod after a start does
+    not wait for a NodeGetCapabilities round trip before its publish."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    wait_recorded(env, DRIVER, env.driver.opts.get("node_id") or "node-1")
+    # No pod yet: asked at registration (generous timeout; nothing else asks).
+    env.wait_calls("NodeGetCapabilities", 1, code="OK", timeout=30.0)
+    pod = env.pod("first", [{"name": "scratch", "csi": {"driver": DRIVER}}])
+    env.wait_mounted(env.target(pod, "scratch"))
+    env.wait_calls("NodePublishVolume", 1, code="OK")
+    methods = [c["method"] for c in env.calls()]
+    # The publish used what was asked at registration: not asked again.
+    assert methods.count("NodeGetCapabilities") == 1, methods

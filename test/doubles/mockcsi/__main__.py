@@ -37,6 +37,9 @@ def parse_args(argv):
     p.add_argument("--registration-type", default="CSIPlugin")
     p.add_argument("--registration-versions", default="1.0.0", help="comma list for PluginInfo.supported_versions")
     p.add_argument("--registration-endpoint", default="", help="PluginInfo.endpoint (default: the CSI socket path)")
+    p.add_argument("--state-write", choices=("safe", "hostpath"), default="safe",
+                   help="state file written via temp+fsync+rename, or in place and never synced as the CSI "
+                        "hostpath driver does (a crash may then lose or tear it)")
     p.add_argument("--control-socket", help="default <state-dir>/control.sock")
     p.add_argument("--call-log", help="default <state-dir>/calls.jsonl")
     return p.parse_args(argv)
@@ -58,7 +61,7 @@ def main(argv=None):
                         registration_versions=[v for v in a.registration_versions.split(",") if v],
                         registration_endpoint=a.registration_endpoint, op_lock=a.op_lock,
                         boot_sessions=a.boot_sessions, stage_mount=not a.stage_no_mount,
-                        publish_mount=not a.publish_no_mount)
+                        publish_mount=not a.publish_no_mount, state_write=a.state_write)
     drv = Driver(a.endpoint, a.state_dir, settings, registration_dir=a.registration_dir,
                  control_socket=a.control_socket, call_log=a.call_log)
     code = drv.run()

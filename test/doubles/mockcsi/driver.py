@@ -59,6 +59,9 @@ class Settings:
         self.stage_mount = True
         # False: NodePublishVolume makes the target a plain directory, no mount.
         self.publish_mount = True
+        # How the state file is written at each change (state.save): "safe",
+        # or "hostpath" (in place, never synced, as the CSI hostpath driver).
+        self.state_write = "safe"
         for k, v in kw.items():
             setattr(self, k, v)
 

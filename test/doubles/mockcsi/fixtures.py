@@ -44,6 +44,7 @@ class MockCSI:
       caps=None                       full list of node capabilities (overrides the default set;
                                       `stage` still removes STAGE_UNSTAGE_VOLUME when False)
       tmpfs=False                     tmpfs disks instead of loop+ext4
+      state_write="safe"              or "hostpath": state.json written in place, never synced
       max_volumes=0, topology={}      NodeGetInfo
       volume_size="64Mi"              size of volumes created on first use
       auto_create=True                unknown volume ids become new disks (else NOT_FOUND)
@@ -97,6 +98,8 @@ class MockCSI:
             a += ["--op-lock", o["op_lock"]]
         if o.get("boot_sessions"):
             a += ["--boot-sessions"]
+        if o.get("state_write"):
+            a += ["--state-write", o["state_write"]]
         if not o.get("stage_mount", True):
             a += ["--stage-no-mount"]
         if not o.get("publish_mount", True):

@@ -51,8 +51,22 @@ def load(state_dir):
     return base
 
 
-def save(state_dir, data):
+def save(state_dir, data, write="safe"):
+    """write: "safe" (temp file, fsync, rename: survives a SIGKILL or a power
+    loss whole) or "hostpath", as the CSI hostpath driver's state.go dumps
+    its state: os.WriteFile, the file truncated and written in place, never
+    synced.  On ext4 the latter leaves the whole file's data to be written by
+    the next journal commit of its file system (auto_da_alloc), whoever
+    forces it: with the state on root-dir's file system, kvolumed's next
+    record sync."""
     p = path(state_dir)
+    if write == "hostpath":
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(data).encode())
+        finally:
+            os.close(fd)
+        return
     tmp = p + ".tmp.%d" % os.getpid()
     with open(tmp, "w") as f:
         # json.dumps without indent: the only form json encodes in C

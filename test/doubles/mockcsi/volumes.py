@@ -81,7 +81,7 @@ class VolumeManager:
 
     # ---- bookkeeping -------------------------------------------------------
     def save(self):
-        state.save(self.dir, self.st)
+        state.save(self.dir, self.st, getattr(self.settings, "state_write", "safe"))
 
     def violation(self, msg):
         # Persisted so tests can read them after a crash or restart.

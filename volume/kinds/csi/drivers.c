@@ -51,6 +51,8 @@ typedef struct DriverRecord {
         uint64_t limit_due;        /* attach limits: NodeGetInfo again then (0: not scheduled) */
         bool limit_querying;
         Hashmap *limit_held;       /* unique names of volumes waiting for room under the limit */
+        VolumeManager *m;          /* for the capabilities' warm-up below */
+        CsiCall *caps_call;        /* NodeGetCapabilities asked at registration, in flight */
 } DriverRecord;
 
 typedef enum WriteKind {
@@ -113,6 +115,7 @@ static int cmp_str(const void *a, const void *b) {
 static DriverRecord *record_free(DriverRecord *d) {
         if (!d)
                 return NULL;
+        csi_call_cancel(d->caps_call);
         free(d->name);
         free(d->registration_socket);
         free(d->node_id);
@@ -850,6 +853,45 @@ static int check_topology(DriverTable *t, const DriverRecord *rec, const DriverR
         return 0;
 }
 
+static void on_warm_capabilities(const CsiStatus *status, const CsiNodeCapabilities *caps, void *userdata) {
+        DriverRecord *rec = userdata;
+        DriverCaps *dc;
+
+        rec->caps_call = NULL;
+        if (status->code == CSI_CODE_CANCELLED)
+                return;
+        if (!caps) {
+                /* The first operation asks again, and fails with the reason. */
+                LogFields f = { .driver = rec->name, .csi_method = "NodeGetCapabilities" };
+                log_fields(LOG_DEBUG, &f, "Driver %s did not answer NodeGetCapabilities at registration: %s: %s",
+                           rec->name, csi_code_name(status->code), status->message);
+                return;
+        }
+        dc = hashmap_get(rec->m->caps, rec->name);
+        if (!dc) {
+                dc = calloc(1, sizeof *dc);
+                if (!dc)
+                        return;
+                if (hashmap_put(rec->m->caps, rec->name, dc, NULL) < 0) {
+                        free(dc);
+                        return;
+                }
+        }
+        dc->known = true;
+        dc->caps = *caps;
+}
+
+/* The driver's node capabilities, asked as soon as it is recorded rather
+ * than by the first operation that needs them: otherwise the first pod after
+ * a start or a driver's (re)registration waits for one more round trip to the
+ * driver before its NodePublishVolume (issue 31: the first pod's cold cost).
+ * A failure here costs nothing: the operation asks again, as before. */
+static void warm_capabilities(VolumeManager *m, DriverRecord *rec) {
+        rec->m = m;
+        if (csi_node_get_capabilities(m->csi, rec->name, on_warm_capabilities, rec, &rec->caps_call) < 0)
+                rec->caps_call = NULL;
+}
+
 static int on_registered(CsiClient *c, const CsiRegisteredDriver *d, void *userdata) {
         VolumeManager *m = userdata;
         DriverTable *t = m->drivers;
@@ -900,7 +942,7 @@ static int on_registered(CsiClient *c, const CsiRegisteredDriver *d, void *userd
         log_fields(LOG_INFO, &f, "Recording CSI driver %s (%s) on node %s: node ID %s, %zu topology segments",
                    d->name, d->registration_socket ? "registered" : "configured statically", m->node_name,
                    rec->node_id, rec->topology.n);
-        TAKE_PTR(rec);
+        warm_capabilities(m, TAKE_PTR(rec));
         sync_node(t);
         limits_arm(t);
         wake_volumes(m, d->name);

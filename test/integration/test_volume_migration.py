@@ -602,6 +602,8 @@ def test_untranslatable_and_unmigrated_sources_fail_at_once_with_kubelets_messag
     for message in expected.values():
         env.wait_event("FailedMount", message, timeout=30)
     env.wait_mounted(env.target(pod, "scratch"))
+    # The driver mounts before its answer is recorded: wait for the record.
+    wait_until(lambda: env.calls("NodePublishVolume"), timeout=30, what="the NodePublishVolume recorded")
     assert not env.calls("NodeStageVolume")
     assert [c["request"]["target_path"] for c in env.calls("NodePublishVolume")] == [env.target(pod, "scratch")]
     # One Event each, not one per pass.

@@ -557,6 +557,10 @@ def test_a_stopped_kvolumed_leaves_volume_dirs_kubelet_can_tear_down(volume_env)
             continue
         if backing == bind:
             subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+            # The kernel lets the loop device go when its last user does:
+            # until then it holds the bind's file, and umount says busy.
+            wait_until(lambda: not os.path.exists(f"/sys/block/{name}/loop/backing_file"), timeout=30,
+                       what=f"/dev/{name} released")
     os.remove(f"{env.root}/pods/{uid}/volumeDevices/kubernetes.io~csi/pv-blk")
     subprocess.run(["umount", bind], check=True)
     os.remove(bind)

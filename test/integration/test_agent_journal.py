@@ -193,7 +193,10 @@ def test_a_hung_unpublish_is_said_after_a_quarter_of_its_timeout_with_its_pod(vo
     pod = env.pod("stuck", [{"name": "scratch", "csi": {"driver": DRIVER}}])
     target = env.target(pod, "scratch")
     env.wait_mounted(target, timeout=30)
-    published = [line for line in agent.output().splitlines() if "NodePublishVolume of " in line and ": OK (" in line]
+    # The driver mounts before it answers; the line follows the answer.
+    published = wait_until(lambda: [line for line in agent.output().splitlines()
+                                    if "NodePublishVolume of " in line and ": OK (" in line],
+                           timeout=30, what="the NodePublishVolume's line")
     assert published and "for pod default/stuck" in published[0], published
     assert " POD=default/stuck" in published[0] and f" POD_UID={pod['metadata']['uid']}" in published[0]
 

@@ -159,7 +159,7 @@ def test_two_pods_map_one_volume_staged_once(staged_volume_env):
     assert len(env.calls("NodeStageVolume")) == 1
     env.wait_calls("NodePublishVolume", 2)
     env.api.remove("pods", "default", "a")
-    env.wait_calls("NodeUnpublishVolume")
+    env.wait_calls("NodeUnpublishVolume", timeout=30)  # the ASan slice runs it too
     wait_until(lambda: not os.path.lexists(pa), what="a's device path gone")
     assert not env.calls("NodeUnstageVolume"), "unstaged while pod b maps the volume"
     assert stat.S_ISBLK(os.stat(pb).st_mode)
@@ -290,7 +290,7 @@ def test_two_block_pvs_with_one_handle_stay_apart_when_the_first_goes(volume_env
     assert [p for d, _, files in os.walk(f"{env.root}/kvolumed") for p in (os.path.join(d, f) for f in files)
             if a["metadata"]["uid"] in p], "pod a's publish has records to wait for"
     env.api.remove("pods", "default", "a")
-    env.wait_calls("NodeUnpublishVolume")
+    env.wait_calls("NodeUnpublishVolume", timeout=30)  # the ASan slice runs it too
     wait_until(lambda: not os.path.lexists(pa), what="a's device path gone")
     assert [c["request"]["target_path"] for c in env.calls("NodeUnpublishVolume")] == [publish_path(env, a, "pv-a")]
     assert not env.calls("NodeUnstageVolume"), "unstaged while pod b maps the volume"

@@ -166,9 +166,7 @@ static int translate_inline(const K8sInTreeSource *s, const char *volume_name, c
         r = csi_set(s, handle, pv);
         if (r < 0)
                 return r;
-        pv->volume_mode = strdup("Filesystem");
-        if (!pv->volume_mode)
-                return -ENOMEM;
+        /* Filesystem, as every inline volume: k8s_csi_translate_inline(). */
         return migration_access_modes_set(pv, s->read_only ? "ReadOnlyMany" : "ReadWriteOnce");
 }
 

@@ -30,6 +30,7 @@ typedef struct TokenEntry {
         uint64_t issued, expires, refresh_at; /* realtime usec */
         K8sRequest *request;                  /* in flight */
         uint64_t request_sent;
+        int64_t expiration_seconds; /* asked for */
         TokenWaiter *waiters;
 } TokenEntry;
 
@@ -176,8 +177,14 @@ static void on_token(K8sClient *client, int error, const char *message, char *to
         wipe_token(e);
         e->token = token;
         e->size = strlen(token);
-        e->issued = e->request_sent;
         e->expires = (uint64_t) exp * USEC_PER_SEC;
+        /* kubelet's iat is the expiry less the lifetime asked for
+         * (token_manager.go requiresRefresh), not when the request left:
+         * an answer that took long must not move the renewal past
+         * kubelet's point.  Whichever is earlier. */
+        e->issued = e->request_sent;
+        if (e->expiration_seconds > 0 && e->expires > (uint64_t) e->expiration_seconds * USEC_PER_SEC)
+                e->issued = MIN(e->issued, e->expires - (uint64_t) e->expiration_seconds * USEC_PER_SEC);
         e->refresh_at = token_refresh_at(e->issued, e->expires, k8s_random01());
         free(expiration);
         trace_schedule(e);
@@ -197,6 +204,7 @@ static TokenEntry *entry_get_or_new(TokenCache *c, const TokenRequestArgs *args)
         e->cache = c;
         e->key = key_of(args);
         e->pod_uid = strdup(strempty(args->pod_uid));
+        e->expiration_seconds = args->expiration_seconds;
         if (!e->key || !e->pod_uid || hashmap_put(c->entries, e->key, e, NULL) < 0) {
                 entry_free(e);
                 return NULL;

@@ -301,6 +301,11 @@ def test_final_errors_answer_409_at_once_and_the_timeout_504(volume_env, sockdir
     env.pv("pv-att", "vol-att", claim="att")
     env.pvc("att", "pv-att")
     pod = env.pod("attach", [claim("data", "att")])
+    # Until kvolumed has the CSIDriver's deletion, the volume may be judged
+    # by the one before (its lifecycle modes): wait for the attach wait.
+    wait_until(lambda: (b := api_get(sock, f"/v1/pods/{pod['metadata']['uid']}/volumes")[1].get("volumes"))
+               and b[0]["state"] == "pending" and "attach" in (b[0].get("reason") or ""),
+               timeout=30, what="the volume waiting for its attachment")
     t0 = time.time()
     status, body, _ = api_get(sock, f"/v1/pods/{pod['metadata']['uid']}/volumes?wait=mounted&timeout=700ms")
     elapsed = time.time() - t0

@@ -344,12 +344,16 @@ def test_state_file_written_as_the_mode_says(mock_csi_factory, tmp_path, mode):
     file holds each change once the call is answered."""
     drv = mock_csi_factory(tmpfs=True, state_write=mode)
     state_file = os.path.join(drv.state_dir, "state.json")
-    inode = os.stat(state_file).st_ino
+    # Held open: a replaced file's inode cannot be freed and given again to
+    # its replacement (tmpfs reuses inode numbers at once).
+    held = os.open(state_file, os.O_RDONLY)
+    inode = os.fstat(held).st_ino
     staging, _ = kubelet_dirs(tmp_path)
     drv.csi.stage("vol-w", staging, fs_type="ext4")
     # state(): read from the file, as a restarted driver reads it.
     assert drv.state()["volumes"]["vol-w"]["staged"]["path"] == staging
     assert (os.stat(state_file).st_ino == inode) == (mode == "hostpath")
+    os.close(held)
     assert not [f for f in os.listdir(drv.state_dir) if ".tmp." in f]
     drv.csi.unstage("vol-w", staging)
     assert drv.state()["volumes"]["vol-w"]["staged"] is None

@@ -38,15 +38,26 @@ def setup_volume(env, name="grow", secret_ref=None):
 
 
 def controller_expands(env, name, size):
-    """What the external resizer and the expand controller do: the PV grows,
-    the claim says the node's part is pending."""
+    """What the external resizer does, in its order (with
+    RecoverVolumeExpansionFailure): the claim says ControllerResizeInProgress
+    with the size allocated, the PV grows, then the claim says the node's part
+    is pending.  A claim whose PV is larger while its status says nothing is
+    the older protocol's request (legacyCallNodeExpandOnPlugin), which a real
+    resizer of this protocol never shows between its writes."""
+    claim = env.api.get("persistentvolumeclaims", "default", name)
+    claim["spec"]["resources"]["requests"]["storage"] = size
+    claim["metadata"].pop("resourceVersion", None)
+    env.api.update(claim)
+    claim = env.api.get("persistentvolumeclaims", "default", name)
+    claim["status"]["allocatedResources"] = {"storage": size}
+    claim["status"]["allocatedResourceStatuses"] = {"storage": "ControllerResizeInProgress"}
+    claim["metadata"].pop("resourceVersion", None)
+    env.api.update(claim)
     pv = env.api.get("persistentvolumes", None, f"pv-{name}")
     pv["spec"]["capacity"] = {"storage": size}
     pv["metadata"].pop("resourceVersion", None)
     env.api.update(pv)
     claim = env.api.get("persistentvolumeclaims", "default", name)
-    claim["spec"]["resources"]["requests"]["storage"] = size
-    claim["status"]["allocatedResources"] = {"storage": size}
     claim["status"]["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
     claim["metadata"].pop("resourceVersion", None)
     env.api.update(claim)

@@ -4,7 +4,7 @@
 /* The switches the test suite sets in kvolumed's environment (a stalled event
  * loop for the watchdog, a shorter fsGroup stall limit, a stand-in selinuxfs,
  * a check after every scoped pass, a slow root-dir, the syncfs rule
- * the durability bench compares against).  They exist only in a build with
+ * the durability bench compares against, a sync held between its rounds).  They exist only in a build with
  * -Dtest-hooks=true (test/lib/common.sh's builds): a release build and the
  * Debian package do not even contain their names, so no environment a unit,
  * a drop-in or a container image passes can make a node's agent block its

@@ -857,6 +857,61 @@ def test_crash_matrix(volume_env, case):
         assert not published, f"never unpublished: {published}"
 
 
+# --- a crash between the rounds of a sync ----------------------------------------------
+#
+# A sync makes the files written durable in one round, then the directories
+# whose entries changed, those naming the files among them (rootdir.c).
+# Killed between the two rounds (the test hook holds the sync there), the
+# call that mounts has not been made, and it must not be made twice; the
+# node converges as after a crash before the call.  "torn": the record is
+# also cut in half, as a power loss would leave it were its name durable
+# before its bytes (what the rounds' order prevents): a record that cannot
+# be read says nothing, the volume is uncertain, and the node converges
+# all the same.
+
+BETWEEN_ROUNDS = [(flow, deleted, torn) for flow in ("inline", "persistent") for deleted in (False, True)
+                  for torn in (False, True)]
+
+
+@pytest.mark.parametrize("flow,deleted,torn", BETWEEN_ROUNDS,
+                         ids=[f"{f}-{'deleted' if d else 'kept'}{'-torn' if t else ''}" for f, d, t in BETWEEN_ROUNDS])
+def test_crash_between_the_rounds_of_a_sync(volume_env, tmp_path, flow, deleted, torn):
+    env = volume_env
+    persistent = flow == "persistent"
+    method = "NodeStageVolume" if persistent else "NodePublishVolume"
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    if persistent:
+        env.pv("pv-c", "vol-c", claim="c")
+        env.pvc("c", "pv-c")
+    hold = str(tmp_path / "hold")
+    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold})
+    with open(hold, "w"):
+        pass
+    pod = env.pod("web", [claim_volume("data", "c") if persistent else inline_volume("scratch")])
+    wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the sync held between its rounds\n"
+               + env.agent.output()[-3000:])
+    records = glob.glob(f"{env.root}/kvolumed/**/kvolumed.json", recursive=True)
+    assert records, "no record written before the sync"
+    kill_agent(env)
+    os.unlink(hold)
+    if torn:
+        for record in records:
+            with open(record, "r+") as f:
+                f.truncate(len(f.read()) // 2)
+    if deleted:
+        env.api.remove("pods", "default", "web")
+    env.start()
+    target = env.target(pod, "pv-c" if persistent else "scratch")
+    if not deleted:
+        env.wait_mounted(target)
+        assert target not in unpublished_targets(env), "torn down while its pod exists"
+        env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
+    # The call held back by the sync was never made before the crash: once
+    # made after the restart for a pod kept, never for a pod deleted.
+    assert len([c for c in env.calls(method) if c["code"] == "OK"]) == (0 if deleted else 1), env.calls(method)
+
+
 # --- power loss ------------------------------------------------------------------------
 #
 # SIGKILL keeps the page cache: the matrix above cannot tell a record on disk
@@ -872,7 +927,9 @@ def test_crash_matrix(volume_env, case):
 # Then kvolumed runs under strace: it must never wait for the whole file
 # system (sync, syncfs), and before the call that mounts arrives it must
 # have fsync'ed each file it wrote and each directory whose entries it
-# changed, which ext4's own ordering would hide from the image above.
+# changed, which ext4's own ordering would hide from the image above; the
+# directory naming a file only once the file's fdatasync returned (a power
+# loss in between may leave the name without the bytes: a torn record).
 
 def run(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
@@ -1074,7 +1131,7 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
     # when stopped, and kvolumed stays the fixture's to stop.  -f: every
     # thread, the sync threads made later too; -y: each descriptor's path;
     # a line is written once its call returns.
-    tracer = subprocess.Popen(["strace", "-p", str(env.agent.proc.pid), "-f", "-ff", "-qq", "-y",
+    tracer = subprocess.Popen(["strace", "-p", str(env.agent.proc.pid), "-f", "-ff", "-qq", "-y", "-ttt", "-T",
                                "-e", "trace=sync,syncfs,fsync,fdatasync", "-o", trace])
     try:
         def traced():
@@ -1089,13 +1146,21 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
         tracer.terminate()
         tracer.wait(timeout=60)
 
-    whole = [line for line in lines if re.match(r"(\d+ +)?(sync|syncfs)\(", line)]
+    whole = [line for line in lines if re.match(r"[\d.]+ +(sync|syncfs)\(", line)]
     assert not whole, f"waited for every writer of root-dir's file system: {whole}"
 
-    def synced(relpath):
+    def syncs(relpath):
+        """(start, end) of each successful fsync/fdatasync of relpath, in seconds."""
         want = f"<{env.root}/{relpath}>" if relpath else f"<{env.root}>"
-        return any(want + ")" in line and "= 0" in line and ("fsync(" in line or "fdatasync(" in line)
-                   for line in lines)
+        out = []
+        for line in lines:
+            m = re.match(r"([\d.]+) +(fsync|fdatasync)\(\d+(<[^>]*>)\) += 0 <([\d.]+)>", line)
+            if m and m.group(3) == want:
+                out.append((float(m.group(1)), float(m.group(1)) + float(m.group(4))))
+        return out
+
+    def synced(relpath):
+        return bool(syncs(relpath))
 
     # Each file the call depends on, and each directory naming one of them or
     # one of the directories made for it, up to where one existed before.
@@ -1107,6 +1172,14 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
             d = os.path.dirname(d)
     missing = [p for p in must if not synced(p)]
     assert not missing, f"not synced before {method}: {missing}\n" + "\n".join(lines[-40:])
+    # The name of each file made durable after its bytes: every sync of its
+    # directory (made in this pass, with the file) began after the file's
+    # fdatasync returned.
+    for path in (record, volume_dir + "/vol_data.json"):
+        data_end = min(end for _, end in syncs(path))
+        name_start = min(start for start, _ in syncs(os.path.dirname(path)))
+        assert name_start >= data_end, (f"{os.path.dirname(path)} synced before {path}'s data\n"
+                                        + "\n".join(lines[-40:]))
 
     wait_until(lambda: os.path.ismount(env.target(pod, "pv-c" if flow == "persistent" else "scratch")),
                timeout=30, what="published")

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -589,14 +590,38 @@ static int sync_phase(int root_fd, char **paths, size_t n, bool dir, char **ret_
         return ph.result;
 }
 
+#if KVOLUMED_TEST_HOOKS
+/* TEST ONLY (KVOLUMED_TEST_SYNC_HOLD=PATH): while PATH exists, a sync of
+ * files and directories stops once the files are durable and before the
+ * directories are, saying so in PATH.held, so that the crash matrix can kill
+ * kvolumed there. */
+static void test_hold_between_rounds(void) {
+        const char *hold = test_hook_getenv("SYNC_HOLD");
+        char held[PATH_MAX];
+
+        if (!hold || access(hold, F_OK) < 0 || snprintf(held, sizeof held, "%s.held", hold) >= (int) sizeof held)
+                return;
+        (void) close(open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+        while (access(hold, F_OK) == 0)
+                (void) usleep(5000);
+        (void) unlink(held);
+}
+#else
+static void test_hold_between_rounds(void) {
+}
+#endif
+
 int root_changes_sync(int root_fd, const RootChanges *c, char **ret_failed) {
         int r, rr;
 
         if (c->all || c->whole_fs)
                 return syncfs(root_fd) < 0 ? -errno : 0;
         /* The files first, then the directories naming them: once an entry
-         * is durable, so is what it names. */
+         * is durable, so is what it names (a power loss between the two
+         * leaves no name of a record without its bytes). */
         r = sync_phase(root_fd, c->files, c->n_files, false, ret_failed);
+        if (c->n_files > 0 && c->n_dirs > 0)
+                test_hold_between_rounds();
         rr = sync_phase(root_fd, c->dirs, c->n_dirs, true, ret_failed);
         return r < 0 ? r : rr;
 }

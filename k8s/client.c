@@ -693,6 +693,12 @@ static int request_setup(K8sRequest *r) {
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) (r->timeout_usec / USEC_PER_MSEC));
         if (!r->watch)
                 curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+        /* libcurl 7.88 gives each transfer an upload buffer of 64 KiB that
+         * stays until the handle is freed: each watch (pods, CSIDrivers, the
+         * Node) kept one for good, 192 KiB of the idle heap
+         * (test/bench/memory.sh).  kvolumed's bodies are a few KiB; 16 KiB
+         * is libcurl's least. */
+        curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);
 
         if (a->insecure_skip_tls_verify) {
                 curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);

@@ -13,12 +13,16 @@
 typedef struct Hashmap Hashmap;
 
 Hashmap *hashmap_new(void);
-/* Frees the map and its keys; values are left to the caller. */
+/* Frees the map and its keys; values are left to the caller.  Every
+ * function but hashmap_put() takes a NULL map as an empty one. */
 Hashmap *hashmap_free(Hashmap *h);
 DEFINE_TRIVIAL_CLEANUP_FUNC(Hashmap *, hashmap_free);
 
 /* Adds or replaces; *ret_old (optional) receives a replaced value. 0 or -ENOMEM. */
 int hashmap_put(Hashmap *h, const char *key, void *value, void **ret_old);
+/* hashmap_put() into *h, made on the first put: a map that is most often
+ * empty costs nothing until then (every reader takes a NULL map as empty). */
+int hashmap_ensure_put(Hashmap **h, const char *key, void *value, void **ret_old);
 void *hashmap_get(const Hashmap *h, const char *key);
 /* Removes the entry and returns its value (NULL when absent). */
 void *hashmap_remove(Hashmap *h, const char *key);

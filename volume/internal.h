@@ -272,7 +272,8 @@ struct VolumeManager {
         /* "<pod UID>/<spec name>" → unique name of the volume found published
          * there at start-up (reconstruct.c): what the running pod resolved
          * before the restart, which the in-memory pin of manager.c no longer
-         * knows.  Entries whose publish went are ignored, not removed. */
+         * knows.  An entry goes once the pod resolves the same volume again
+         * (the pin takes over) or its publish went (reconciler.c). */
         Hashmap *restored_publishes;
         /* Intent records (relative paths) of a newer format than this build
          * knows, found at start-up (a rollback): left as they are; their

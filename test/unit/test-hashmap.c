@@ -98,11 +98,58 @@ static void test_emptied_map_gives_its_table_back(void **state) {
         hashmap_free(h);
 }
 
+/* A map of one entry, the most common (a volume's pods), has a table of
+ * two slots: 48 bytes of each volume less than four (issue 31, memory). */
+static void test_one_entry_small_table(void **state) {
+        Hashmap *h = hashmap_new();
+        int v = 1;
+        char key[32];
+
+        assert_int_equal(hashmap_put(h, "pod-uid-1", &v, NULL), 0);
+        assert_int_equal(hashmap_capacity(h), 2);
+        assert_ptr_equal(hashmap_get(h, "pod-uid-1"), &v);
+        /* and grows at the load bound, entries found again */
+        for (int i = 2; i <= 10; i++) {
+                snprintf(key, sizeof key, "pod-uid-%d", i);
+                assert_int_equal(hashmap_put(h, key, &v, NULL), 0);
+                assert_true(hashmap_size(h) * 4 <= hashmap_capacity(h) * 3);
+        }
+        for (int i = 1; i <= 10; i++) {
+                snprintf(key, sizeof key, "pod-uid-%d", i);
+                assert_ptr_equal(hashmap_get(h, key), &v);
+        }
+        hashmap_free(h);
+}
+
+/* hashmap_ensure_put() makes the map at its first entry; until then NULL
+ * reads as an empty map. */
+static void test_ensure_put(void **state) {
+        Hashmap *h = NULL;
+        int a = 1, b = 2;
+        void *old = &a;
+        size_t it = 0;
+
+        assert_int_equal(hashmap_size(h), 0);
+        assert_null(hashmap_get(h, "x"));
+        assert_null(hashmap_remove(h, "x"));
+        assert_false(hashmap_iterate(h, &it, NULL, NULL));
+        assert_int_equal(hashmap_ensure_put(&h, "x", &a, &old), 0);
+        assert_non_null(h);
+        assert_null(old);
+        assert_int_equal(hashmap_ensure_put(&h, "x", &b, &old), 0);
+        assert_ptr_equal(old, &a);
+        assert_ptr_equal(hashmap_get(h, "x"), &b);
+        h = hashmap_free(h);
+        assert_null(h);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_put_get_replace_remove),
                 cmocka_unit_test(test_many_with_churn),
                 cmocka_unit_test(test_emptied_map_gives_its_table_back),
+                cmocka_unit_test(test_one_entry_small_table),
+                cmocka_unit_test(test_ensure_put),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

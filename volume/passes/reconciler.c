@@ -235,10 +235,17 @@ static const ActualVolume *restored_elsewhere(VolumeManager *m, const char *pod_
             (size_t) snprintf(key, sizeof key, "%s/%s", pod_uid, s->spec_name) >= sizeof key)
                 return NULL;
         unique_name = hashmap_get(m->restored_publishes, key);
-        if (!unique_name || streq(unique_name, s->unique_name))
+        if (!unique_name)
                 return NULL;
-        av = hashmap_get(m->volumes, unique_name);
-        return av && hashmap_get(av->publishes, pod_uid) ? av : NULL;
+        av = streq(unique_name, s->unique_name) ? NULL : hashmap_get(m->volumes, unique_name);
+        if (av && hashmap_get(av->publishes, pod_uid))
+                return av;
+        /* The pod resolved again what it had, which manager.c's pin keeps
+         * from now on, or what it had is gone: the entry has done its work.
+         * Kept, they were some 230 bytes of each volume found at start-up,
+         * for good (issue 31, memory). */
+        free(hashmap_remove(m->restored_publishes, key));
+        return NULL;
 }
 
 static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, const DesiredPod *p,

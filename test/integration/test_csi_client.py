@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from doubles.mockcsi.burst import BurstProxy
+
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(TEST_DIR)
 BUILD_DIR = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO_DIR, "build"))
@@ -313,6 +315,31 @@ def test_default_receive_limit_is_4mib(mock_csi_factory, harness_factory):
     assert h.call("NodeGetInfo", timeout=120)["code"] == "ResourceExhausted"
     drv.control.oversize(4 * 1024 * 1024 - 64)
     assert h.call("NodeGetInfo", timeout=120)["code"] == "OK"
+
+
+def test_answer_arriving_all_at_once(mock_csi_factory, harness_factory, tmp_path):
+    """An answer that reaches the client in one piece, late (the driver ran
+    late on a loaded machine), is read to its end at once.
+
+    libcurl 7.88 strands the frames after a DATA larger than the receive
+    buffer it was given (16 KiB by default) when they came in the same read:
+    the grpc-status trailers stayed in its buffer, and the call waited for
+    its deadline (test_default_receive_limit_is_4mib[system] once hung its
+    120 s so).  A 20 KB answer in one write of the proxy fits in one read
+    of libcurl (32 KiB) and passes its 16 KiB: the stall every time."""
+    drv = mock_csi_factory(tmpfs=True)
+    proxy = BurstProxy(drv.socket_path, os.path.join(drv.sock_dir, "burst.sock")).start()
+    try:
+        h = harness_factory("--driver=%s=%s" % (drv.name, proxy.endpoint), "--call-timeout-ms=30000")
+        drv.control.oversize(20000)
+        # A stalled call ends with DeadlineExceeded after its 30 s.
+        r = h.call("NodeGetInfo", timeout=60)
+        assert r["code"] == "OK" and len(r["response"]["node_id"]) > 20000, r
+        # The double did what it is for: the answer went in one write, after
+        # the hold, and small enough for one read of libcurl 7.88.
+        assert len(proxy.bursts) >= 1 and 20000 < proxy.bursts[0] < 32768, proxy.bursts
+    finally:
+        proxy.stop()
 
 
 def test_max_parallel_queues(mock_csi_factory, harness_factory):

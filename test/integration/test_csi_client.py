@@ -317,27 +317,31 @@ def test_default_receive_limit_is_4mib(mock_csi_factory, harness_factory):
     assert h.call("NodeGetInfo", timeout=120)["code"] == "OK"
 
 
-def test_answer_arriving_all_at_once(mock_csi_factory, harness_factory, tmp_path):
-    """An answer that reaches the client in one piece, late (the driver ran
-    late on a loaded machine), is read to its end at once.
+def test_answer_ending_in_one_read(mock_csi_factory, harness_factory):
+    """The end of an answer that reaches the client in one read, late (the
+    driver ran late on a loaded machine), is read at once.
 
-    libcurl 7.88 strands the frames after a DATA larger than the receive
-    buffer it was given (16 KiB by default) when they came in the same read:
-    the grpc-status trailers stayed in its buffer, and the call waited for
-    its deadline (test_default_receive_limit_is_4mib[system] once hung its
-    120 s so).  A 20 KB answer in one write of the proxy fits in one read
-    of libcurl (32 KiB) and passes its 16 KiB: the stall every time."""
+    libcurl before 8.1.0 reads HTTP/2 32 KiB at a time and pauses nghttp2
+    when the DATA of one read overflows the transfer's receive buffer (16 KiB
+    by default); it then serves the paused bytes, but leaves the frames after
+    them (here the grpc-status trailers) in its buffer and arms no timer: the
+    call waited for its deadline (test_default_receive_limit_is_4mib[system]
+    once hung 120 s so, when the end of a 4 MiB answer came in one read).
+    The proxy makes that read happen every time: the answer's last DATA
+    frame, 8000 bytes of the one before it and the trailers (over 16 KiB,
+    under 32 KiB) arrive together, a second after the connect, once the
+    client has read all before them."""
     drv = mock_csi_factory(tmpfs=True)
-    proxy = BurstProxy(drv.socket_path, os.path.join(drv.sock_dir, "burst.sock")).start()
+    proxy = BurstProxy(drv.socket_path, os.path.join(drv.sock_dir, "burst.sock"), tail=8000).start()
     try:
         h = harness_factory("--driver=%s=%s" % (drv.name, proxy.endpoint), "--call-timeout-ms=30000")
-        drv.control.oversize(20000)
+        drv.control.oversize(29000)
         # A stalled call ends with DeadlineExceeded after its 30 s.
         r = h.call("NodeGetInfo", timeout=60)
-        assert r["code"] == "OK" and len(r["response"]["node_id"]) > 20000, r
-        # The double did what it is for: the answer went in one write, after
-        # the hold, and small enough for one read of libcurl 7.88.
-        assert len(proxy.bursts) >= 1 and 20000 < proxy.bursts[0] < 32768, proxy.bursts
+        assert r["code"] == "OK" and len(r["response"]["node_id"]) > 29000, r
+        # The double did what it is for: the answer's end in one write that
+        # one read of libcurl takes whole and that overflows its 16 KiB.
+        assert 16384 < proxy.bursts[-1] < 32768, proxy.bursts
     finally:
         proxy.stop()
 

@@ -122,9 +122,11 @@ class BurstProxy:
                 end = time.monotonic() + 30
                 while self._unread(dst) > 0 and time.monotonic() < end:
                     time.sleep(0.002)
-            dst.sendall(bytes(piece))
+            # Counted before it goes: the client may have its answer, and
+            # the test look at `bursts`, before sendall() returns here.
             with self._lock:
                 self.bursts.append(len(piece))
+            dst.sendall(bytes(piece))
 
     def _answers(self, src, dst, opened):
         """The driver's bytes, whole frames at a time, flushed at each stream's end."""

@@ -296,6 +296,7 @@ def test_hung_call_deadline(mock_csi_factory, harness_factory, tmp_path):
 def test_response_over_receive_limit(mock_csi_factory, harness_factory):
     drv = mock_csi_factory(tmpfs=True)
     h = harness_factory(static(drv), "--max-receive=65536")
+    h.wait_event("registered", driver=DRIVER, timeout=60)
     drv.control.oversize(100000)
     r = h.call("NodeGetInfo")
     assert r["code"] == "ResourceExhausted" and not r["final"], r
@@ -309,6 +310,9 @@ def test_response_over_receive_limit(mock_csi_factory, harness_factory):
 def test_default_receive_limit_is_4mib(mock_csi_factory, harness_factory):
     drv = mock_csi_factory(tmpfs=True)
     h = harness_factory(static(drv))
+    # The client's own NodeGetInfo of a static driver is done first, so that
+    # it neither gets a 4 MiB answer nor retries beside the calls below.
+    h.wait_event("registered", driver=DRIVER, timeout=60)
     # 4 MiB answers from the Python driver: beside parallel workers on 2
     # cores one took over 30 s.
     drv.control.oversize(4 * 1024 * 1024 + 1)
@@ -335,6 +339,8 @@ def test_answer_ending_in_one_read(mock_csi_factory, harness_factory):
     proxy = BurstProxy(drv.socket_path, os.path.join(drv.sock_dir, "burst.sock"), tail=8000).start()
     try:
         h = harness_factory("--driver=%s=%s" % (drv.name, proxy.endpoint), "--call-timeout-ms=30000")
+        # The client's own NodeGetInfo of a static driver is done first.
+        h.wait_event("registered", driver=DRIVER, timeout=60)
         drv.control.oversize(29000)
         # A stalled call ends with DeadlineExceeded after its 30 s.
         r = h.call("NodeGetInfo", timeout=60)

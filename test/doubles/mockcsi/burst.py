@@ -157,7 +157,7 @@ class BurstProxy:
                     last_data = None
             if held or buf:
                 self._flush(dst, held + buf, opened)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: stop() closed the socket meanwhile
             pass
         self._close(src, dst)
 

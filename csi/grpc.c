@@ -615,7 +615,9 @@ static int call_start(GrpcCall *c) {
             curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->errbuf) != CURLE_OK)
                 return -EIO;
         /* Never below H2_SAFE_RECEIVE_BUFFER with libcurl before 8.1.0
-         * (curl_strands_h2_input()).  A stream gets no more than that:
+         * (curl_strands_h2_input()); a caller may ask for more (the CRI
+         * client, whose lists of hundreds of containers then take fewer
+         * rounds of the loop).  A stream gets no more than that minimum:
          * its messages are small, and its buffer stays for good. */
         size_t buffer = c->stream ? t->stream_buffer : t->receive_buffer;
         if (buffer > 0 && curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long) buffer) != CURLE_OK)

@@ -17,6 +17,11 @@
  * timer, which is the one that normally ends a call that runs too long. */
 #define CURL_BACKSTOP_MSEC 1000
 
+/* The smallest receive buffer given to libcurl before 8.1.0: twice the
+ * 32 KiB it reads from the socket at a time for HTTP/2 (see
+ * curl_strands_h2_input()). */
+#define H2_SAFE_RECEIVE_BUFFER (64u * 1024u)
+
 typedef enum CallState {
         CALL_QUEUED,
         CALL_RUNNING,
@@ -27,6 +32,7 @@ struct GrpcTransport {
         CurlLoop *loop;
         size_t max_receive;
         size_t receive_buffer; /* 0: curl's default */
+        size_t stream_buffer; /* the same for streams */
         bool reuse;
         char *user_agent;
         GrpcCall *calls; /* every call not yet completed, so that free can cancel them */
@@ -91,6 +97,26 @@ static bool curl_can_reuse_h2c(void) {
         return v && v->version_num >= 0x080000;
 }
 
+/* libcurl before 8.1.0 (Debian 12's 7.88) reads HTTP/2 input 32 KiB at a
+ * time, and hands a stream's DATA to its transfer through the transfer's
+ * receive buffer (CURLOPT_BUFFERSIZE, 16 KiB by default).  When one read
+ * brings more DATA than that buffer holds, nghttp2 is paused; on resuming
+ * curl serves the paused bytes but leaves the frames after them in its
+ * connection buffer without arming a timer, and its check for input still
+ * buffered is inverted (lib/http2.c, cf_h2_data_pending()).  On the multi
+ * socket interface the transfer then runs again only on a socket event or
+ * a timer: when the rest of the answer (its last DATA, the grpc-status
+ * trailers) was in that read, nothing more comes, and the call waits until
+ * its deadline.  Within 200 ms of the connect the happy-eyeballs timer
+ * still wakes it (a stall of "some 200 ms"); an answer that takes longer
+ * to arrive (a 4 MiB answer from a loaded driver) stalls for good.  Fixed
+ * by curl 8.1.0's new HTTP/2 buffering.  A receive buffer larger than one
+ * read never pauses nghttp2, so no input is ever stranded. */
+static bool curl_strands_h2_input(void) {
+        const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+        return !v || v->version_num < 0x080100;
+}
+
 int grpc_transport_new(sd_event *event, const GrpcTransportOptions *o, GrpcTransport **ret) {
         _cleanup_(grpc_transport_freep) GrpcTransport *t = NULL;
         CURLM *multi;
@@ -102,6 +128,10 @@ int grpc_transport_new(sd_event *event, const GrpcTransportOptions *o, GrpcTrans
         t->event = sd_event_ref(event);
         t->max_receive = o && o->max_receive_bytes ? o->max_receive_bytes : GRPC_DEFAULT_MAX_RECEIVE;
         t->receive_buffer = o ? MIN(o->receive_buffer_bytes, (size_t) CURL_MAX_READ_SIZE) : 0;
+        if (curl_strands_h2_input()) {
+                t->receive_buffer = MAX(t->receive_buffer, (size_t) H2_SAFE_RECEIVE_BUFFER);
+                t->stream_buffer = H2_SAFE_RECEIVE_BUFFER;
+        }
         t->reuse = (!o || o->reuse == CSI_CONNECTION_REUSE_AUTO) && curl_can_reuse_h2c();
         t->user_agent = strdup(o && o->user_agent ? o->user_agent : "kvolumed/" KVOLUMED_VERSION);
         if (!t->user_agent)
@@ -584,13 +614,13 @@ static int call_start(GrpcCall *c) {
             curl_easy_setopt(e, CURLOPT_HEADERDATA, c) != CURLE_OK ||
             curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->errbuf) != CURLE_OK)
                 return -EIO;
-        /* libcurl 7.88 on the multi socket interface stalls some 200 ms on
-         * an HTTP/2 response larger than its receive buffer (16 KiB by
-         * default): a CRI list of 100 pods took 400 ms a round.  A buffer
-         * that holds the whole answer avoids it; not for streams, whose
-         * messages are small and whose buffer would stay for good. */
-        if (t->receive_buffer > 0 && !c->stream &&
-            curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long) t->receive_buffer) != CURLE_OK)
+        /* Never below H2_SAFE_RECEIVE_BUFFER with libcurl before 8.1.0
+         * (curl_strands_h2_input()); a caller may ask for more (the CRI
+         * client, whose lists of hundreds of containers then take fewer
+         * rounds of the loop).  A stream gets no more than that minimum:
+         * its messages are small, and its buffer stays for good. */
+        size_t buffer = c->stream ? t->stream_buffer : t->receive_buffer;
+        if (buffer > 0 && curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long) buffer) != CURLE_OK)
                 return -EIO;
         if (remaining > 0 &&
             curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) (remaining / USEC_PER_MSEC + CURL_BACKSTOP_MSEC)) != CURLE_OK)

@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from doubles.mockcsi.burst import BurstProxy
+
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(TEST_DIR)
 BUILD_DIR = os.environ.get("KVOLUMED_BUILD_DIR", os.path.join(REPO_DIR, "build"))
@@ -294,6 +296,7 @@ def test_hung_call_deadline(mock_csi_factory, harness_factory, tmp_path):
 def test_response_over_receive_limit(mock_csi_factory, harness_factory):
     drv = mock_csi_factory(tmpfs=True)
     h = harness_factory(static(drv), "--max-receive=65536")
+    h.wait_event("registered", driver=DRIVER, timeout=60)
     drv.control.oversize(100000)
     r = h.call("NodeGetInfo")
     assert r["code"] == "ResourceExhausted" and not r["final"], r
@@ -307,12 +310,46 @@ def test_response_over_receive_limit(mock_csi_factory, harness_factory):
 def test_default_receive_limit_is_4mib(mock_csi_factory, harness_factory):
     drv = mock_csi_factory(tmpfs=True)
     h = harness_factory(static(drv))
+    # The client's own NodeGetInfo of a static driver is done first, so that
+    # it neither gets a 4 MiB answer nor retries beside the calls below.
+    h.wait_event("registered", driver=DRIVER, timeout=60)
     # 4 MiB answers from the Python driver: beside parallel workers on 2
     # cores one took over 30 s.
     drv.control.oversize(4 * 1024 * 1024 + 1)
     assert h.call("NodeGetInfo", timeout=120)["code"] == "ResourceExhausted"
     drv.control.oversize(4 * 1024 * 1024 - 64)
     assert h.call("NodeGetInfo", timeout=120)["code"] == "OK"
+
+
+def test_answer_ending_in_one_read(mock_csi_factory, harness_factory):
+    """The end of an answer that reaches the client in one read, late (the
+    driver ran late on a loaded machine), is read at once.
+
+    libcurl before 8.1.0 reads HTTP/2 32 KiB at a time and pauses nghttp2
+    when the DATA of one read overflows the transfer's receive buffer (16 KiB
+    by default); it then serves the paused bytes, but leaves the frames after
+    them (here the grpc-status trailers) in its buffer and arms no timer: the
+    call waited for its deadline (test_default_receive_limit_is_4mib[system]
+    once hung 120 s so, when the end of a 4 MiB answer came in one read).
+    The proxy makes that read happen every time: the answer's last DATA
+    frame, 8000 bytes of the one before it and the trailers (over 16 KiB,
+    under 32 KiB) arrive together, a second after the connect, once the
+    client has read all before them."""
+    drv = mock_csi_factory(tmpfs=True)
+    proxy = BurstProxy(drv.socket_path, os.path.join(drv.sock_dir, "burst.sock"), tail=8000).start()
+    try:
+        h = harness_factory("--driver=%s=%s" % (drv.name, proxy.endpoint), "--call-timeout-ms=30000")
+        # The client's own NodeGetInfo of a static driver is done first.
+        h.wait_event("registered", driver=DRIVER, timeout=60)
+        drv.control.oversize(29000)
+        # A stalled call ends with DeadlineExceeded after its 30 s.
+        r = h.call("NodeGetInfo", timeout=60)
+        assert r["code"] == "OK" and len(r["response"]["node_id"]) > 29000, r
+        # The double did what it is for: the answer's end in one write that
+        # one read of libcurl takes whole and that overflows its 16 KiB.
+        assert 16384 < proxy.bursts[-1] < 32768, proxy.bursts
+    finally:
+        proxy.stop()
 
 
 def test_max_parallel_queues(mock_csi_factory, harness_factory):

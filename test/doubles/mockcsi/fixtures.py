@@ -227,10 +227,11 @@ class _Factory:
             drv.csi.close()
         leaked_mounts = sorted((_mount_points() - self.mounts_before).elements())
         leaked_loops = self._loops()
-        # A device detached while another process had it open for a moment
-        # (udev's blkid, a `losetup -a`, a neighbour's `losetup -f`) goes
-        # when that one closes it: a wait, not a leak.
-        deadline = time.monotonic() + 30
+        # A device detached while another process had it open (udev's
+        # blkid, a `losetup -a`, a neighbour's `losetup -f`, a mount
+        # namespace copied while it was mounted: mounts.assert_loops_released)
+        # goes when that one closes it: a wait, not a leak.
+        deadline = time.monotonic() + 120
         while leaked_loops and all(mounts.loop_detaching(d) for d, _ in leaked_loops) and \
                 time.monotonic() < deadline:
             time.sleep(0.05)

@@ -230,12 +230,15 @@ def live_loops_for(backing):
     return [d for d in loops_for(backing) if not loop_detaching(d)]
 
 
-def assert_loops_released(find, timeout=30):
+def assert_loops_released(find, timeout=120):
     """For the tests: the loop devices find() lists (loops_for or
     loops_under of what a driver let go) are all detached at once, and gone
-    once the processes that had them open for a moment close them (the
-    kernel frees a detached device at its last close, and on a loaded
-    machine a blkid or `losetup -a` may hold it for a while)."""
+    once the processes that had them open close them.  The kernel frees a
+    detached device at its last close: on a loaded machine a blkid or
+    `losetup -a` may hold it for a while, and a mount namespace that a
+    neighbouring test made (unshare -m) while the volume was mounted holds
+    its copy of the mount, and so the device, until its last process ends
+    (journal_capture's runs up to 90 s)."""
     live = [d for d in find() if not loop_detaching(d)]
     assert live == [], "loop devices still attached, not detached: %s" % live
     deadline = time.monotonic() + timeout

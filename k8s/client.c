@@ -130,6 +130,7 @@ static char *server_host(const char *server) {
  * when it answers again: the requests failing in between are retried by
  * their owners with their own backoffs, and one line each per retry told the
  * operator nothing more (three informers made about one line a second). */
+
 /* The server answered r (its status line, or the whole answer).  At the
  * status line, not only at the end: after an outage met by watches alone
  * (informers resume theirs), the first answers are watches' that stream for

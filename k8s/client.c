@@ -53,6 +53,7 @@ struct K8sRequest {
         unsigned credentials_used; /* the generation it was sent with, to notice a rotation */
         uint64_t started_usec;  /* CLOCK_MONOTONIC when it was handed to libcurl */
         bool counted;           /* given to the request hook already (a watch's answer started) */
+        bool answered;          /* its status line came: the reachability knows */
 };
 
 struct K8sClient {
@@ -129,17 +130,31 @@ static char *server_host(const char *server) {
  * when it answers again: the requests failing in between are retried by
  * their owners with their own backoffs, and one line each per retry told the
  * operator nothing more (three informers made about one line a second). */
-static void reachability_note(K8sClient *c, const K8sRequest *r, const K8sResponse *resp, CURLcode code) {
+
+/* The server answered r (its status line, or the whole answer).  At the
+ * status line, not only at the end: after an outage met by watches alone
+ * (informers resume theirs), the first answers are watches' that stream for
+ * minutes, and the line back (and STATUS=) waited for the first of them to
+ * end, up to 10 min after the server was back. */
+static void reachability_answered(K8sClient *c, K8sRequest *r) {
         uint64_t down_usec = 0;
         unsigned failures = 0;
 
-        /* A watch cut after its answer started says nothing of the server now. */
-        if (resp->status > 0 && !(r->watch && resp->error < 0)) {
-                if (k8s_reachability_answered(&c->reach, r->reach_epoch, now_usec(), &down_usec, &failures) !=
-                    K8S_REACHABILITY_BACK || c->quiet_reachability)
-                        return;
+        if (k8s_reachability_answered(&c->reach, r->reach_epoch, now_usec(), &down_usec, &failures) !=
+            K8S_REACHABILITY_BACK)
+                return;
+        /* What it says next (a watch cut by the next outage) is news from
+         * after this answer, not a stale failure of the last outage. */
+        r->reach_epoch = k8s_reachability_begin(&c->reach);
+        if (!c->quiet_reachability)
                 log_info("API server %s answers again, after %.0f s unreachable (%u requests failed meanwhile)",
                          c->auth->server, (double) down_usec / USEC_PER_SEC, failures);
+}
+
+static void reachability_note(K8sClient *c, K8sRequest *r, const K8sResponse *resp, CURLcode code) {
+        /* A watch cut after its answer started says nothing of the server now. */
+        if (resp->status > 0 && !(r->watch && resp->error < 0)) {
+                reachability_answered(c, r);
                 return;
         }
         if (!k8s_response_unreachable(resp))
@@ -302,25 +317,31 @@ static int response_append(K8sRequest *r, const char *data, size_t size) {
         return 0;
 }
 
-/* The probe ends at the first header of its answer, not at the end of its
- * transfer: a watch is a probe like any request, and its transfer lasts
- * minutes, during which everything else would wait for it.  Any status
- * says the server is there (an error status is the server's answer too).
- * Called from libcurl's callback: it only arms the pump's timer. */
+/* The first status line of an answer says the server is there (an error
+ * status is the server's answer too), for the operator's line (see
+ * reachability_answered()) and for the host backoff.  The probe ends there,
+ * not at the end of its transfer: a watch is a probe like any request, and
+ * its transfer lasts minutes, during which everything else would wait for
+ * it.  Called from libcurl's callback: it only logs and arms the pump's
+ * timer. */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *userdata) {
         K8sRequest *r = userdata;
         K8sClient *c = r->client;
         long status = 0;
 
+        if (r->answered)
+                return size * nmemb;
+        (void) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (status <= 0)
+                return size * nmemb;
+        r->answered = true;
+        reachability_answered(c, r);
         if (r->probe) {
-                (void) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-                if (status > 0) {
-                        r->probe = false;
-                        if (k8s_host_backoff_end(&c->host, r->host_epoch, true, true, now_usec()))
-                                log_debug("API server %s answers again (%s %s: %ld): the host backoff ends",
-                                          c->auth->server, r->method, r->path, status);
-                        queue_kick(c);
-                }
+                r->probe = false;
+                if (k8s_host_backoff_end(&c->host, r->host_epoch, true, true, now_usec()))
+                        log_debug("API server %s answers again (%s %s: %ld): the host backoff ends",
+                                  c->auth->server, r->method, r->path, status);
+                queue_kick(c);
         }
         return size * nmemb;
 }
@@ -762,6 +783,7 @@ static int request_start(K8sRequest *r) {
         r->started_usec = now_usec();
         r->probe = k8s_host_backoff_begin(&c->host, &r->host_epoch);
         r->reach_epoch = k8s_reachability_begin(&c->reach);
+        r->answered = false;
         r->state = REQUEST_RUNNING;
         r->prev = NULL;
         r->next = c->running;

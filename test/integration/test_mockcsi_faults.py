@@ -113,7 +113,7 @@ def test_crash_before_and_after_work_then_restart_keeps_state(mock_csi, csi_dirs
     c.publish("v", target, staging_path=staging)  # same args: idempotent OK
     c.unpublish("v", target)
     c.unstage("v", staging)
-    assert mounts.loops_for(mock_csi.state()["volumes"]["v"]["backing"]) == []
+    mounts.assert_loops_released(lambda: mounts.loops_for(mock_csi.state()["volumes"]["v"]["backing"]))
 
 
 def test_cleanup_after_sigkill_removes_every_mount_and_loop(mock_csi, csi_dirs, tmp_path):
@@ -134,7 +134,7 @@ def test_cleanup_after_sigkill_removes_every_mount_and_loop(mock_csi, csi_dirs, 
     done = cleanup(mock_csi.state_dir)
     assert sorted(done["unmounted"]) == sorted([staging, target, blk_target, eph])
     assert len(done["detached"]) == 2
-    assert mounts.loops_under(mock_csi.state_dir) == []
+    mounts.assert_loops_released(lambda: mounts.loops_under(mock_csi.state_dir))
     assert not any(mounts.is_mount_point(p) for p in (staging, target, blk_target, eph))
     assert not os.path.exists(blk_target) and not os.path.exists(eph) and not os.path.exists(target)
     st = mock_csi.state()
@@ -177,7 +177,7 @@ def test_sigterm_leaves_nothing(mock_csi_factory, tmp_path):
     t.join(10)
     after = {m["mount_point"] for m in mounts.mountinfo()}
     assert {p for p in after if p.startswith(str(tmp_path))} == set()
-    assert mounts.loops_under(drv.state_dir) == []
+    mounts.assert_loops_released(lambda: mounts.loops_under(drv.state_dir))
     assert not os.path.exists(drv.socket_path)
     assert not os.path.exists(drv.registration_socket)
     assert not os.path.exists(drv.control_socket)
@@ -247,4 +247,4 @@ def test_fixture_teardown_reports_and_removes_leaks(tmp_path):
         "CO protocol violations seen by mock.csi.kvolumed.io: %s" % [
             "NodeStageVolume v: staging_target_path %s did not exist" % (tmp_path / "missing-staging")]]
     assert not mounts.is_mount_point(str(leak))
-    assert mounts.loops_under(drv.state_dir) == []
+    mounts.assert_loops_released(lambda: mounts.loops_under(drv.state_dir))

@@ -45,7 +45,7 @@ def test_fs_round_trip_and_data_survives_restage(mock_csi, tmp_path):
     c.unstage("vol-1", staging)
     assert not mounts.is_mount_point(staging)
     assert os.path.isdir(staging)  # kubelet's dir: left alone
-    assert mounts.loops_for(backing_of(mock_csi, "vol-1")) == []
+    mounts.assert_loops_released(lambda: mounts.loops_for(backing_of(mock_csi, "vol-1")))
     assert os.path.getsize(backing_of(mock_csi, "vol-1")) == 64 * MiB  # the "disk" persists
 
     c.stage("vol-1", staging, fs_type="ext4")
@@ -86,11 +86,39 @@ def test_block_write_through_published_file_reads_back_from_loop(mock_csi, tmp_p
     c.unpublish("blk-1", target)
     assert not os.path.exists(target)  # the file the driver created is gone
     c.unstage("blk-1", str(staging))
-    assert mounts.loops_for(backing_of(mock_csi, "blk-1")) == []
+    mounts.assert_loops_released(lambda: mounts.loops_for(backing_of(mock_csi, "blk-1")))
     with open(backing_of(mock_csi, "blk-1"), "rb") as f:  # it really went to the disk
         f.seek(8192)
         assert f.read(4096) == payload
     assert os.path.getsize(backing_of(mock_csi, "blk-1")) == 8 * MiB
+
+
+def test_restage_while_the_detached_loop_is_still_open_takes_another(mock_csi, tmp_path):
+    """A loop device detached while another process has it open (udev's
+    blkid after a write, a `losetup -a`, a neighbour's `losetup -f` that
+    raced for it) stays attached until that process closes it, and then
+    goes.  A stage in between must not take it again: the volume's device
+    would then vanish under it (its next mount failed, under load)."""
+    c = mock_csi.csi
+    staging, _ = kubelet_dirs(tmp_path)
+    c.stage("vol-1", staging, fs_type="ext4")
+    backing = backing_of(mock_csi, "vol-1")
+    loop = mounts.mount_entry(staging)["source"]
+    holder = os.open(loop, os.O_RDONLY)  # what blkid does for a moment
+    try:
+        c.unstage("vol-1", staging)
+        assert mounts.loop_detaching(loop) and loop in mounts.loops_for(backing)
+        c.stage("vol-1", staging, fs_type="ext4")
+        again = mounts.mount_entry(staging)["source"]
+        assert again != loop and not mounts.loop_detaching(again)
+    finally:
+        os.close(holder)
+    mounts.assert_loops_released(lambda: [d for d in mounts.loops_for(backing) if d == loop])
+    assert mounts.loops_for(backing) == [again] and mounts.mount_entry(staging)["source"] == again
+    with open(os.path.join(staging, "f"), "w") as f:
+        f.write("x")
+    c.unstage("vol-1", staging)
+    mounts.assert_loops_released(lambda: mounts.loops_for(backing))
 
 
 def test_block_publish_creates_missing_parent_and_records_violation(mock_csi_factory, tmp_path):
@@ -165,7 +193,7 @@ def test_tmpfs_mode_round_trip_keeps_data(mock_csi_factory, tmp_path):
         f.write("tmpfs data")
     c.unpublish("t1", target)
     c.unstage("t1", staging)
-    assert mounts.loops_under(drv.state_dir) == []
+    mounts.assert_loops_released(lambda: mounts.loops_under(drv.state_dir))
     c.stage("t1", staging)
     with open(os.path.join(staging, "keep")) as f:
         assert f.read() == "tmpfs data"
@@ -184,7 +212,7 @@ def test_no_stage_publishes_device_directly(mock_csi_factory, tmp_path):
     m = mounts.mount_entry(target)
     assert m["fstype"] == "ext4" and m["source"].startswith("/dev/loop")
     c.unpublish("d1", target)
-    assert mounts.loops_for(backing_of(drv, "d1")) == []
+    mounts.assert_loops_released(lambda: mounts.loops_for(backing_of(drv, "d1")))
 
 
 def test_volume_mount_group_sets_gid_and_setgid(mock_csi_factory, tmp_path):

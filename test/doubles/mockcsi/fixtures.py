@@ -211,6 +211,10 @@ class _Factory:
         self.drivers.append(drv)
         return drv.start() if start else drv
 
+    def _loops(self):
+        return [(d, b) for drv in self.drivers for d, b in mounts.loop_backing_files().items()
+                if b.startswith(drv.state_dir + "/")]
+
     def teardown(self):
         problems = []
         for drv in reversed(self.drivers):
@@ -222,8 +226,16 @@ class _Factory:
                 drv.cleanup()  # dead (killed/crashed): the sweep is the clean stop
             drv.csi.close()
         leaked_mounts = sorted((_mount_points() - self.mounts_before).elements())
-        leaked_loops = [(d, b) for drv in self.drivers for d, b in mounts.loop_backing_files().items()
-                        if b.startswith(drv.state_dir + "/")]
+        leaked_loops = self._loops()
+        # A device detached while another process had it open (udev's
+        # blkid, a `losetup -a`, a neighbour's `losetup -f`, a mount
+        # namespace copied while it was mounted: mounts.assert_loops_released)
+        # goes when that one closes it: a wait, not a leak.
+        deadline = time.monotonic() + 120
+        while leaked_loops and all(mounts.loop_detaching(d) for d, _ in leaked_loops) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+            leaked_loops = self._loops()
         if leaked_mounts:
             problems.append("mounts left behind: %s" % leaked_mounts)
         if leaked_loops:

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 
 
 class CommandError(Exception):
@@ -171,7 +172,9 @@ _loop_lock = threading.Lock()
 
 def loop_attach(backing):
     with _loop_lock:
-        existing = loops_for(backing)
+        # One this driver attached before (a restart) is taken again; one it
+        # detached while another process held it open is going away and not.
+        existing = live_loops_for(backing)
         if existing:
             return existing[0]
         return run(["losetup", "-f", "--show", backing]).stdout.strip()
@@ -179,9 +182,22 @@ def loop_attach(backing):
 
 def loop_detach(dev):
     # Missing device is fine: the aim is that it is gone.  If it is still
-    # busy (mounted elsewhere) the kernel marks it autoclear and frees it
-    # when the last user goes, which is what a real detach does too.
+    # open (mounted elsewhere, or only read for a moment by udev's blkid, a
+    # `losetup -a`, a neighbour's `losetup -f` that raced for it) the kernel
+    # marks it autoclear and frees it when the last user goes, which is
+    # what a real detach does too: the device may outlive the call.
     run(["losetup", "-d", dev], check=False)
+
+
+def loop_detaching(dev):
+    """Whether dev was detached and waits for its last user to go (the
+    kernel's autoclear: this driver never attaches with it).  A device gone
+    meanwhile is detaching too."""
+    try:
+        with open("/sys/block/%s/loop/autoclear" % os.path.basename(dev)) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return True
 
 
 def loop_refresh(dev):
@@ -206,6 +222,29 @@ def loop_backing_files():
 def loops_for(backing):
     real = os.path.realpath(backing)
     return sorted(d for d, b in loop_backing_files().items() if b in (backing, real))
+
+
+def live_loops_for(backing):
+    """loops_for() without the devices that are only waiting for their
+    last user to go (loop_detaching())."""
+    return [d for d in loops_for(backing) if not loop_detaching(d)]
+
+
+def assert_loops_released(find, timeout=120):
+    """For the tests: the loop devices find() lists (loops_for or
+    loops_under of what a driver let go) are all detached at once, and gone
+    once the processes that had them open close them.  The kernel frees a
+    detached device at its last close: on a loaded machine a blkid or
+    `losetup -a` may hold it for a while, and a mount namespace that a
+    neighbouring test made (unshare -m) while the volume was mounted holds
+    its copy of the mount, and so the device, until its last process ends
+    (journal_capture's runs up to 90 s)."""
+    live = [d for d in find() if not loop_detaching(d)]
+    assert live == [], "loop devices still attached, not detached: %s" % live
+    deadline = time.monotonic() + timeout
+    while find():
+        assert time.monotonic() < deadline, "detached loop devices not freed within %ss: %s" % (timeout, find())
+        time.sleep(0.02)
 
 
 def loops_under(directory):

@@ -97,7 +97,7 @@ class VolumeManager:
         (or be gone); the backing file is the stable identity."""
         for vol in self.st["volumes"].values():
             if vol["kind"] == "loop":
-                found = mounts.loops_for(vol["backing"])
+                found = mounts.live_loops_for(vol["backing"])
                 vol["device"] = found[0] if found else None
             elif vol.get("device") and not mounts.is_mount_point(vol["device"]):
                 vol["device"] = None

@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from doubles.mockcri import MockRuntime
+from doubles.mockcri.proxy import HoldingProxy
 from integration.agent_fixtures import DRIVER, wait_until, write_config
 
 WAIT_LINE = "container runtime"  # part of every gate log line
@@ -374,6 +375,47 @@ def test_broken_stream_falls_back_and_resubscribes(volume_env, mock_cri_events, 
     env.wait_gone(os.path.dirname(target))
     assert elapsed < 5.0, f"unpublished {elapsed:.2f}s after the container stopped"
 
+
+
+@pytest.mark.parametrize("libcurl", ["system", "curl8"])
+def test_events_read_together_are_each_decoded(volume_env, mock_cri_events, libcurl):
+    """Events that reach kvolumed in one read (a busy runtime, a busy loop)
+    are each decoded whole.  Once each but the last of them was decoded
+    with the next one's length: it did not decode, a warning said the
+    runtime sent garbage, and a pod waiting for teardown was asked about
+    again for nothing.  A relay holds the stream's bytes back and hands
+    them over in one write, so this happens every time."""
+    env, cri = volume_env, mock_cri_events
+    proxy = HoldingProxy(cri.socket_path, os.path.join(os.path.dirname(cri.socket_path), "relay.sock")).start()
+    try:
+        start(env, proxy, libcurl=libcurl)
+        wait_until(lambda: cri.open_streams() == 1 and proxy.streams() == 1, what="kvolumed subscribed")
+        pod, target = running_pod(env, cri, "web")
+        since = time.monotonic()
+        env.api.remove("pods", "default", "web")
+        wait_held(env, cri, pod, target, since)
+        # Everything about the waiting pod was said (the events of its
+        # start, its round); what follows is about another pod.
+        wait_until(lambda: "CONTAINER_STARTED_EVENT for container" in env.agent.output(), what="web's events")
+        mark = len(env.agent.output())
+        proxy.hold()
+        other = "0b0e8f2c-2f59-4a34-9d6a-5d1c0a7e4b11"
+        sid = cri.add_pod(other, name="other")  # 4 events: the sandbox created, started; its container
+        wait_until(lambda: proxy.held_messages() >= 4, what="the runtime's 4 events held by the relay")
+        proxy.release()
+        wait_until(lambda: env.agent.output()[mark:].count("GetContainerEvents") >= 4, timeout=15,
+                   what="kvolumed's lines about the 4 events")
+        out = env.agent.output()[mark:]
+        assert "does not decode" not in out, out
+        for line in (f"CONTAINER_CREATED_EVENT for sandbox {sid} of pod {other}",
+                     f"CONTAINER_STARTED_EVENT for sandbox {sid} of pod {other}",
+                     "CONTAINER_CREATED_EVENT for container ", "CONTAINER_STARTED_EVENT for container "):
+            assert line in out, out
+        # A container created or started frees nothing: no question about the waiting pod.
+        assert "asking again" not in out, out
+        assert os.path.ismount(target) and not unpublished(env, target)
+    finally:
+        proxy.stop()
 
 
 # --- a READY sandbox: the runner may (re)start a container in it --------------------

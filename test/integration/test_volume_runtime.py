@@ -6,6 +6,7 @@ image pull, in it), whatever the API says.  Against the mock CRI runtime of
 test/doubles/mockcri."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -329,10 +330,9 @@ def assert_not_polled(cri, since, held):
 def wait_stop_event_read(env, pod, mark):
     """kvolumed read the stop of the pod's container from the event stream,
     after `mark` characters of its output; its output from there."""
-    uid = pod["metadata"]["uid"]
-    return wait_until(lambda: (lambda out: out if "CONTAINER_STOPPED_EVENT for container" in out and
-                               f"of pod {uid}" in out else None)(env.agent.output()[mark:]),
-                      timeout=30, what=f"kvolumed reading the stop of pod {uid} from the event stream")
+    line = re.compile(rf"CONTAINER_STOPPED_EVENT for container \w+ of pod {pod['metadata']['uid']}")
+    return wait_until(lambda: (lambda out: out if line.search(out) else None)(env.agent.output()[mark:]),
+                      timeout=30, what=f"kvolumed reading the stop of pod {pod['metadata']['uid']} from the stream")
 
 
 @pytest.mark.parametrize("libcurl", ["system", "curl8"])

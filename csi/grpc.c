@@ -555,9 +555,12 @@ static int on_stream_deliver(sd_event_source *s, void *userdata) {
                 }
                 memmove(c->body, c->body + used, c->body_size - used);
                 c->body_size -= used;
-                if (c->ended || (c->body_size >= GRPC_FRAME_HEADER &&
-                                 grpc_next_frame(c->body, c->body_size, c->transport->max_receive, &data, &size,
-                                                 &used) != 0))
+                /* Another message (or a bad frame) already in: delivered next.
+                 * The peek has its own outputs: `size` is this message's. */
+                const uint8_t *next_data;
+                size_t next_size, next_used;
+                if (c->ended || grpc_next_frame(c->body, c->body_size, c->transport->max_receive, &next_data,
+                                                &next_size, &next_used) != 0)
                         (void) sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
                 c->on_message(c, copy, size, c->userdata);
                 free(copy);

@@ -15,6 +15,11 @@ from integration.test_agent_localapi import sockdir  # noqa: F401 (a fixture)
 from integration.test_agent_stuck_volume import OTHER_DRIVER, claim, everywhere, start
 
 
+# After a fault is cleared: the retry comes after the backoff the failures
+# earned meanwhile, which doubles up to kubelet's 2 min 2 s on a slow machine.
+RETRIED = 180
+
+
 def settled(env, sock, address, notify, kvolumed_bin, want, what):
     """Waits until every tool counts `want`, then checks the counts kept
     equalled the walk after each pass so far."""
@@ -69,7 +74,7 @@ def test_every_state_counts_the_same_in_every_tool(volume_env, sockdir, notify_s
     env.wait_calls("NodePublishVolume", 1, code="INTERNAL", timeout=30)
     want(published=2, failed=1, what="c failed with INTERNAL")
     env.driver.control.clear_faults("NodePublishVolume")
-    env.wait_mounted(env.target(c, "pv-c"), timeout=60)
+    env.wait_mounted(env.target(c, "pv-c"), timeout=RETRIED)
     want(published=3, what="c published after its retry")
 
     # Failed for its claim (not bound), then published once it is.
@@ -104,7 +109,7 @@ def test_every_state_counts_the_same_in_every_tool(volume_env, sockdir, notify_s
     env.wait_calls("NodeUnpublishVolume", 1, code="INTERNAL", timeout=30)
     want(published=3, failed=1, tearing_down=1, what="eph tearing down, its unpublish failing")
     env.driver.control.clear_faults("NodeUnpublishVolume")
-    env.wait_gone(env.target(eph, "scratch"), timeout=60)
+    env.wait_gone(env.target(eph, "scratch"), timeout=RETRIED)
     want(published=3, failed=1, what="eph torn down after its retry")
 
     # Everything goes.

@@ -349,7 +349,7 @@ int volume_manager_describe_json(VolumeManager *m, char **ret) {
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &c.monotonic);
         c.realtime = clock_usec(CLOCK_REALTIME);
         c.monotonic = c.monotonic ?: clock_usec(CLOCK_MONOTONIC);
-        volume_manager_get_stats(m, &st);
+        volume_manager_get_counts(m, &st); /* the counts STATUS= and the metrics show */
 
         root = cJSON_CreateObject();
         if (!root)

@@ -81,6 +81,16 @@ typedef struct OpTokens OpTokens;
 typedef struct VolumeCounts {
         unsigned published, uncertain, staged, attach_waiting, unresponsive, mounts_pending;
         unsigned desired, waiting; /* pod volumes, from the pods' desired state */
+        /* The pod volumes by state (podstate.c's judgement): each pod's
+         * desired volumes, and the publishes tearing down.  A judgement reads
+         * its pod and the volume it resolves to, so a change of either marks
+         * them stale (pod UIDs, unique names → non-NULL) and a read judges
+         * only those again: no walk of the node (issue 31). */
+        unsigned by_state[_POD_VOLUME_STATE_MAX];
+        Hashmap *stale_pods, *stale_volumes;
+        /* Non-persistent unique name → the PodEntry that wants it (one pod
+         * each; the persistent ones' pods are in wanters.c). */
+        Hashmap *inline_wanters;
         /* unique name → ActualVolume: those with a backoff, of which the
          * failing ones are (the rest belong to pods gone or publishes torn down). */
         Hashmap *with_backoffs;
@@ -152,6 +162,7 @@ typedef struct ActualVolume {
         /* counts.c: the manager's counts this volume is part of; NULL while
          * not in the manager. */
         VolumeCounts *counts;
+        unsigned counted_tearing_down; /* its publishes in VolumeCounts.by_state[TEARING_DOWN] */
 } ActualVolume;
 
 /* The pod an operation works for, copied: the pod may go meanwhile. */
@@ -226,6 +237,7 @@ typedef struct PodEntry {
         Hashmap *report_kinds;  /* volume name → PodVolumeFailure + 1 of the event in reported; NULL until one */
         uint64_t wanted_since;  /* CLOCK_MONOTONIC: when its volumes were first wanted (counts.c) */
         unsigned counted_desired, counted_waiting; /* what desired adds to VolumeCounts (counts.c) */
+        unsigned counted_states[_POD_VOLUME_STATE_MAX]; /* its volumes in VolumeCounts.by_state */
         ResyncLink resync;      /* in the rolling resync's order (manager.c) */
 } PodEntry;
 
@@ -388,7 +400,7 @@ void manager_arm_retry_timer(VolumeManager *m, uint64_t when);
  * sent for that volume; _clear forgets it once the volume is fine. */
 void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, const char *volume, const char *reason,
                          const char *message);
-void manager_report_clear(PodEntry *e, const char *volume);
+void manager_report_clear(VolumeManager *m, PodEntry *e, const char *volume);
 /* The VolumeSourceChanged report: dv now resolves to another volume than the
  * one the running pod keeps. */
 void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredPod *p, const DesiredVolume *dv,
@@ -495,6 +507,11 @@ void actual_volume_count_in(ActualVolume *av, VolumeCounts *counts);
 void actual_volume_count_out(ActualVolume *av);
 Backoff *actual_backoff(ActualVolume *av, OpKind kind, const char *pod_uid, bool create);
 void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid);
+/* A failure of the operation (backoff_failed()), and every backoff of the
+ * volume forgiven (backoff_reset()): through these, as a failing volume is
+ * a failed pod volume (podstate.c). */
+Backoff *actual_backoff_failed(ActualVolume *av, OpKind kind, const char *pod_uid, uint64_t now);
+void actual_volume_reset_backoffs(ActualVolume *av);
 /* Whether an operation of this kind (for this pod, for a publish or an
  * unpublish) may start now, given those in flight. */
 bool actual_volume_op_allowed(const ActualVolume *av, OpKind kind, const char *pod_uid, bool one_call_per_volume);
@@ -693,6 +710,10 @@ void counts_done(VolumeCounts *c);
  * (forgotten): each note is paired with one forget. */
 void counts_pod_noted(VolumeManager *m, PodEntry *e);
 void counts_pod_forgotten(VolumeManager *m, PodEntry *e);
+/* What a pod volume's state is judged from changed (the pod's reports, a
+ * volume's publishes, stage or backoffs): judged again at the next read. */
+void counts_pod_stale(VolumeCounts *c, const char *pod_uid);
+void counts_volume_stale(VolumeCounts *c, const char *unique_name);
 /* Fills ret's counted fields; "failing" is judged now, over the volumes
  * with a backoff only.  False: the counts were broken by a lack of memory,
  * ret is untouched and only a walk can tell. */

@@ -311,6 +311,7 @@ void manager_report_once(VolumeManager *m, PodEntry *e, const DesiredPod *p, con
                 return;
         }
         free(last);
+        counts_pod_stale(&m->counts, e->uid); /* reported: failed (podstate.c) */
         /* Every class of failure found before any CSI call (its claim, its
          * driver, its lifecycle mode, its attachment) has the one MESSAGE_ID
          * whose catalog entry needs no CSI_METHOD= (a failed call has its
@@ -333,8 +334,9 @@ void manager_report_source_changed(VolumeManager *m, PodEntry *e, const DesiredP
                 manager_report_once(m, e, p, dv->name, "VolumeSourceChanged", message);
 }
 
-void manager_report_clear(PodEntry *e, const char *volume) {
+void manager_report_clear(VolumeManager *m, PodEntry *e, const char *volume) {
         free(hashmap_remove(e->reported, volume));
+        counts_pod_stale(&m->counts, e->uid);
         if (e->report_kinds)
                 (void) hashmap_remove(e->report_kinds, volume);
         podview_volume_planned(e, volume);
@@ -1059,8 +1061,8 @@ static VolumeManagerStats uncounted_stats(VolumeManager *m) {
                                      .mounts_seen = m->mounts_seen };
 }
 
-/* The walk of every pod and volume: for readers on request (/volumes, the
- * metrics), and the tests' check of the counts kept in step (counts.c). */
+/* The walk of every pod and volume: the tests' check of the counts kept in
+ * step (counts.c), and what they fall back to when memory ran out once. */
 void volume_manager_get_stats(VolumeManager *m, VolumeManagerStats *ret) {
         VolumeManagerStats s = uncounted_stats(m);
         void *value, *pv;
@@ -1099,7 +1101,5 @@ void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret) {
                 volume_manager_get_stats(m, ret);
                 return;
         }
-        /* The states are judged, not kept: the same walk as the metric's. */
-        describe_count_states(m, s.by_state);
         *ret = s;
 }

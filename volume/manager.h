@@ -154,13 +154,12 @@ const char *volume_manager_root_lost(VolumeManager *m);
  * volume_manager_root_lost()'s answer. */
 typedef void (*volume_root_hook_t)(const char *lost, void *userdata);
 void volume_manager_set_root_hook(VolumeManager *m, volume_root_hook_t hook, void *userdata);
-/* The same from counts kept as things change (volume/state/counts.c), but
- * for by_state, which is judged (volume/state/podstate.c): what the status
- * line shows, after passes, at most once a second.  The judgement walks
- * every pod volume: volume_manager_get_stats()'s walk with by_state took
- * 23 ms of the loop beside 10,000 volumes (8 ms without), and a new pod
- * arriving then waited for it (issue 23's p99); keeping by_state as things
- * change, as the other counts are, is what would remove it. */
+/* The same from counts kept as things change (volume/state/counts.c),
+ * by_state too: only the pods and volumes that changed since the last read
+ * are judged again (volume/state/podstate.c's judgement).  What the status
+ * line, kvolumed_volumes and /volumes show: the walk of
+ * volume_manager_get_stats() took 23 ms of the loop beside 10,000 volumes,
+ * and a new pod arriving then waited for it (issues 23 and 31). */
 void volume_manager_get_counts(VolumeManager *m, VolumeManagerStats *ret);
 
 /* For kvolumed_volumes_failed{driver_name,reason}: once per pair with a

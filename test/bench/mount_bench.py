@@ -34,7 +34,10 @@ record write, the durability wait, the connection to the driver and the
 call; "delivery" is the pod's creation → kvolumed's read of its event, in
 the same run, and overhead − delivery what kvolumed itself adds.  The idle
 window also reports PSS, anonymous and file-backed memory and what each
-mapping (library, heap) costs, from /proc/PID/smaps.
+mapping (library, heap) costs, from /proc/PID/smaps.  And --trace gives
+what one STATUS= update's read of the counts costs the loop (its
+"status-counting" → "status-counted" lines, at most one a second while the
+single pods come and go; issue 31): with --builds, before and after.
 """
 import argparse
 import json
@@ -113,6 +116,18 @@ class Trace:
     def mark(self):
         self.poll()
         return len(self.lines)
+
+    def status_costs(self, mark):
+        """The durations (ms) of the STATUS= counts' reads since mark."""
+        self.poll()
+        out, start = [], None
+        for ts, step, _ in self.lines[mark:]:
+            if step == "status-counting":
+                start = ts
+            elif step == "status-counted" and start is not None:
+                out.append((ts - start) * 1000.0)
+                start = None
+        return out
 
     def steps(self, mark, uid, created, driver):
         """{step: time} of one pod, or None when a step is missing.  The
@@ -236,6 +251,7 @@ class Node:
         self.restarts = []  # (level, source, seconds to READY, calls made meanwhile)
         self.trace = None
         self.traces = []  # per pod: {step: time}
+        self.status_costs = {}  # tag → the STATUS= counts' reads (ms) during its single pods
         if args.trace:
             self.trace = Trace(os.path.join(self.work, "trace"))
             self.trace.hook_api()
@@ -340,6 +356,7 @@ class Node:
         record is synced, as when pods start one after another on a node."""
         out = []
         kept = []
+        smark = self.trace.mark() if self.trace else 0
         for i in range(n):
             name = f"one-{tag}-{i}".replace("@", "-")
             mark = self.tail.mark()
@@ -371,6 +388,8 @@ class Node:
             for name, obj in kept:
                 pod_dir = os.path.join(self.root, "pods", obj["metadata"]["uid"])
                 wait(lambda: not os.path.exists(pod_dir), 60, f"teardown of {name}", interval=0.01)
+        if self.trace:
+            self.status_costs[tag] = self.trace.status_costs(smark)
         return out
 
     def idle(self):
@@ -531,6 +550,23 @@ def memory_report(res, levels, source):
     return out
 
 
+def status_report(costs, levels, sources, repeat):
+    """One STATUS= update's read of the counts (ms): per level and source,
+    the median of the repeats' medians, min–max of them, and how many reads."""
+    out = ["", "One STATUS= update's read of the counts, in the loop (ms; median of the repeats' medians, "
+           "min–max of them; reads: in all):", "", "| volumes | source | median | min–max | max of all | reads |",
+           "|---:|---|---:|---:|---:|---:|"]
+    for level in levels:
+        for s in sources:
+            per = [costs.get(f"{level}-{s}-{r}", []) for r in range(repeat)]
+            meds = [statistics.median(p) for p in per if p]
+            every = [x for p in per for x in p]
+            if meds:
+                out.append(f"| {level} | {s} | {statistics.median(meds):.3f} | {min(meds):.3f}–{max(meds):.3f} | "
+                           f"{max(every):.3f} | {len(every)} |")
+    return out
+
+
 def trace_report(traces, levels, sources, repeat):
     """Each step's share of a single pod's time: per level and source, the
     median over repeats of each repeat's median (ms)."""
@@ -639,6 +675,7 @@ def main():
         node.close()
     res["restarts"] = node.restarts
     res["traces"] = node.traces
+    res["status_costs"] = node.status_costs
     res["seconds"] = time.monotonic() - started
 
     lines = ["# kvolumed mount path benchmark (issue 23)", "",
@@ -693,6 +730,8 @@ def main():
         lines += memory_report(res, levels, s)
     if node.traces:
         lines += trace_report(node.traces, levels, sources, args.repeat)
+    if node.status_costs:
+        lines += status_report(node.status_costs, levels, sources, args.repeat)
     lines += ["", "Restarts (kvolumed started again with the other source; no stage/publish call allowed):", ""]
     for r in res["restarts"]:
         lines.append(f"- {r['level']} volumes, {r['source']}: READY in {r['ready_seconds']:.2f} s, "

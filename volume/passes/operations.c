@@ -497,9 +497,7 @@ void operation_finish(Operation *op, bool success) {
                            op_kind_to_string(op->kind), av->unique_name, strempty(op->pod.key),
                            strempty(op->message));
         } else {
-                b = actual_backoff(av, op->kind, op->pod.uid, true);
-                if (b)
-                        backoff_failed(b, now);
+                b = actual_backoff_failed(av, op->kind, op->pod.uid, now);
                 /* A CSI call's failure, with its method and code, or one
                  * found outside any call: two catalog entries. */
                 f.csi_method = op->failed_method;

@@ -301,7 +301,7 @@ static void plan_desired_volume(VolumeManager *m, PassState *ps, PodEntry *e, co
          * first pass, and a running pod's volume is fine meanwhile. */
         pub = hashmap_get(av->publishes, p->uid);
         if (pub && pub->state == PUBLISH_DONE && av->stage != STAGE_UNCERTAIN) {
-                manager_report_clear(e, dv->name);
+                manager_report_clear(m, e, dv->name);
                 /* Its kind's refresh (CSI requiresRepublish): the publish
                  * again when its time came. */
                 uint64_t refresh_at = UINT64_MAX;

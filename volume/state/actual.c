@@ -97,9 +97,16 @@ static void count_volume_own(const ActualVolume *av, int sign) {
         count(&c->mounts_pending, av->mount_pending, sign);
 }
 
+/* What its pod volumes' states are judged from changed (counts.c). */
+static void stale(const ActualVolume *av) {
+        if (av->counts)
+                counts_volume_stale(av->counts, av->unique_name);
+}
+
 static void note_backoffs(ActualVolume *av) {
         if (!av->counts)
                 return;
+        stale(av);
         if (hashmap_size(av->backoffs) == 0)
                 (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
         else if (hashmap_put(av->counts->with_backoffs, av->unique_name, av, NULL) < 0)
@@ -111,6 +118,7 @@ void actual_volume_count_in(ActualVolume *av, VolumeCounts *counts) {
 
         assert(!av->counts);
         av->counts = counts;
+        stale(av); /* its pods may now find it: judged again, and its publishes */
         count_volume_own(av, +1);
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
                 count_publish(counts, value, +1);
@@ -126,6 +134,11 @@ void actual_volume_count_out(ActualVolume *av) {
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
                 count_publish(av->counts, value, -1);
         (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
+        /* Its publishes leave the states now (it may be freed before the
+         * next read); the pods that wanted it are judged again then. */
+        av->counts->by_state[POD_VOLUME_TEARING_DOWN] -= av->counted_tearing_down;
+        av->counted_tearing_down = 0;
+        stale(av);
         av->counts = NULL;
 }
 
@@ -136,12 +149,14 @@ void actual_volume_count_out(ActualVolume *av) {
                 count_volume_own(av, -1);                                                                  \
                 change;                                                                                    \
                 count_volume_own(av, +1);                                                                  \
+                stale(av);                                                                                 \
         } while (0)
 #define RECOUNT_PUBLISH(av, p, change)                                                                     \
         do {                                                                                               \
                 count_publish((av)->counts, p, -1);                                                        \
                 change;                                                                                    \
                 count_publish((av)->counts, p, +1);                                                        \
+                stale(av);                                                                                 \
         } while (0)
 
 void actual_publish_set_state(ActualVolume *av, ActualPublish *p, PublishState state) {
@@ -190,6 +205,7 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
                 return -ENOMEM;
         }
         count_publish(av->counts, p, +1);
+        stale(av);
         pod_index_sync(av->pod_index, av, pod->uid);
         return 0;
 }
@@ -198,6 +214,7 @@ void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
         ActualPublish *p = hashmap_remove(av->publishes, pod_uid);
 
         count_publish(av->counts, p, -1);
+        stale(av);
         publish_free(p);
         pod_index_sync(av->pod_index, av, pod_uid);
 }
@@ -228,6 +245,23 @@ void actual_backoff_forget(ActualVolume *av, OpKind kind, const char *pod_uid) {
         backoff_key(kind, pod_uid, key);
         free(hashmap_remove(av->backoffs, key));
         note_backoffs(av);
+}
+
+Backoff *actual_backoff_failed(ActualVolume *av, OpKind kind, const char *pod_uid, uint64_t now) {
+        Backoff *b = actual_backoff(av, kind, pod_uid, true);
+
+        if (b)
+                backoff_failed(b, now);
+        stale(av); /* a backoff forgiven before fails again: failed once more */
+        return b;
+}
+
+void actual_volume_reset_backoffs(ActualVolume *av) {
+        void *b;
+
+        for (size_t i = 0; hashmap_iterate(av->backoffs, &i, NULL, &b);)
+                backoff_reset(b);
+        stale(av);
 }
 
 static bool per_pod(OpKind kind) {

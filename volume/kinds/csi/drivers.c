@@ -784,14 +784,12 @@ void drivers_volume_changed(VolumeManager *m, const ActualVolume *av) {
 /* Lets the volumes of a driver that just came up try at once, instead of
  * waiting out the backoff their failures while it was away earned them. */
 static void wake_volumes(VolumeManager *m, const char *driver) {
-        void *value, *b;
+        void *value;
 
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
-                if (!streq_ptr(av->driver, driver))
-                        continue;
-                for (size_t j = 0; hashmap_iterate(av->backoffs, &j, NULL, &b);)
-                        backoff_reset(b);
+                if (streq_ptr(av->driver, driver))
+                        actual_volume_reset_backoffs(av);
         }
         manager_schedule_pass(m);
 }

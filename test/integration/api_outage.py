@@ -21,6 +21,8 @@ class ApiOutage:
         self._listening = False
         self._closed = False
         self._conns = []
+        # Bumped by each down(): a pump forwards for its generation only.
+        self._generation = 0
         # An explicit bind keeps the port across shutdown() (a socket bound
         # to port 0 gives its port back when it stops listening): find a
         # free port with a first socket, bind it again beside it.
@@ -57,22 +59,29 @@ class ApiOutage:
                 self._cond.notify_all()
 
     def down(self):
-        """Refuses new connections and cuts the open ones."""
+        """Refuses new connections and cuts the open ones, all at once, as a
+        server that dies does: no pump forwards a byte once this began (it
+        checks the generation under the lock that this holds while it cuts).
+        Cut one by one, a connection not yet cut under load could still carry
+        a request kvolumed made after seeing the first cut, and its answer
+        told of a server back between two cuts of one outage."""
         with self._cond:
             was, self._listening = self._listening, False
             conns, self._conns = self._conns, []
-        if was:
-            # Stops listening (the backlog is reset) and wakes the thread
-            # blocked in accept(); the socket keeps its port.
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._generation += 1
+            if was:
+                # Stops listening (the backlog is reset) and wakes the thread
+                # blocked in accept(); the socket keeps its port.
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            for c in conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
         for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             c.close()
 
     def _accept(self):
@@ -97,16 +106,22 @@ class ApiOutage:
                     upstream.close()
                     continue
                 self._conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+                generation = self._generation
+            threading.Thread(target=self._pump, args=(client, upstream, generation), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, generation), daemon=True).start()
 
-    @staticmethod
-    def _pump(src, dst):
+    def _pump(self, src, dst, generation):
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                with self._cond:
+                    if generation != self._generation:
+                        break
+                # Outside the lock (a peer that does not read would hold
+                # down() up): down() shuts dst down before it returns, so
+                # a send that comes after its cuts fails.
                 dst.sendall(data)
         except OSError:
             pass

@@ -4,15 +4,19 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SD_JOURNAL_SUPPRESS_LOCATION
 #include <systemd/sd-journal.h>
+#include <systemd/sd-login.h>
 
 #include "systemd/log.h"
 
 /* Process-wide by nature (like stderr itself): the level and where entries go. */
 static int log_max_level = LOG_INFO;
 static LogTarget log_target = LOG_TARGET_STDERR;
+/* "OBJECT_SYSTEMD_UNIT=<the unit kvolumed runs in>", or "" outside one. */
+static char log_object_unit[128];
 
 static const char *const level_names[] = {
         [LOG_EMERG] = "emerg", [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",     [LOG_ERR] = "err",
@@ -64,6 +68,24 @@ static bool stderr_is_journal(void) {
         return (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino;
 }
 
+/* journald learns an entry's unit from the sender's cgroup, read when it
+ * handles the entry: the last lines of a process that exits at once (the
+ * reason a start failed) may be handled after it is gone and carry no
+ * _SYSTEMD_UNIT, and `journalctl -u kvolumed` did not show why the unit
+ * failed.  journalctl -u also shows entries of root's processes naming the
+ * unit in OBJECT_SYSTEMD_UNIT, which journald takes as sent: each entry names
+ * kvolumed's own unit, learnt while it surely runs. */
+static void log_name_own_unit(void) {
+        _cleanup_free_ char *unit = NULL;
+
+        log_object_unit[0] = 0;
+        if (log_target != LOG_TARGET_JOURNAL || geteuid() != 0 || sd_pid_get_unit(0, &unit) < 0)
+                return;
+        if ((size_t) snprintf(log_object_unit, sizeof log_object_unit, "OBJECT_SYSTEMD_UNIT=%s", unit) >=
+            sizeof log_object_unit)
+                log_object_unit[0] = 0;
+}
+
 void log_setup(void) {
         const char *forced = getenv("KVOLUMED_LOG_TARGET");
 
@@ -73,6 +95,7 @@ void log_setup(void) {
                 log_target = LOG_TARGET_STDERR;
         else
                 log_target = stderr_is_journal() ? LOG_TARGET_JOURNAL : LOG_TARGET_STDERR;
+        log_name_own_unit();
 }
 
 typedef struct FieldRef {
@@ -160,8 +183,9 @@ static void log_to_stderr(int level, const char *message, const FieldRef *fields
 
 static int log_to_journal(int level, int error, const char *message, const FieldRef *fields, size_t n_fields,
                           const char *file, int line, const char *func) {
-        /* MESSAGE, PRIORITY, CODE_FILE, CODE_LINE, CODE_FUNC, SYSLOG_IDENTIFIER, ERRNO + fields. */
-        struct iovec iov[7 + 9];
+        /* MESSAGE, PRIORITY, CODE_FILE, CODE_LINE, CODE_FUNC, SYSLOG_IDENTIFIER, ERRNO,
+         * OBJECT_SYSTEMD_UNIT + fields. */
+        struct iovec iov[8 + 9];
         _cleanup_free_ char *m = NULL, *p = NULL, *cf = NULL, *cl = NULL, *cfn = NULL, *er = NULL;
         char *field_bufs[9] = {};
         size_t n = 0;
@@ -182,6 +206,8 @@ static int log_to_journal(int level, int error, const char *message, const Field
                         return -ENOMEM;
                 iov[n++] = (struct iovec){ er, strlen(er) };
         }
+        if (log_object_unit[0])
+                iov[n++] = (struct iovec){ log_object_unit, strlen(log_object_unit) };
         r = 0;
         for (size_t i = 0; i < n_fields; i++) {
                 if (asprintf(&field_bufs[i], "%s=%s", fields[i].name, fields[i].value) < 0) {

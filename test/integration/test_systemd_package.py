@@ -348,12 +348,21 @@ def test_the_unit_refuses_a_kubelet_on_its_root_dir_without_a_restart_loop(deb, 
     # kubelet's socket on the shared root-dir, served from the host side.
     kubelet = FakeKubelet(os.path.join(container.kubelet_dir, "pod-resources", "kubelet.sock"))
     try:
-        r = container.sh("systemctl enable --now kvolumed", timeout=150)
+        # journald held while kvolumed runs and exits: it handles the reason
+        # after kvolumed is gone, as a loaded node's may, when it can no
+        # longer read the sender's unit.  `journalctl -u` must show it still.
+        r = container.sh("kill -STOP $(pidof systemd-journald)")
+        assert r.returncode == 0, r.stdout + r.stderr
+        try:
+            r = container.sh("systemctl enable --now kvolumed", timeout=150)
+        finally:
+            container.sh("kill -CONT $(pidof systemd-journald)")
         assert r.returncode != 0
         assert container.show("ExecMainStatus") == "1"
         assert container.show("ActiveState") == "failed"
-        log = container.journal("-o cat")
-        assert f"A kubelet is running on root-dir {container.kubelet_dir}" in log, log
+        reason = f"A kubelet is running on root-dir {container.kubelet_dir}"
+        log = wait_until(lambda: (text := container.journal("-o cat")) and reason in text and text,
+                         timeout=30, what="the reason in journalctl -u kvolumed")
         assert "Stop kubelet first" in log, log
         # "failed", not "activating (auto-restart)": no restart is scheduled.
         assert container.show("NRestarts") == "0"

@@ -115,6 +115,7 @@ static int sync_begin(RootSync *s) {
                 r = -pthread_create(&s->thread, NULL, sync_thread, s);
                 if (r < 0)
                         return r;
+                (void) pthread_setname_np(s->thread, "kv-sync");
                 s->thread_started = true;
         }
         /* Everything changed up to now, the writes of every pass waiting

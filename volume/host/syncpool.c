@@ -96,6 +96,8 @@ static void start_threads(SyncPool *p) {
         for (; p->n_threads < ELEMENTSOF(p->threads); p->n_threads++)
                 if (pthread_create(&p->threads[p->n_threads], NULL, pool_thread, p) != 0)
                         break;
+                else /* for top -H, and the tests */
+                        (void) pthread_setname_np(p->threads[p->n_threads], "kv-sync-pool");
 }
 
 void sync_pool_run(SyncPool *p, size_t n, sync_pool_fn_t fn, void *data) {
@@ -103,8 +105,7 @@ void sync_pool_run(SyncPool *p, size_t n, sync_pool_fn_t fn, void *data) {
                 return;
         pthread_mutex_lock(&p->run);
         pthread_mutex_lock(&p->lock);
-        if (n > 1)
-                start_threads(p);
+        start_threads(p);
         p->fn = fn;
         p->data = data;
         p->n = n;

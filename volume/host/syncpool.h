@@ -4,8 +4,8 @@
 /* The threads that make root-dir's changes durable (rootdir.c), kept for
  * the life of kvolumed instead of started for each sync: starting and
  * joining seven threads for each round of a sync cost more than its fsyncs
- * on a fast disk (0.4 ms a round, issue 31).  Created at the first run that
- * has more than one item, blocked on a condition variable in between (no
+ * on a fast disk (0.4 ms a round, issue 31).  Started at the first run
+ * (named "kv-sync-pool"), blocked on a condition variable in between (no
  * wake-up at rest), joined by sync_pool_free(). */
 
 #include <stddef.h>

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -910,6 +911,47 @@ def test_crash_between_the_rounds_of_a_sync(volume_env, tmp_path, flow, deleted,
     # The call held back by the sync was never made before the crash: once
     # made after the restart for a pod kept, never for a pod deleted.
     assert len([c for c in env.calls(method) if c["code"] == "OK"]) == (0 if deleted else 1), env.calls(method)
+
+
+def sync_threads(pid):
+    """kvolumed's threads that make root-dir's changes durable, by TID."""
+    tids = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().startswith("kv-sync"):
+                    tids.add(int(tid))
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return tids
+
+
+def test_the_same_threads_make_every_sync_durable(volume_env, tmp_path):
+    """The threads of a sync are kept from one sync to the next, rather than
+    started and joined for each (issue 31: that cost more than the fsyncs on
+    a fast disk); each new pod's sync is held between its rounds, where its
+    threads are all there, and they are the same threads each time; a stop
+    joins them (kvolumed exits 0, in time)."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    hold = str(tmp_path / "hold")
+    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold})
+    seen = []
+    for i in range(3):
+        with open(hold, "w"):
+            pass
+        pod = env.pod(f"web-{i}", [inline_volume("scratch")])
+        wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the sync held between its rounds\n"
+                   + env.agent.output()[-3000:])
+        seen.append(sync_threads(env.agent.proc.pid))
+        os.unlink(hold)
+        wait_until(lambda: not os.path.exists(hold + ".held"), timeout=30, what="the sync released")
+        env.wait_mounted(env.target(pod, "scratch"), timeout=30)
+    # One thread for the sync, seven beside it for its rounds.
+    assert len(seen[0]) == 8, seen
+    assert seen[1] == seen[0] and seen[2] == seen[0], seen
+    env.agent.signal(signal.SIGTERM)
+    assert env.agent.wait(timeout=30) == 0, env.agent.output()[-3000:]
 
 
 # --- power loss ------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "systemd/macro.h"
+#include "volume/host/syncpool.h"
 
 struct Hashmap;
 
@@ -26,6 +27,8 @@ typedef struct RootDir {
         /* tests: the rule before per-file durability, one syncfs() for all
          * (KVOLUMED_TEST_SYNCFS=1), for the durability bench's comparison. */
         bool sync_whole_fs;
+        /* The threads of root_changes_sync(), for the life of root-dir. */
+        SyncPool *sync_pool;
 } RootDir;
 
 /* Opens root-dir, creating it (0750) when missing. */
@@ -110,10 +113,11 @@ void root_changes_done(RootChanges *c);
  * what is gone since (removed by a later change) is skipped, as is a mount's
  * root (never ours, and its file system may not answer).  Waits for these
  * files and directories only, never for what other processes have dirty on
- * the same file system; c->all: one syncfs() instead.  Thread-safe: it
- * touches nothing but root_fd and *c.  ret_failed (optional) receives the
- * first path that failed (freed by the caller). */
-int root_changes_sync(int root_fd, const RootChanges *c, char **ret_failed);
+ * the same file system; c->all: one syncfs() instead.  Each round runs on
+ * pool's threads (root-dir's sync_pool), one sync at a time.  Thread-safe:
+ * it touches nothing but pool, root_fd and *c.  ret_failed (optional)
+ * receives the first path that failed (freed by the caller). */
+int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **ret_failed);
 
 /* Makes every change so far durable, here: take and sync.  For start-up and
  * for when no thread can be had. */

@@ -10,7 +10,9 @@
  * pods start), measured at half a second for one record beside a busy
  * writer (test/bench/durability.sh, mount.sh --dirty).  The syncs still run
  * in a thread, as a journal commit can take a while, and the operations of
- * the pass start when it returns, from the loop.  Passes that end while a
+ * the pass start when it returns, from the loop: one thread for the life of
+ * kvolumed (started at the first sync, joined by root_sync_free()), as
+ * starting one for each sync cost 0.05 ms of a new pod's publish.  Passes that end while a
  * sync runs wait for the next one (which takes what changed up to its
  * start), which covers all of them at once: at most two syncs are ever in
  * the air. */
@@ -33,19 +35,23 @@ typedef struct Batch {
 } Batch;
 
 struct RootSync {
-        RootDir *root; /* not ours */
-        int notify[2];      /* [0] read on the loop, [1] given (dup'ed) to each thread */
+        RootDir *root; /* not ours; its fd and sync_pool are used by the thread */
+        int notify[2]; /* [0] read on the loop, [1] written by the thread */
         sd_event_source *source;
         bool running;
         Batch syncing, waiting;
         root_sync_done_t done;
         void *userdata;
-};
 
-typedef struct SyncJob {
-        int fd, notify;
-        RootChanges changes;
-} SyncJob;
+        /* The thread, and what the loop hands it. */
+        pthread_t thread;
+        bool thread_started;
+        pthread_mutex_t lock;
+        pthread_cond_t wake;
+        RootChanges job; /* under lock */
+        bool job_ready;  /* under lock */
+        bool stop;       /* under lock */
+};
 
 /* What the loop reads of one sync, a datagram. */
 typedef struct SyncResult {
@@ -62,65 +68,64 @@ static uint64_t monotonic_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
-static void *sync_thread(void *p) {
-        SyncJob *j = p;
+static void sync_job(RootSync *s, RootChanges *c) {
         _cleanup_free_ char *failed = NULL;
         uint64_t start = monotonic_usec();
-        SyncResult result = { .files = j->changes.n_files, .dirs = j->changes.n_dirs,
-                              .all = j->changes.all || j->changes.whole_fs };
+        SyncResult result = { .files = c->n_files, .dirs = c->n_dirs, .all = c->all || c->whole_fs };
 
-        result.error = root_changes_sync(j->fd, &j->changes, &failed);
+        result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
         result.usec = monotonic_usec() - start;
         if (failed)
                 (void) snprintf(result.failed, sizeof result.failed, "%s", failed);
-        /* MSG_NOSIGNAL in case the loop's end is gone (the manager freed). */
-        (void) send(j->notify, &result, sizeof result, MSG_NOSIGNAL);
-        root_changes_done(&j->changes);
-        close(j->fd);
-        close(j->notify);
-        free(j);
+        /* MSG_NOSIGNAL: nothing reads it once root_sync_free() began. */
+        (void) send(s->notify[1], &result, sizeof result, MSG_NOSIGNAL);
+}
+
+/* Blocked on s->wake between syncs; a job handed before stop is synced. */
+static void *sync_thread(void *p) {
+        RootSync *s = p;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                while (!s->job_ready && !s->stop)
+                        (void) pthread_cond_wait(&s->wake, &s->lock);
+                if (!s->job_ready)
+                        break;
+                RootChanges c = s->job;
+                s->job = (RootChanges) {};
+                s->job_ready = false;
+                pthread_mutex_unlock(&s->lock);
+
+                sync_job(s, &c);
+                root_changes_done(&c);
+
+                pthread_mutex_lock(&s->lock);
+        }
+        pthread_mutex_unlock(&s->lock);
         return NULL;
 }
 
 static int sync_begin(RootSync *s) {
-        pthread_attr_t attr;
-        pthread_t t;
-        SyncJob *j;
+        RootChanges c;
         int r;
 
-        j = calloc(1, sizeof *j);
-        if (!j)
-                return -ENOMEM;
-        j->fd = fcntl(s->root->fd, F_DUPFD_CLOEXEC, 3);
-        j->notify = fcntl(s->notify[1], F_DUPFD_CLOEXEC, 3);
-        if (j->fd < 0 || j->notify < 0) {
-                r = -errno;
-                if (j->fd >= 0)
-                        close(j->fd);
-                if (j->notify >= 0)
-                        close(j->notify);
-                free(j);
-                return r;
+        if (!s->thread_started) {
+                /* Nothing taken yet: the sync done on the loop instead
+                 * (sync_next) takes it. */
+                r = -pthread_create(&s->thread, NULL, sync_thread, s);
+                if (r < 0)
+                        return r;
+                (void) pthread_setname_np(s->thread, "kv-sync");
+                s->thread_started = true;
         }
         /* Everything changed up to now, the writes of every pass waiting
          * included; what changes from here on goes to the next sync. */
-        root_dir_take_changes(s->root, &j->changes);
-        r = -pthread_attr_init(&attr);
-        if (r == 0) {
-                (void) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                r = -pthread_create(&t, &attr, sync_thread, j);
-                (void) pthread_attr_destroy(&attr);
-        }
-        if (r < 0) {
-                /* What was taken is lost to the notes: the sync done here
-                 * instead (sync_next) is a syncfs(), covering it. */
-                s->root->changed_all = true;
-                root_changes_done(&j->changes);
-                close(j->fd);
-                close(j->notify);
-                free(j);
-                return r;
-        }
+        root_dir_take_changes(s->root, &c);
+        pthread_mutex_lock(&s->lock);
+        s->job = c;
+        s->job_ready = true;
+        (void) pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
         s->running = true;
         return 0;
 }
@@ -180,6 +185,8 @@ int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *u
         s->done = done;
         s->userdata = userdata;
         s->notify[0] = s->notify[1] = -1;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->wake, NULL);
         if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->notify) < 0) {
                 r = -errno;
                 root_sync_free(s);
@@ -198,6 +205,15 @@ int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *u
 RootSync *root_sync_free(RootSync *s) {
         if (!s)
                 return NULL;
+        if (s->thread_started) {
+                /* After the sync in progress, if any (root-dir stays
+                 * until then: the manager frees it after this). */
+                pthread_mutex_lock(&s->lock);
+                s->stop = true;
+                (void) pthread_cond_signal(&s->wake);
+                pthread_mutex_unlock(&s->lock);
+                (void) pthread_join(s->thread, NULL);
+        }
         sd_event_source_disable_unref(s->source);
         /* The operations are the volumes' (freed with them). */
         free(s->syncing.ops);
@@ -206,6 +222,8 @@ RootSync *root_sync_free(RootSync *s) {
                 close(s->notify[0]);
         if (s->notify[1] >= 0)
                 close(s->notify[1]);
+        pthread_cond_destroy(&s->wake);
+        pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;
 }

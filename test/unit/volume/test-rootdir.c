@@ -163,12 +163,12 @@ static void test_changes_noted(void **state) {
         assert_true(has(c.dirs, c.n_dirs, "pods/n"));
         assert_true(has(c.dirs, c.n_dirs, "pods/n/volumes"));
         assert_true(has(c.dirs, c.n_dirs, "pods/n/volumes/v"));
-        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+        assert_int_equal(root_changes_sync(r->sync_pool, r->fd, &c, NULL), 0);
 
         /* Gone since the take: skipped, not a failure. */
         assert_int_equal(root_dir_unlink(r, "pods/n/volumes/v/vol_data.json"), 0);
         assert_int_equal(root_dir_unlink(r, "top.json"), 0);
-        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+        assert_int_equal(root_changes_sync(r->sync_pool, r->fd, &c, NULL), 0);
         root_changes_done(&c);
 
         /* Removals: the directories that held the entries. */
@@ -199,7 +199,7 @@ static void test_changes_noted(void **state) {
         root_dir_take_changes(r, &c);
         assert_true(c.all);
         assert_int_equal(c.n_files + c.n_dirs, 0);
-        assert_int_equal(root_changes_sync(r->fd, &c, NULL), 0);
+        assert_int_equal(root_changes_sync(r->sync_pool, r->fd, &c, NULL), 0);
         root_changes_done(&c);
         root_dir_take_changes(r, &c);
         assert_false(c.all);

@@ -8,12 +8,11 @@ requests its CRI service implements, but not one it answers UNIMPLEMENTED
 (GetContainerEvents, which a client of a newer runtime may ask), nor one
 that fails before the service sees it.  The proxy counts requests, whatever
 the answer."""
-import os
-import socket
-import threading
 import time
 
 import hpack
+
+from doubles.unixrelay import UnixRelay
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADERS, CONTINUATION = 0x1, 0x9
@@ -67,17 +66,10 @@ class RequestCounter:
                     self.record(headers.get(":path", "?"))
 
 
-class CriProxy:
+class CriProxy(UnixRelay):
     def __init__(self, upstream, path):
-        self.upstream = upstream
-        self.path = path
-        self.endpoint = "unix://" + path
-        self._lock = threading.Lock()
+        super().__init__(upstream, path)
         self._log = []
-        self._listener = None
-        self._threads = []
-        self._conns = []
-        self._stopping = False
 
     def requests(self, since=0.0):
         """[(monotonic time, method)] of the requests opened after `since`."""
@@ -88,74 +80,6 @@ class CriProxy:
         with self._lock:
             self._log.append((time.monotonic(), path))
 
-    def start(self):
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
-        self._spawn(self._accept)
-        return self
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _accept(self):
-        while not self._stopping:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                up.connect(self.upstream)
-            except OSError:
-                # The runtime is down: the client sees its connection closed.
-                client.close()
-                up.close()
-                continue
-            with self._lock:
-                self._conns += [client, up]
-            self._spawn(self._pump, client, up, RequestCounter(self._record))
-            self._spawn(self._pump, up, client, None)
-
-    @staticmethod
-    def _pump(src, dst, counter):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if counter is not None:
-                    counter.feed(data)
-                dst.sendall(data)
-        except (OSError, ValueError):
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def stop(self):
-        self._stopping = True
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-        with self._lock:
-            for s in self._conns:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-            self._conns = []
-        for t in self._threads:
-            t.join(timeout=5)
-        if os.path.exists(self.path):
-            os.unlink(self.path)
+    def relay(self, client, up, opened):
+        self._spawn(self.pump, client, up, RequestCounter(self._record).feed)
+        self._spawn(self.pump, up, client)

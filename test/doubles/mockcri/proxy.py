@@ -9,11 +9,8 @@ Each connection is relayed byte for byte; the client's half is parsed for
 its requests' `:path` (doubles.containerd.proxy's RequestCounter), which is
 how the stream's connection is known (the client gives the stream a
 connection of its own)."""
-import os
-import socket
-import threading
-
 from doubles.containerd.proxy import RequestCounter
+from doubles.unixrelay import UnixRelay
 
 EVENTS = "/runtime.v1.RuntimeService/GetContainerEvents"
 DATA = 0x0
@@ -44,58 +41,23 @@ class _Conn:
         self.held = b""
 
 
-class HoldingProxy:
+class HoldingProxy(UnixRelay):
     def __init__(self, upstream, path):
-        self.upstream = upstream
-        self.path = path
-        self.endpoint = "unix://" + path
-        self._lock = threading.Lock()
+        super().__init__(upstream, path)
         self._conns = []
         self._hold = False
-        self._listener = None
-        self._threads = []
-        self._stopping = False
 
-    def start(self):
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
-        self._spawn(self._accept)
-        return self
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _accept(self):
-        while not self._stopping:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                up.connect(self.upstream)
-            except OSError:
-                client.close()
-                up.close()
-                continue
-            conn = _Conn(client, up)
-            with self._lock:
-                self._conns.append(conn)
-            counter = RequestCounter(lambda p, conn=conn: self._record(conn, p))
-            self._spawn(self._pump_requests, conn, counter)
-            self._spawn(self._pump_answers, conn)
+    def relay(self, client, up, opened):
+        conn = _Conn(client, up)
+        with self._lock:
+            self._conns.append(conn)
+        counter = RequestCounter(lambda p, conn=conn: self._record(conn, p))
+        self._spawn(self.pump, conn.client, conn.up, counter.feed)
+        self._spawn(self._pump_answers, conn)
 
     def _record(self, conn, path):
         with self._lock:
             conn.paths.append(path)
-
-    def _pump_requests(self, conn, counter):
-        self._pump(conn.client, conn.up, counter.feed)
 
     def _pump_answers(self, conn):
         def forward(data):
@@ -104,28 +66,7 @@ class HoldingProxy:
                     conn.held += data
                     return
             conn.client.sendall(data)
-        self._pump(conn.up, conn.client, None, forward)
-
-    @staticmethod
-    def _pump(src, dst, feed, forward=None):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                if feed is not None:
-                    feed(data)
-                if forward is not None:
-                    forward(data)
-                else:
-                    dst.sendall(data)
-        except (OSError, ValueError):
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self.pump(conn.up, conn.client, forward=forward)
 
     def streams(self):
         """How many connections carry a GetContainerEvents request."""
@@ -151,25 +92,3 @@ class HoldingProxy:
                 if c.held:
                     c.client.sendall(c.held)
                     c.held = b""
-
-    def stop(self):
-        self._stopping = True
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-        with self._lock:
-            for c in self._conns:
-                for s in (c.client, c.up):
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-                    s.close()
-            self._conns = []
-        for t in self._threads:
-            t.join(timeout=5)
-        if os.path.exists(self.path):
-            os.unlink(self.path)

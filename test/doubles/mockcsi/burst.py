@@ -21,81 +21,26 @@ as it found the end of a 4 MiB answer written faster than it read.
 
 `bursts` lists the size of every write to a client, in order."""
 import fcntl
-import os
-import socket
 import struct
 import termios
-import threading
 import time
+
+from doubles.unixrelay import UnixRelay
 
 DATA, HEADERS, RST_STREAM, GOAWAY = 0x0, 0x1, 0x3, 0x7
 END_STREAM = 0x1
 
 
-class BurstProxy:
+class BurstProxy(UnixRelay):
     def __init__(self, upstream, path, hold=1.0, tail=None):
-        self.upstream = upstream
-        self.path = path
-        self.endpoint = "unix://" + path
+        super().__init__(upstream, path)
         self.hold = hold
         self.tail = tail
         self.bursts = []
-        self._lock = threading.Lock()
-        self._listener = None
-        self._threads = []
-        self._conns = []
 
-    def start(self):
-        if os.path.exists(self.path):
-            os.unlink(self.path)
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
-        self._spawn(self._accept)
-        return self
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            opened = time.monotonic()
-            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                up.connect(self.upstream)
-            except OSError:
-                client.close()
-                up.close()
-                continue
-            with self._lock:
-                self._conns += [client, up]
-            self._spawn(self._relay, client, up)
-            self._spawn(self._answers, up, client, opened)
-
-    @staticmethod
-    def _close(*socks):
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _relay(self, src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        self._close(src, dst)
+    def relay(self, client, up, opened):
+        self._spawn(self.pump, client, up)
+        self._spawn(self._answers, up, client, opened)
 
     @staticmethod
     def _unread(sock):
@@ -159,21 +104,4 @@ class BurstProxy:
                 self._flush(dst, held + buf, opened)
         except (OSError, ValueError):  # ValueError: stop() closed the socket meanwhile
             pass
-        self._close(src, dst)
-
-    def stop(self):
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-        with self._lock:
-            for s in self._conns:
-                self._close(s)
-                s.close()
-            self._conns = []
-        for t in self._threads:
-            t.join(timeout=5)
-        if os.path.exists(self.path):
-            os.unlink(self.path)
+        self.shut(src, dst)

@@ -258,7 +258,7 @@ def test_final_errors_answer_409_at_once_and_the_timeout_504(volume_env, sockdir
     unknown_waiter = wait_in_thread(sock, unknown["metadata"]["uid"], "wait=mounted&timeout=60s", timeout=70)
 
     # Lifecycle mismatch: an inline volume of a driver that is Persistent only.
-    pod = env.pod("inline", [inline("v")])
+    pod = inline_pod = env.pod("inline", [inline("v")])
     t0 = time.time()
     status, body, _ = api_get(sock, f"/v1/pods/{pod['metadata']['uid']}/volumes?wait=mounted&timeout=60s")
     assert status == 409 and time.time() - t0 < 10, body
@@ -298,6 +298,13 @@ def test_final_errors_answer_409_at_once_and_the_timeout_504(volume_env, sockdir
 
     # The timeout: a volume that waits for its attachment is not a final error.
     env.api.remove("csidrivers", None, DRIVER)  # no CSIDriver: attachable
+    # CSIDrivers and pods come through two watches, in no set order: a pod
+    # judged before the deletion arrives needs no attachment and is
+    # published.  Wait until kvolumed judges by the CSIDriver's absence (the
+    # inline pod's reason says so), then make the pod.
+    wait_until(lambda: "no CSIDriver object" in
+               (api_get(sock, f"/v1/pods/{inline_pod['metadata']['uid']}/volumes")[1]["volumes"][0].get("reason")
+                or ""), timeout=30, what="kvolumed judging without the CSIDriver")
     env.pv("pv-att", "vol-att", claim="att")
     env.pvc("att", "pv-att")
     pod = env.pod("attach", [claim("data", "att")])

@@ -293,8 +293,10 @@ def test_an_fsgroup_walk_that_hangs_fails_at_its_deadline(volume_env):
         # Three stalled walks: each child was killed and reaped, none piles up.
         wait_until(lambda: described(address, unique)[1]["retries"][0]["backoff_seconds"] >= 2.0, timeout=30,
                    what="a third failed attempt")
-        children = children_of(env.agent.proc.pid)
-        assert len(children) <= 1 and not [c for c in children if c[1] == "Z"], children
+        # A killed child is a zombie until the loop handles its SIGCHLD: wait
+        # for the reaping, which a pile-up of children would never reach.
+        wait_until(lambda: (c := children_of(env.agent.proc.pid), len(c) <= 1 and not [x for x in c if x[1] == "Z"])[1],
+                   timeout=30, what="at most one walking child and no zombie")
         assert env.agent.proc.poll() is None
     finally:
         fuse.close()

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from doubles.mockcsi.mounts import loop_detaching
 from integration.agent_fixtures import DRIVER, loops_under, wait_until
 
 BLOCK = "plugins/kubernetes.io/csi/volumeDevices"
@@ -216,6 +217,11 @@ def test_a_mapping_lost_behind_our_back_is_mapped_again(volume_env):
     bind = f"{env.root}/{BLOCK}/pv-again/dev/{pod['metadata']['uid']}"
     for loop in loops_backed_by(bind):
         subprocess.run(["losetup", "-d", f"/dev/{loop}"], check=True)
+    # The kernel frees a detached loop device at its last close (udev's blkid
+    # may hold it after the detach's uevent): until then its backing file
+    # keeps the bind busy.
+    wait_until(lambda: not [loop for loop in loops_backed_by(bind) if loop_detaching(loop)], timeout=120,
+               what="the detached loop device freed")
     subprocess.run(["umount", bind], check=True)
     wait_until(lambda: os.path.ismount(bind) and loops_backed_by(bind), timeout=15,
                what="the pod's mapping restored\n" + env.agent.output()[-2000:])

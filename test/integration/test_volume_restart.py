@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from doubles.mockcsi.mounts import assert_loops_released
 from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, loops_under, wait_until
 from integration.pod_volume_fixtures import kill_agent, records_of_previous_boot
 
@@ -433,6 +434,10 @@ def test_reboot_sets_wanted_volumes_up_again_and_cleans_the_rest(fake_api, mock_
             continue
         if backing.startswith(env.root + "/"):
             subprocess.run(["losetup", "-d", f"/dev/{name}"], check=True)
+    # A detached loop device keeps its backing file, and so the mount that
+    # holds it, busy until its last opener (udev's blkid after the detach's
+    # uevent) closes it; a boot has no such opener left.
+    assert_loops_released(lambda: loops_under(env.root))
     for mount_point in sorted(mounts_under(env.root), key=len, reverse=True):
         if "/volumeDevices/" in mount_point and "/dev/" in mount_point:
             subprocess.run(["umount", mount_point], check=True)

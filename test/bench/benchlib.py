@@ -222,8 +222,9 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-
         driver_args = ("--state-write", "hostpath")
     elif driver_state != "root-dir":
         raise ValueError(f"driver_state {driver_state!r}")
+    # --gc-freeze: the driver is Python; see mockcsi's option.
     node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen,
-                                                 driver_args=driver_args)
+                                                 driver_args=driver_args + ("--gc-freeze",))
     node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
 
 

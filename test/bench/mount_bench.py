@@ -40,6 +40,7 @@ what one STATUS= update's read of the counts costs the loop (its
 single pods come and go; issue 31): with --builds, before and after.
 """
 import argparse
+import gc
 import json
 import os
 import signal
@@ -330,6 +331,12 @@ class Node:
             wait(lambda: mounts_under(self.root) >= self.filled + (start + len(names[start:start + 100])) * v,
                  1200, f"{level} mounts", interval=0.2, alive=self.agent)
         self.filled = level
+        # The fake API server runs in this Python process: a full collection
+        # over the fill's pods (and the trace's lines) stops its watch
+        # delivery for ~60 ms beside 10,000 volumes, a stall of the double
+        # that the pod meeting it would count as kvolumed's.
+        gc.collect()
+        gc.freeze()
         log(f"filled to {level} volumes in {time.monotonic() - t0:.1f} s")
 
     def wait_quiet(self, window=1.0, cpu_percent=2.0, timeout=300.0):

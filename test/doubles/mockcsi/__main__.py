@@ -40,6 +40,9 @@ def parse_args(argv):
     p.add_argument("--state-write", choices=("safe", "hostpath"), default="safe",
                    help="state file written via temp+fsync+rename, or in place and never synced as the CSI "
                         "hostpath driver does (a crash may then lose or tear it)")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="benchmarks: freeze Python's collector after each call, so that no call waits for a full "
+                        "collection of thousands of volumes (leaks garbage cycles)")
     p.add_argument("--control-socket", help="default <state-dir>/control.sock")
     p.add_argument("--call-log", help="default <state-dir>/calls.jsonl")
     return p.parse_args(argv)
@@ -61,7 +64,8 @@ def main(argv=None):
                         registration_versions=[v for v in a.registration_versions.split(",") if v],
                         registration_endpoint=a.registration_endpoint, op_lock=a.op_lock,
                         boot_sessions=a.boot_sessions, stage_mount=not a.stage_no_mount,
-                        publish_mount=not a.publish_no_mount, state_write=a.state_write)
+                        publish_mount=not a.publish_no_mount, state_write=a.state_write,
+                        gc_freeze=a.gc_freeze)
     drv = Driver(a.endpoint, a.state_dir, settings, registration_dir=a.registration_dir,
                  control_socket=a.control_socket, call_log=a.call_log)
     code = drv.run()

@@ -15,6 +15,7 @@ struct Hashmap {
         size_t capacity; /* power of two */
         size_t n_used;   /* live entries */
         size_t n_filled; /* live + tombstones: bounds probe lengths */
+        bool borrowed;   /* the keys are the values' own strings: not copied, not freed */
 };
 
 /* FNV-1a: keys are short names and UIDs, not attacker-chosen at scale. */
@@ -31,12 +32,24 @@ Hashmap *hashmap_new(void) {
         return calloc(1, sizeof(Hashmap));
 }
 
+Hashmap *hashmap_new_borrowing(void) {
+        Hashmap *h = hashmap_new();
+        if (h)
+                h->borrowed = true;
+        return h;
+}
+
+static void key_free(const Hashmap *h, char *key) {
+        if (!h->borrowed)
+                free(key);
+}
+
 Hashmap *hashmap_free(Hashmap *h) {
         if (!h)
                 return NULL;
         for (size_t i = 0; i < h->capacity; i++)
                 if (h->entries[i].key && h->entries[i].key != TOMBSTONE)
-                        free(h->entries[i].key);
+                        key_free(h, h->entries[i].key);
         free(h->entries);
         free(h);
         return NULL;
@@ -109,9 +122,12 @@ int hashmap_put(Hashmap *h, const char *key, void *value, void **ret_old) {
                 if (ret_old)
                         *ret_old = h->entries[i].value;
                 h->entries[i].value = value;
+                /* The replaced value may go, and its key with it. */
+                if (h->borrowed)
+                        h->entries[i].key = (char *) key;
                 return 0;
         }
-        char *copy = strdup(key);
+        char *copy = h->borrowed ? (char *) key : strdup(key);
         if (!copy)
                 return -ENOMEM;
         if (h->entries[i].key != TOMBSTONE)
@@ -153,7 +169,7 @@ void *hashmap_remove(Hashmap *h, const char *key) {
         if (!found)
                 return NULL;
         value = h->entries[i].value;
-        free(h->entries[i].key);
+        key_free(h, h->entries[i].key);
         h->entries[i].key = TOMBSTONE;
         h->entries[i].value = NULL;
         h->n_used--;

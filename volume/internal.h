@@ -45,11 +45,13 @@ typedef enum PublishState {
         PUBLISH_UNCERTAIN,
 } PublishState;
 
+/* Its four strings never change and live in the same allocation as the
+ * struct (actual.c): one chunk instead of five, ~90 bytes less a publish. */
 typedef struct ActualPublish {
-        char *pod_uid;
-        char *pod_key;   /* namespace/name, for logs */
-        char *spec_name; /* this pod's name of the volume: two PVs may share a handle */
-        char *target;    /* relative to root-dir */
+        const char *pod_uid; /* also its key in the volume's publishes */
+        const char *pod_key;   /* namespace/name, for logs */
+        const char *spec_name; /* this pod's name of the volume: two PVs may share a handle */
+        const char *target;    /* relative to root-dir */
         PublishState state;
         bool not_a_mount; /* the driver's publish made no mount point: nothing to watch */
         bool stale;       /* found on disk from a previous boot: nothing is mounted, dirs remain */
@@ -108,12 +110,15 @@ typedef struct OffloopJob OffloopJob;
  * persistent volumes, per pod and volume for inline ones). */
 typedef struct ActualVolume {
         const VolumeKind *kind; /* what sets it up and tears it down (volume/kind.h) */
-        char *unique_name;
+        /* unique_name, driver and handle never change and live in the same
+         * allocation as the struct (actual.c); spec_name may be renamed at
+         * reconstruction. */
+        const char *unique_name; /* also its key in the manager's maps */
         ResyncLink resync;      /* in the rolling resync's order (manager.c), while in m->volumes */
         VolumeLifecycle lifecycle;
         bool block;             /* a raw block volume (volumeMode Block, used through volumeDevices) */
-        char *driver;
-        char *handle;
+        const char *driver;
+        const char *handle;
         char *spec_name;
         /* VolumeSpec.migrated_from of the spec it was last set up with in
          * this process (NULL after a restart, as kubelet's reconstructed

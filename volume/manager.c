@@ -452,7 +452,7 @@ static void pod_changed(VolumeManager *m, const K8sPod *pod) {
         if (!e) {
                 e = calloc(1, sizeof *e);
                 if (!e || !(e->uid = strdup(pod->meta.uid)) || !(e->reported = hashmap_new()) ||
-                    hashmap_put(m->pod_entries, pod->meta.uid, e, NULL) < 0) {
+                    hashmap_put(m->pod_entries, e->uid, e, NULL) < 0) {
                         log_error("Out of memory tracking pod %s", pod->meta.name);
                         pod_entry_free(e);
                         return;
@@ -812,8 +812,9 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (desired_parse_runner_kinds(o->runner_kinds, &m->runner_kinds) < 0)
                 return -ENOMEM;
         m->node_name = strdup(o->node_name);
-        m->pod_entries = hashmap_new();
-        m->volumes = hashmap_new();
+        /* Keyed by strings their values hold for life: e->uid, av->unique_name. */
+        m->pod_entries = hashmap_new_borrowing();
+        m->volumes = hashmap_new_borrowing();
         m->caps = hashmap_new();
         m->one_call_per_volume = hashmap_new();
         m->restored_publishes = hashmap_new();
@@ -821,7 +822,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         m->dirty_pods = hashmap_new();
         m->dirty_volumes = hashmap_new();
         m->wanters = hashmap_new();
-        m->persistent = hashmap_new();
+        m->persistent = hashmap_new_borrowing();
         m->verify_incremental = o->verify_incremental;
         m->resync_slice_items = resync_slice_items();
         m->prepare_delay_usec = o->prepare_delay_usec;

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "systemd/hashmap.h"
 
 static void test_put_get_replace_remove(void **state) {
@@ -143,6 +146,35 @@ static void test_ensure_put(void **state) {
         assert_null(h);
 }
 
+/* A borrowing map keeps the caller's key pointer: no copy, and a value
+ * that replaces another brings its own key, so that the replaced value
+ * (and the key it owned) may go at once. */
+static void test_borrowing_keeps_the_values_keys(void **state) {
+        Hashmap *h = hashmap_new_borrowing();
+        char *first = strdup("pod-uid-1"), *second = strdup("pod-uid-1");
+        const char *key = NULL;
+        void *old = NULL;
+        size_t it = 0;
+
+        assert_non_null(h);
+        assert_int_equal(hashmap_put(h, first, first, NULL), 0);
+        assert_true(hashmap_iterate(h, &it, &key, NULL));
+        assert_ptr_equal(key, first); /* not a copy */
+
+        assert_int_equal(hashmap_put(h, second, second, &old), 0);
+        assert_ptr_equal(old, first);
+        free(first); /* the replaced value goes, its key with it */
+        assert_ptr_equal(hashmap_get(h, "pod-uid-1"), second);
+        it = 0;
+        assert_true(hashmap_iterate(h, &it, &key, NULL));
+        assert_ptr_equal(key, second);
+
+        assert_ptr_equal(hashmap_remove(h, second), second);
+        assert_int_equal(hashmap_size(h), 0);
+        free(second);
+        hashmap_free(h); /* frees no key */
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_put_get_replace_remove),
@@ -150,6 +182,7 @@ int main(void) {
                 cmocka_unit_test(test_emptied_map_gives_its_table_back),
                 cmocka_unit_test(test_one_entry_small_table),
                 cmocka_unit_test(test_ensure_put),
+                cmocka_unit_test(test_borrowing_keeps_the_values_keys),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,7 +172,7 @@ static void settle_pending_mounts(VolumeManager *m, ActualVolume *av) {
                     av->kind->paths(av, false, pub->pod_uid, pub->spec_name, &dir, NULL) >= 0 &&
                     path_intent_record(dir, av->block ? pub->pod_uid : NULL, &record) >= 0)
                         (void) intent_write(m, record,
-                                            &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = pub->pod_key },
+                                            &(Intent){ .operation = OP_PUBLISH, .done = true, .pod = (char *) pub->pod_key },
                                             false);
         }
         if (av->mount_pending) {

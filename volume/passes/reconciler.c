@@ -468,7 +468,7 @@ static void plan_actual_volume(VolumeManager *m, PassState *ps, ActualVolume *av
                         continue;
                 }
                 namespace = slash ? strndup(pub->pod_key, slash - pub->pod_key) : NULL;
-                info = (PodInfo){ .uid = pub->pod_uid, .key = pub->pod_key, .namespace = namespace,
+                info = (PodInfo){ .uid = (char *) pub->pod_uid, .key = (char *) pub->pod_key, .namespace = namespace,
                                   .name = slash ? (char *) slash + 1 : NULL };
                 /* Not while the runtime may still run a container of the pod. */
                 if (!runtime_gate_allows(m->runtime, pub->pod_uid,

@@ -14,23 +14,51 @@ ActualVolume *actual_volume_new(const VolumeSpec *spec) {
         return av;
 }
 
+/* Copies of strings (NULL stays NULL) placed after a struct of `size` bytes,
+ * in one zeroed allocation: the struct and its strings go with one free(). */
+static void *alloc_with_strings(size_t size, size_t n, const char *const *src, const char **ret_copies) {
+        size_t len[8], total = size;
+        char *block, *at;
+
+        assert(n <= ELEMENTSOF(len));
+        for (size_t i = 0; i < n; i++) {
+                len[i] = src[i] ? strlen(src[i]) + 1 : 0;
+                total += len[i];
+        }
+        block = calloc(1, total);
+        if (!block)
+                return NULL;
+        at = block + size;
+        for (size_t i = 0; i < n; i++) {
+                ret_copies[i] = src[i] ? memcpy(at, src[i], len[i]) : NULL;
+                at += len[i];
+        }
+        return block;
+}
+
 /* driver and handle: NULL for a kind without them (only CSI has them). */
 ActualVolume *actual_volume_new_empty(const VolumeKind *kind, VolumeLifecycle lifecycle, const char *unique_name,
                                       const char *driver, const char *handle, const char *spec_name) {
-        ActualVolume *av = calloc(1, sizeof *av);
+        const char *const src[] = { unique_name, driver, handle };
+        const char *copy[ELEMENTSOF(src)];
+        ActualVolume *av;
+
+        assert(unique_name && spec_name);
+        av = alloc_with_strings(sizeof *av, ELEMENTSOF(src), src, copy);
         if (!av)
                 return NULL;
+        av->unique_name = copy[0];
+        av->driver = copy[1];
+        av->handle = copy[2];
+        av->spec_name = strdup(spec_name);
         av->kind = kind;
         av->lifecycle = lifecycle;
-        av->unique_name = strdup(unique_name);
-        av->driver = driver ? strdup(driver) : NULL;
-        av->handle = handle ? strdup(handle) : NULL;
-        av->spec_name = strdup(spec_name);
-        av->publishes = hashmap_new();
+        /* Keyed by the pod UID each publish holds. */
+        av->publishes = hashmap_new_borrowing();
         /* pod_ops and backoffs are made at their first entry
          * (hashmap_ensure_put): most volumes have neither for good, and
          * two empty maps were 96 bytes of each (issue 31, memory). */
-        if (!av->unique_name || (driver && !av->driver) || (handle && !av->handle) || !av->spec_name || !av->publishes)
+        if (!av->spec_name || !av->publishes)
                 return actual_volume_free(av);
         return av;
 }
@@ -38,11 +66,7 @@ ActualVolume *actual_volume_new_empty(const VolumeKind *kind, VolumeLifecycle li
 static void publish_free(ActualPublish *p) {
         if (!p)
                 return;
-        free(p->pod_uid);
-        free(p->pod_key);
-        free(p->spec_name);
-        free(p->target);
-        free(p);
+        free(p); /* its strings with it */
 }
 
 ActualVolume *actual_volume_free(ActualVolume *av) {
@@ -61,11 +85,8 @@ ActualVolume *actual_volume_free(ActualVolume *av) {
         free(av->last_error);
         free(av->last_error_pod);
         free(av->selinux_context);
-        free(av->unique_name);
-        free(av->driver);
-        free(av->handle);
         free(av->spec_name);
-        free(av);
+        free(av); /* unique_name, driver and handle with it */
         return NULL;
 }
 
@@ -191,16 +212,17 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
                 actual_publish_set_state(av, p, state);
                 return 0;
         }
-        p = calloc(1, sizeof *p);
+        const char *const src[] = { pod->uid, pod->key, spec_name, target };
+        const char *copy[ELEMENTSOF(src)];
+        p = alloc_with_strings(sizeof *p, ELEMENTSOF(src), src, copy);
         if (!p)
                 return -ENOMEM;
+        p->pod_uid = copy[0];
+        p->pod_key = copy[1];
+        p->spec_name = copy[2];
+        p->target = copy[3];
         p->state = state;
-        p->pod_uid = strdup(pod->uid);
-        p->pod_key = strdup(pod->key);
-        p->spec_name = strdup(spec_name);
-        p->target = strdup(target);
-        if (!p->pod_uid || !p->pod_key || !p->spec_name || !p->target ||
-            hashmap_put(av->publishes, pod->uid, p, NULL) < 0) {
+        if (hashmap_put(av->publishes, p->pod_uid, p, NULL) < 0) {
                 publish_free(p);
                 return -ENOMEM;
         }

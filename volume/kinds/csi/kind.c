@@ -23,7 +23,7 @@ static int write_vol_data(Operation *op, const char *dir) {
         int r;
 
         if (op->kind == OP_STAGE && !op->av->block)
-                d = (VolData){ .volume_handle = op->av->handle, .driver_name = op->av->driver };
+                d = (VolData){ .volume_handle = (char *) op->av->handle, .driver_name = (char *) op->av->driver };
         else {
                 r = csi_attachment_name(op->av->handle, op->av->driver, op->m->node_name, attachment);
                 if (r < 0)
@@ -32,8 +32,8 @@ static int write_vol_data(Operation *op, const char *dir) {
                 const CsiSource *src = op->spec ? op->spec->source : NULL;
                 d = (VolData){
                         .spec_vol_id = src && src->spec_vol_id ? src->spec_vol_id : op->spec_name,
-                        .volume_handle = op->av->handle,
-                        .driver_name = op->av->driver,
+                        .volume_handle = (char *) op->av->handle,
+                        .driver_name = (char *) op->av->driver,
                         .node_name = op->m->node_name,
                         .attachment_id = attachment,
                         .volume_lifecycle_mode = op->av->lifecycle == VOLUME_EPHEMERAL ? (char *) "Ephemeral"

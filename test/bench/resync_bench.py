@@ -112,7 +112,42 @@ def main():
                 row.append(st.get(end))
             lines.append(f"| {label} | " + " | ".join("–" if v is None else f"{v:.2f}" for v in row) + " |")
         res["traces"] = node.traces
+        lines += shares_of_the_slowest(node.traces)
     write_report(args.report, lines, res)
+
+
+def shares_of_the_slowest(traces):
+    """The overhead split into whose time it is, each over every pod: the
+    doubles' (the fake API server's write of the ADDED event, the mock
+    driver from its socket to its handler: both Python), the disk's (the
+    record's flush), and kvolumed's own work (from the event reaching it to
+    the request sent, without that flush).  The slowest pod of a run is most
+    often a double's or the disk's stall; kvolumed's column says whether a
+    pass of kvolumed grew with the node."""
+    def part(t, a, b):
+        return (t[b] - t[a]) * 1000.0 if t.get(a) is not None and t.get(b) is not None else None
+
+    series = {"the fake API server writes the ADDED event": [], "the mock driver's answer path": [],
+              "the record's flush (disk)": [], "kvolumed's own work": []}
+    for t in traces:
+        api, drv = part(t, "created", "api-wrote"), part(t, "call-pretransfer", "driver")
+        flush, own = part(t, "prepared", "synced"), part(t, "received", "call-pretransfer")
+        if None in (api, drv, flush, own):
+            continue
+        series["the fake API server writes the ADDED event"].append(api)
+        series["the mock driver's answer path"].append(drv)
+        series["the record's flush (disk)"].append(flush)
+        series["kvolumed's own work"].append(own - flush)
+    lines = ["", "Whose time it is, over every pod (ms; kvolumed's own work: from the event reaching it to the "
+             "request sent, without the record's flush):", "",
+             "| part | median | p99 | max | max/median |", "|---|---:|---:|---:|---:|"]
+    for name, v in series.items():
+        if not v:
+            continue
+        med = statistics.median(v)
+        lines.append(f"| {name} | {med:.2f} | {percentile(v, 99):.2f} | {max(v):.2f} | "
+                     f"{max(v) / med if med > 0 else float('nan'):.2f} |")
+    return lines
 
 
 if __name__ == "__main__":

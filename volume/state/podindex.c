@@ -13,7 +13,7 @@
 #include "volume/internal.h"
 
 struct PodIndex {
-        Hashmap *pods; /* pod UID → Hashmap: unique name → non-NULL */
+        Hashmap *pods; /* pod UID → Hashmap: the volume's unique_name → non-NULL */
         bool broken;
 };
 
@@ -57,18 +57,20 @@ static void drop(PodIndex *x, const char *unique_name, const char *pod_uid) {
                 hashmap_free(hashmap_remove(x->pods, pod_uid));
 }
 
-static void add(PodIndex *x, const char *unique_name, const char *pod_uid) {
+static void add(PodIndex *x, const ActualVolume *av, const char *pod_uid) {
         Hashmap *vols = hashmap_get(x->pods, pod_uid);
 
         if (!vols) {
-                vols = hashmap_new();
+                /* Keyed by the volume's own unique name: a volume leaves the
+                 * index (pod_index_remove_volume) before it is freed. */
+                vols = hashmap_new_borrowing();
                 if (!vols || hashmap_put(x->pods, pod_uid, vols, NULL) < 0) {
                         hashmap_free(vols);
                         x->broken = true;
                         return;
                 }
         }
-        if (hashmap_put(vols, unique_name, &present, NULL) < 0)
+        if (hashmap_put(vols, av->unique_name, &present, NULL) < 0)
                 x->broken = true;
 }
 
@@ -76,7 +78,7 @@ void pod_index_sync(PodIndex *x, const ActualVolume *av, const char *pod_uid) {
         if (!x || !pod_uid)
                 return;
         if (has_pod(av, pod_uid))
-                add(x, av->unique_name, pod_uid);
+                add(x, av, pod_uid);
         else
                 drop(x, av->unique_name, pod_uid);
 }
@@ -85,9 +87,9 @@ void pod_index_add_volume(PodIndex *x, const ActualVolume *av) {
         const char *uid;
 
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, &uid, NULL);)
-                add(x, av->unique_name, uid);
+                add(x, av, uid);
         for (size_t i = 0; hashmap_iterate(av->pod_ops, &i, &uid, NULL);)
-                add(x, av->unique_name, uid);
+                add(x, av, uid);
 }
 
 void pod_index_remove_volume(PodIndex *x, const ActualVolume *av) {

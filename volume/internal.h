@@ -97,6 +97,9 @@ typedef struct VolumeCounts {
          * failing ones are (the rest belong to pods gone or publishes torn down). */
         Hashmap *with_backoffs;
         bool broken; /* out of memory once: counts_get() walks the node instead */
+        /* Pod volumes judged so far (describe_pod_volume()): the tests see
+         * what a scrape judged through the trace (podstate.c). */
+        uint64_t judged;
 } VolumeCounts;
 
 typedef struct PodIndex PodIndex;
@@ -228,6 +231,12 @@ struct Operation {
         bool previous_boot;     /* a teardown of what a previous boot set up: nothing of it is mounted */
 };
 
+/* A failed volume of a pod: its index in the pod's desired volumes, and why. */
+typedef struct PodFailure {
+        size_t volume;
+        PodVolumeFailure failure;
+} PodFailure;
+
 /* A pod as the manager tracks it. */
 typedef struct PodEntry {
         char *uid;
@@ -243,6 +252,13 @@ typedef struct PodEntry {
         uint64_t wanted_since;  /* CLOCK_MONOTONIC: when its volumes were first wanted (counts.c) */
         unsigned counted_desired, counted_waiting; /* what desired adds to VolumeCounts (counts.c) */
         unsigned counted_states[_POD_VOLUME_STATE_MAX]; /* its volumes in VolumeCounts.by_state */
+        /* The metrics' part of the same judgement (counts.c), read by a
+         * scrape without judging each pod volume again: its failed volumes
+         * (NULL when none), and whether one is not published, the node's to
+         * fix ([0]) or a tenant's ([1]). */
+        PodFailure *counted_failures;
+        size_t n_counted_failures;
+        bool counted_unready[2];
         ResyncLink resync;      /* in the rolling resync's order (manager.c) */
 } PodEntry;
 
@@ -726,6 +742,17 @@ bool counts_get(VolumeManager *m, VolumeManagerStats *ret);
 /* The tests' check (KVOLUMED_TEST_VERIFY_INCREMENTAL): the counts against a
  * walk of the node, a difference logged as "Incremental pass missed". */
 void counts_verify(VolumeManager *m);
+/* Every stale pod and volume judged again, so that each PodEntry's counted
+ * fields are current.  False: the counts are broken, only a walk can tell. */
+bool counts_settle(VolumeManager *m);
+/* One pod's failed volumes and unready classes, judged now (what counts.c
+ * keeps in the PodEntry's counted fields); *ret_failures is malloc'd, NULL
+ * when none. */
+int pod_volumes_judge(VolumeManager *m, const PodEntry *e, unsigned by_state[static _POD_VOLUME_STATE_MAX],
+                      PodFailure **ret_failures, size_t *ret_n_failures, bool ret_unready[static 2]);
+/* counts_verify()'s part for the metrics (podstate.c): failed{reason,driver}
+ * and the oldest unready from the kept judgement against a walk. */
+void podstate_verify_metrics(VolumeManager *m);
 
 /* ---- podindex.c: the volumes each pod has on the node -------------------- */
 

@@ -398,6 +398,7 @@ static PodEntry *pod_entry_free(PodEntry *e) {
         hashmap_free(e->reported);
         hashmap_free(e->final);
         hashmap_free(e->report_kinds);
+        free(e->counted_failures);
         free(e->uid);
         free(e->namespace);
         free(e->name);

@@ -408,7 +408,20 @@ class Node:
         requests = [request_kind(r) for r in self.api.requests()]
         return {"cpu_percent": 100.0 * (cpu1 - cpu0) / (t1 - t0), "wakeups_per_second": (vol1 - vol0) / (t1 - t0),
                 "rss_mib": status_kib(pid, "VmRSS") / 1024.0, "api_requests": len(requests),
-                "api_request_kinds": sorted(set(requests)), "memory": memory(pid)}
+                "api_request_kinds": sorted(set(requests)), "memory": memory(pid),
+                "scrape_ms": self.scrape_ms()}
+
+    def scrape_ms(self, n=5):
+        """A /metrics scrape's answer time, median of n after the idle
+        window (after the measures above: a scrape is a wake-up): kvolumed
+        builds it on its loop, so that a new pod waits for it."""
+        times = []
+        for _ in range(n):
+            t0 = time.monotonic()
+            with urllib.request.urlopen(f"http://{self.listen}/metrics", timeout=30) as r:
+                r.read()
+            times.append((time.monotonic() - t0) * 1000.0)
+        return statistics.median(times)
 
     def close(self):
         self.stop_agent()
@@ -710,6 +723,14 @@ def main():
                          f"{fmt(d['idle']['wakeups_per_second'], 1)} | {d['idle']['api_requests']} | "
                          f"{fmt(d['idle']['rss_mib'], 1)} | {fmt(d['idle']['memory']['pss_kib'] / 1024, 1)} | "
                          f"{fmt(d['idle']['memory']['anon_kib'] / 1024, 1)} |")
+    lines += ["", "A /metrics scrape, answered (ms; median of 5 after the idle window, the median of the repeats' "
+              "for each level): kvolumed builds it on its loop, a new pod meanwhile waits.", ""]
+    for level in levels:
+        for s in sources:
+            scrapes = [i["scrape_ms"] for i in (res["levels"][level][s].get("idle"),
+                                                res["levels"][level][s].get("idle_after")) if i and "scrape_ms" in i]
+            if scrapes:
+                lines.append(f"- {level} volumes, {s}: {fmt(statistics.median(scrapes))} ms")
     if not args.build_dirs and len(sources) == 2:
         lines += ["", "Kernel path against the mountinfo fallback (median overhead):", ""]
         for level in levels:

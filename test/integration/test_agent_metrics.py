@@ -135,3 +135,52 @@ def test_healthz_says_not_synced_until_the_pods_are_listed(volume_env):
     assert status == 503 and "not synced" in body, (status, body)
     env.api.clear_faults()
     wait_until(lambda: get(address, "/healthz")[::2] == (200, "ok"), timeout=30, what="/healthz ok after sync")
+
+
+def scrape_judged(trace_path):
+    """{step: [pod volumes judged]} of each scrape's part, in order, from
+    the trace kvolumed writes (KVOLUMED_TEST_TRACE_FILE)."""
+    out = {"scrape-judged-failed": [], "scrape-judged-oldest": []}
+    try:
+        lines = open(trace_path).read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in out:
+            out[parts[1]].append(int(parts[2]))
+    return out
+
+
+def test_a_scrape_judges_no_pod_volume_again(volume_env, tmp_path):
+    """kvolumed_volumes_failed{reason,driver} and the oldest unready come
+    from the judgement the counts keep (counts.c), brought up to date for
+    what changed: beside 10,000 volumes, judging every pod volume again at
+    each scrape held the loop ~150 ms, and a new pod with it (issue 31).
+    Several scrapes of a quiet node: at least one judges no pod volume
+    (a pass between two may mark one stale, never all)."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    trace = str(tmp_path / "trace")
+    env.agent = env.start_agent(metrics_config(env, "127.0.0.1:0"), env={"KVOLUMED_TEST_TRACE_FILE": trace})
+    env.agent.wait_for_log("Serving /metrics")
+    address = SERVING.search(env.agent.output()).group(1)
+    pods = [env.pod(f"web-{i}", [{"name": "scratch", "csi": {"driver": DRIVER}}]) for i in range(4)]
+    # And one failed for good: its claim is not bound (reason claim-not-bound).
+    env.pod("claimless", [{"name": "data", "persistentVolumeClaim": {"claimName": "missing"}}])
+    for p in pods:
+        env.wait_mounted(env.target(p, "scratch"))
+
+    def settled():
+        s = samples(get(address, "/metrics")[2])
+        return (s.get('kvolumed_volumes{state="published"}') == 4
+                and s.get('kvolumed_volumes_failed{driver_name="",reason="claim-not-bound"}') == 1
+                and s.get('kvolumed_volumes_oldest_unready_seconds{owner="tenant"}', 0) > 0) and s
+    wait_until(settled, timeout=30, what="4 published, 1 failed in the metrics")
+    before = {k: len(v) for k, v in scrape_judged(trace).items()}
+    for _ in range(5):
+        assert get(address, "/metrics")[0] == 200
+    judged = {k: v[before[k]:] for k, v in scrape_judged(trace).items()}
+    assert all(len(v) == 5 for v in judged.values()), judged
+    assert min(judged["scrape-judged-failed"]) == 0, judged
+    assert min(judged["scrape-judged-oldest"]) == 0, judged

@@ -118,11 +118,10 @@ void counts_pod_forgotten(VolumeManager *m, PodEntry *e) {
 static void judge_pod(VolumeManager *m, PodEntry *e) {
         unsigned now[_POD_VOLUME_STATE_MAX] = {};
 
-        for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
-                PodVolumeStatus st;
-                describe_pod_volume(m, e, &e->desired->volumes[v], &st);
-                now[st.state]++;
-        }
+        /* The metrics' part with it (podstate.c reads it at a scrape). */
+        free(e->counted_failures);
+        if (pod_volumes_judge(m, e, now, &e->counted_failures, &e->n_counted_failures, e->counted_unready) < 0)
+                m->counts.broken = true;
         for (size_t s = 0; s < _POD_VOLUME_STATE_MAX; s++) {
                 m->counts.by_state[s] += now[s] - e->counted_states[s]; /* unsigned: wraps to the difference */
                 e->counted_states[s] = now[s];
@@ -195,6 +194,13 @@ static bool counts_broken(VolumeManager *m) {
         return m->counts.broken || m->wanters_broken || pod_index_broken(m->pod_index);
 }
 
+bool counts_settle(VolumeManager *m) {
+        if (counts_broken(m))
+                return false;
+        settle(m);
+        return !counts_broken(m);
+}
+
 bool counts_get(VolumeManager *m, VolumeManagerStats *ret) {
         if (counts_broken(m))
                 return false;
@@ -228,4 +234,5 @@ void counts_verify(VolumeManager *m) {
                         log_error("Incremental pass missed: the count of %s pod volumes is %u, a walk of the "
                                   "node finds %u",
                                   pod_volume_state_to_string(i), kept.by_state[i], walked.by_state[i]);
+        podstate_verify_metrics(m);
 }

@@ -306,12 +306,14 @@ static void collect_volume_usage(const VolumeStatsSample *x, void *userdata) {
                 (void) metrics_scrape_add(s, METRICS_VOLUME_STATS_HEALTH_ABNORMAL, labels, x->abnormal ? 1 : 0);
 }
 
-static void collect_volume_count(const char *driver, unsigned desired, unsigned actual, void *userdata) {
+static void collect_volume_count(const char *plugin_name, const char *driver, unsigned desired, unsigned actual,
+                                 void *userdata) {
         MetricsScrape *s = userdata;
         _cleanup_free_ char *plugin = NULL;
 
-        /* kubelet's plugin name for a CSI volume, and only the counts it has. */
-        if (asprintf(&plugin, "kubernetes.io/csi:%s", driver) < 0)
+        /* kubelet's full plugin name (GetFullQualifiedPluginNameForVolume):
+         * a CSI volume's with its driver, and only the counts it has. */
+        if ((driver ? asprintf(&plugin, "%s:%s", plugin_name, driver) : asprintf(&plugin, "%s", plugin_name)) < 0)
                 return;
         if (actual > 0)
                 (void) metrics_scrape_add(s, METRICS_VOLUME_MANAGER_TOTAL_VOLUMES,

@@ -152,7 +152,9 @@ void *hashmap_get(const Hashmap *h, const char *key) {
         bool found;
         ssize_t i;
 
-        if (!h)
+        /* No key is NULL: a volume of a kind without a driver looked up
+         * among drivers is simply absent (it crashed a stats round). */
+        if (!h || !key)
                 return NULL;
         i = find_slot(h, key, hash_string(key), &found);
         return found ? h->entries[i].value : NULL;
@@ -163,7 +165,7 @@ void *hashmap_remove(Hashmap *h, const char *key) {
         ssize_t i;
         void *value;
 
-        if (!h)
+        if (!h || !key)
                 return NULL;
         i = find_slot(h, key, hash_string(key), &found);
         if (!found)

@@ -30,6 +30,7 @@ int hashmap_put(Hashmap *h, const char *key, void *value, void **ret_old);
 /* hashmap_put() into *h, made on the first put: a map that is most often
  * empty costs nothing until then (every reader takes a NULL map as empty). */
 int hashmap_ensure_put(Hashmap **h, const char *key, void *value, void **ret_old);
+/* A NULL key is never in a map: get and remove answer NULL. */
 void *hashmap_get(const Hashmap *h, const char *key);
 /* Removes the entry and returns its value (NULL when absent). */
 void *hashmap_remove(Hashmap *h, const char *key);

@@ -207,7 +207,11 @@ const char *volume_manager_waiting_for(VolumeManager *m);
 /* For volume_manager_total_volumes{plugin_name,state}, as kubelet counts:
  * per driver, the pod volumes wanted that resolved to a volume (desired) and
  * the publishes confirmed (actual).  Once per driver with a count. */
-typedef void (*volume_count_t)(const char *driver, unsigned desired, unsigned actual, void *userdata);
+/* kubelet's volume_manager_total_volumes, by plugin: plugin_name is the
+ * kind's (kubernetes.io/csi, kubernetes.io/empty-dir, ...), driver a CSI
+ * volume's driver and NULL for the other kinds. */
+typedef void (*volume_count_t)(const char *plugin_name, const char *driver, unsigned desired, unsigned actual,
+                               void *userdata);
 void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *userdata);
 
 /* For kvolumed_api_watch_restarts_total{resource}: the watches of the pods,

@@ -184,3 +184,30 @@ def test_a_scrape_judges_no_pod_volume_again(volume_env, tmp_path):
     assert all(len(v) == 5 for v in judged.values()), judged
     assert min(judged["scrape-judged-failed"]) == 0, judged
     assert min(judged["scrape-judged-oldest"]) == 0, judged
+
+
+def test_volume_manager_totals_count_every_kind_by_its_plugin(volume_env):
+    """volume_manager_total_volumes{plugin_name,state} as kubelet's: each
+    kind under its plugin's name (kubernetes.io/empty-dir, ...), a CSI
+    volume under kubernetes.io/csi:<driver>.  A node with a CSI volume and
+    two emptyDirs beside it is scraped (the count compared driver names,
+    and a kind without a driver has none)."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    address = start_with_metrics(env)
+    pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}},
+                          {"name": "cache", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}])
+    env.wait_mounted(env.target(pod, "scratch"))
+
+    def counted():
+        status, _, body = get(address, "/metrics")
+        assert status == 200, body
+        s = samples(body)
+        want = {f'volume_manager_total_volumes{{plugin_name="kubernetes.io/csi:{DRIVER}",state="{st}"}}': 1
+                for st in ("desired_state_of_world", "actual_state_of_world")}
+        want.update({f'volume_manager_total_volumes{{plugin_name="kubernetes.io/empty-dir",state="{st}"}}': 2
+                     for st in ("desired_state_of_world", "actual_state_of_world")})
+        got = {k: v for k, v in s.items() if k.startswith("volume_manager_total_volumes{")}
+        return got == want or None
+    wait_until(counted, timeout=20, what="the totals of both plugins")
+    assert env.agent.proc.poll() is None

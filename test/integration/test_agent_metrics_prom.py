@@ -331,3 +331,39 @@ def test_stats_interval_applies_on_reload(fake_api, mock_csi_factory, start_agen
     wait_until(lambda: stats_of(scrape(address), "data") == statvfs_usage(target), timeout=15,
                what="stats after turning them on again")
     assert [c for c in env.calls("NodeGetVolumeStats") if c["time"] > off_at]
+
+
+def test_stats_rounds_beside_kinds_without_a_driver(fake_api, mock_csi_factory, start_agent, tmp_path):
+    """A stats round finds its drivers and their volumes among every volume
+    of the node, and the kinds without a driver are there too: a local PV
+    (persistent, driver NULL, hashed as a driver's name) and emptyDirs
+    (compared by strcmp with NULL).  kvolumed crashed an interval after
+    its start on any node with one of them and a driver that has
+    GET_VOLUME_STATS.  Two rounds, the claim's stats current, kvolumed up."""
+    from integration.test_volume_local import local_pv
+    env = make_env(fake_api, mock_csi_factory, start_agent, tmp_path, ["STAGE_UNSTAGE_VOLUME", "GET_VOLUME_STATS"])
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent"])
+    persistent_volume(env, "pv-data", "vol-data", "data")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    local_pv(env, "pv-local", disk, claim="local")
+    env.pvc("local", "pv-local")
+    address = start(env, csi="stats-interval = 1s\n")
+    caches = [{"name": f"cache-{i}", "emptyDir": {}} for i in range(4)]
+    web = env.pod("web", [claim_volume("data", "data"), claim_volume("local", "local")] + caches)
+    target = env.target(web, "pv-data")
+    env.wait_mounted(target)
+    pod_dir = f"{env.root}/pods/{web['metadata']['uid']}/volumes"
+    wait_until(lambda: os.path.ismount(f"{pod_dir}/kubernetes.io~local-volume/pv-local") or
+               any(line.split()[4] == f"{pod_dir}/kubernetes.io~local-volume/pv-local"
+                   for line in open("/proc/self/mountinfo")), timeout=15, what="the local PV")
+    wait_until(lambda: all(os.path.isdir(f"{pod_dir}/kubernetes.io~empty-dir/cache-{i}") for i in range(4)),
+               timeout=15, what="the emptyDirs")
+    rounds = len(env.calls("NodeGetVolumeStats"))
+    wait_until(lambda: len(env.calls("NodeGetVolumeStats")) >= rounds + 2 or env.agent.proc.poll() is not None,
+               timeout=30, what="two stats rounds")
+    assert env.agent.proc.poll() is None, env.agent.output()[-3000:]
+    assert stats_of(scrape(address), "data") == statvfs_usage(target)
+    # The local PV's bind is kvolumed's to undo, not the mock driver's.
+    env.api.remove("pods", "default", "web")
+    env.wait_gone(f"{env.root}/pods/{web['metadata']['uid']}", timeout=30)

@@ -169,6 +169,8 @@ static void test_borrowing_keeps_the_values_keys(void **state) {
         assert_true(hashmap_iterate(h, &it, &key, NULL));
         assert_ptr_equal(key, second);
 
+        assert_null(hashmap_get(h, NULL)); /* a NULL key is absent, not a crash */
+        assert_null(hashmap_remove(h, NULL));
         assert_ptr_equal(hashmap_remove(h, second), second);
         assert_int_equal(hashmap_size(h), 0);
         free(second);

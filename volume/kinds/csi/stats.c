@@ -342,15 +342,17 @@ static void round_plan(StatsDriver *d) {
         size_t n = 0;
 
         d->generation++;
+        /* Every kind's volumes are in m->volumes; those without a driver
+         * (emptyDir, configMap, ...) have NULL there. */
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
-                if (streq(av->driver, d->name))
+                if (streq_ptr(av->driver, d->name))
                         n += hashmap_size(av->publishes);
         }
         d->queue = n > 0 ? calloc(n, sizeof *d->queue) : NULL;
         for (size_t i = 0; d->queue && hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
-                if (!streq(av->driver, d->name) || av->lifecycle != VOLUME_PERSISTENT)
+                if (!streq_ptr(av->driver, d->name) || av->lifecycle != VOLUME_PERSISTENT)
                         continue;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
                         ActualPublish *pub = pv;
@@ -495,7 +497,8 @@ static int on_discover(sd_event_source *source, uint64_t usec, void *userdata) {
                 return 0;
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 ActualVolume *av = value;
-                if (av->lifecycle == VOLUME_PERSISTENT && hashmap_size(av->publishes) > 0 &&
+                /* A CSI driver's: a local PV is persistent too, without one. */
+                if (av->driver && av->lifecycle == VOLUME_PERSISTENT && hashmap_size(av->publishes) > 0 &&
                     !hashmap_get(s->drivers, av->driver))
                         (void) stats_driver_new(s, av->driver);
         }
@@ -506,7 +509,7 @@ static int on_discover(sd_event_source *source, uint64_t usec, void *userdata) {
                 if (d->round_running || hashmap_size(d->entries) > 0)
                         continue;
                 for (size_t j = 0; !used && hashmap_iterate(m->volumes, &j, NULL, &v);)
-                        used = streq(((ActualVolume *) v)->driver, d->name);
+                        used = streq_ptr(((ActualVolume *) v)->driver, d->name);
                 if (!used)
                         stats_driver_free(hashmap_remove(s->drivers, d->name));
         }
@@ -655,27 +658,32 @@ void volume_stats_foreach(VolumeStats *s, volume_stats_sample_t cb, void *userda
 
 /* ---- counts -------------------------------------------------------------------- */
 
-typedef struct DriverCount {
+/* A plugin's counts: a kind, and for CSI its driver (NULL for the others). */
+typedef struct PluginCount {
+        const VolumeKind *kind;
         const char *driver;
         unsigned desired, actual;
-} DriverCount;
+} PluginCount;
 
-static DriverCount *count_of(DriverCount **counts, size_t *n, const char *driver) {
-        DriverCount *array;
+static PluginCount *count_of(PluginCount **counts, size_t *n, const VolumeKind *kind, const char *driver) {
+        PluginCount *array;
 
+        /* A kind without a driver (emptyDir, configMap, ...) has NULL there:
+         * compared as such, not by strcmp (a scrape beside an emptyDir and a
+         * CSI volume crashed kvolumed). */
         for (size_t i = 0; i < *n; i++)
-                if (streq((*counts)[i].driver, driver))
+                if ((*counts)[i].kind == kind && streq_ptr((*counts)[i].driver, driver))
                         return &(*counts)[i];
         array = reallocarray(*counts, *n + 1, sizeof *array);
         if (!array)
                 return NULL;
         *counts = array;
-        array[*n] = (DriverCount){ .driver = driver };
+        array[*n] = (PluginCount){ .kind = kind, .driver = driver };
         return &array[(*n)++];
 }
 
 void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *userdata) {
-        _cleanup_free_ DriverCount *counts = NULL;
+        _cleanup_free_ PluginCount *counts = NULL;
         size_t n = 0;
         void *value, *pv;
 
@@ -685,7 +693,7 @@ void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *use
                 const PodEntry *e = value;
                 for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
                         const VolumeSpec *spec = e->desired->volumes[v].spec;
-                        DriverCount *c = spec ? count_of(&counts, &n, spec->driver) : NULL;
+                        PluginCount *c = spec ? count_of(&counts, &n, spec->kind, spec->driver) : NULL;
                         if (c)
                                 c->desired++;
                 }
@@ -693,16 +701,16 @@ void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *use
         for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
                 const ActualVolume *av = value;
                 for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
-                        DriverCount *c;
+                        PluginCount *c;
                         if (((const ActualPublish *) pv)->state != PUBLISH_DONE)
                                 continue;
-                        c = count_of(&counts, &n, av->driver);
+                        c = count_of(&counts, &n, av->kind, av->driver);
                         if (c)
                                 c->actual++;
                 }
         }
         for (size_t i = 0; i < n; i++)
-                cb(counts[i].driver, counts[i].desired, counts[i].actual, userdata);
+                cb(counts[i].kind->plugin_name, counts[i].driver, counts[i].desired, counts[i].actual, userdata);
 }
 
 void volume_manager_count_watch_restarts(VolumeManager *m, volume_watch_count_t cb, void *userdata) {

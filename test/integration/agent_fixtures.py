@@ -487,3 +487,13 @@ def staged_volume_env(request, fake_api, mock_csi_factory, start_agent, tmp_path
     env = VolumeEnv(fake_api, driver, start_agent, tmp_path)
     yield env
     _tear_down_after_failure(request, env)
+
+
+def trace_lines(path):
+    """(seconds, step, key) of each line kvolumed's test trace wrote
+    (KVOLUMED_TEST_TRACE_FILE, systemd/trace.h), none while it has none."""
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return []
+    return [(int(p[0]) / 1e6, p[1], p[2]) for p in (line.split() for line in lines) if len(p) == 3]

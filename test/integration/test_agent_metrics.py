@@ -7,7 +7,7 @@ import socket
 import urllib.error
 import urllib.request
 
-from integration.agent_fixtures import DRIVER, wait_until, write_config
+from integration.agent_fixtures import DRIVER, trace_lines, wait_until, write_config
 
 SERVING = re.compile(r"Serving /metrics, /healthz, /volumes on (\S+)")
 
@@ -141,14 +141,9 @@ def scrape_judged(trace_path):
     """{step: [pod volumes judged]} of each scrape's part, in order, from
     the trace kvolumed writes (KVOLUMED_TEST_TRACE_FILE)."""
     out = {"scrape-judged-failed": [], "scrape-judged-oldest": []}
-    try:
-        lines = open(trace_path).read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 3 and parts[1] in out:
-            out[parts[1]].append(int(parts[2]))
+    for _, step, key in trace_lines(trace_path):
+        if step in out:
+            out[step].append(int(key))
     return out
 
 

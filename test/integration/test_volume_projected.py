@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from integration.agent_fixtures import wait_until
+from integration.agent_fixtures import trace_lines, wait_until
 from integration.pod_volume_fixtures import fs_type, kill_agent, mounts_under, read, records_of_previous_boot, remove_pods, snapshot, vol_dir
 from integration.test_agent_localapi import UnixConnection  # noqa: F401  (the socket client)
 
@@ -159,15 +159,7 @@ def token_trace(path):
     """{pod uid: [(issued, due)]} from the trace lines kvolumed writes when
     it draws a token's renewal time (KVOLUMED_TEST_TRACE_FILE)."""
     issued, out = {}, {}
-    try:
-        lines = open(path).read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 3:
-            continue
-        when, step, uid = int(parts[0]) / 1e6, parts[1], parts[2]
+    for when, step, uid in trace_lines(path):
         if step == "token-issued":
             issued[uid] = when
         elif step == "token-refresh-due":

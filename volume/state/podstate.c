@@ -353,7 +353,13 @@ void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, 
         for (size_t i = 0; seen && hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
                 const PodEntry *e = value;
                 for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
-                        const char *driver = describe_driver_label(m, e->desired->volumes[v].spec);
+                        const VolumeSpec *spec = e->desired->volumes[v].spec;
+                        /* Its label is its driver, "other" or "": nothing new
+                         * once that driver was named (no label to work out
+                         * for each of 10,000 volumes of one driver). */
+                        if (!spec || hashmap_get(seen, spec->driver))
+                                continue;
+                        const char *driver = describe_driver_label(m, spec);
                         if (isempty(driver) || streq(driver, "other") || hashmap_get(seen, driver))
                                 continue;
                         if (hashmap_put(seen, driver, seen, NULL) < 0)

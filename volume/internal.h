@@ -100,7 +100,16 @@ typedef struct VolumeCounts {
         /* Pod volumes judged so far (describe_pod_volume()): the tests see
          * what a scrape judged through the trace (podstate.c). */
         uint64_t judged;
+        /* The pod volumes and publishes by plugin (plugins.c): key → PluginTally. */
+        Hashmap *plugins;
 } VolumeCounts;
+
+typedef struct PluginTally PluginTally;
+/* What a pod added to a plugin's tally (plugins.c), to take back. */
+typedef struct PodPluginCount {
+        PluginTally *tally;
+        unsigned n, n_persistent;
+} PodPluginCount;
 
 typedef struct PodIndex PodIndex;
 typedef struct MountWatch MountWatch;
@@ -259,6 +268,9 @@ typedef struct PodEntry {
         PodFailure *counted_failures;
         size_t n_counted_failures;
         bool counted_unready[2];
+        /* Its desired volumes in the plugins' tallies (plugins.c). */
+        PodPluginCount *counted_plugins;
+        size_t n_counted_plugins;
         ResyncLink resync;      /* in the rolling resync's order (manager.c) */
 } PodEntry;
 
@@ -753,6 +765,25 @@ int pod_volumes_judge(VolumeManager *m, const PodEntry *e, unsigned by_state[sta
 /* counts_verify()'s part for the metrics (podstate.c): failed{reason,driver}
  * and the oldest unready from the kept judgement against a walk. */
 void podstate_verify_metrics(VolumeManager *m);
+
+/* ---- plugins.c: the pod volumes and publishes by plugin ------------------- */
+
+int plugin_counts_init(VolumeCounts *c);
+void plugin_counts_done(VolumeCounts *c);
+/* Paired as counts_pod_noted()/counts_pod_forgotten(), which call them. */
+void plugin_counts_pod_noted(VolumeCounts *c, PodEntry *e);
+void plugin_counts_pod_forgotten(VolumeCounts *c, PodEntry *e);
+/* A publish of av enters (+1) or leaves (-1) the counts: counted while done. */
+void plugin_counts_publish(VolumeCounts *c, const ActualVolume *av, const ActualPublish *p, int sign);
+/* driver: a CSI volume's, NULL for the other kinds. */
+typedef void (*plugin_tally_t)(const VolumeKind *kind, const char *driver, unsigned desired,
+                               unsigned desired_persistent, unsigned actual, void *userdata);
+void plugin_counts_foreach(const VolumeCounts *c, plugin_tally_t cb, void *userdata);
+/* What the tallies replace, for the broken counts and the tests' check. */
+void volume_manager_count_volumes_walk(VolumeManager *m, volume_count_t cb, void *userdata);
+void volume_manager_foreach_wanted_driver_walk(VolumeManager *m, volume_driver_t cb, void *userdata);
+/* counts_verify()'s part for them: the tallies against the walks. */
+void plugin_counts_verify(VolumeManager *m);
 
 /* ---- podindex.c: the volumes each pod has on the node -------------------- */
 

@@ -399,6 +399,7 @@ static PodEntry *pod_entry_free(PodEntry *e) {
         hashmap_free(e->final);
         hashmap_free(e->report_kinds);
         free(e->counted_failures);
+        free(e->counted_plugins); /* the tallies are the counts' */
         free(e->uid);
         free(e->namespace);
         free(e->name);

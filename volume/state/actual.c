@@ -98,9 +98,10 @@ static void count(unsigned *counter, bool counted, int sign) {
                 *counter += (unsigned) sign; /* -1: wraps to a decrement */
 }
 
-static void count_publish(VolumeCounts *c, const ActualPublish *p, int sign) {
+static void count_publish(VolumeCounts *c, const ActualVolume *av, const ActualPublish *p, int sign) {
         if (!c || !p)
                 return;
+        plugin_counts_publish(c, av, p, sign);
         count(&c->published, p->state == PUBLISH_DONE, sign);
         count(&c->uncertain, p->state == PUBLISH_UNCERTAIN, sign);
         count(&c->mounts_pending, p->mount_pending, sign);
@@ -142,7 +143,7 @@ void actual_volume_count_in(ActualVolume *av, VolumeCounts *counts) {
         stale(av); /* its pods may now find it: judged again, and its publishes */
         count_volume_own(av, +1);
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
-                count_publish(counts, value, +1);
+                count_publish(counts, av, value, +1);
         note_backoffs(av);
 }
 
@@ -153,7 +154,7 @@ void actual_volume_count_out(ActualVolume *av) {
                 return;
         count_volume_own(av, -1);
         for (size_t i = 0; hashmap_iterate(av->publishes, &i, NULL, &value);)
-                count_publish(av->counts, value, -1);
+                count_publish(av->counts, av, value, -1);
         (void) hashmap_remove(av->counts->with_backoffs, av->unique_name);
         /* Its publishes leave the states now (it may be freed before the
          * next read); the pods that wanted it are judged again then. */
@@ -174,9 +175,9 @@ void actual_volume_count_out(ActualVolume *av) {
         } while (0)
 #define RECOUNT_PUBLISH(av, p, change)                                                                     \
         do {                                                                                               \
-                count_publish((av)->counts, p, -1);                                                        \
+                count_publish((av)->counts, av, p, -1);                                                        \
                 change;                                                                                    \
-                count_publish((av)->counts, p, +1);                                                        \
+                count_publish((av)->counts, av, p, +1);                                                        \
                 stale(av);                                                                                 \
         } while (0)
 
@@ -226,7 +227,7 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
                 publish_free(p);
                 return -ENOMEM;
         }
-        count_publish(av->counts, p, +1);
+        count_publish(av->counts, av, p, +1);
         stale(av);
         pod_index_sync(av->pod_index, av, pod->uid);
         return 0;
@@ -235,7 +236,7 @@ int actual_publish_set(ActualVolume *av, const PodInfo *pod, const char *spec_na
 void actual_publish_remove(ActualVolume *av, const char *pod_uid) {
         ActualPublish *p = hashmap_remove(av->publishes, pod_uid);
 
-        count_publish(av->counts, p, -1);
+        count_publish(av->counts, av, p, -1);
         stale(av);
         publish_free(p);
         pod_index_sync(av->pod_index, av, pod_uid);

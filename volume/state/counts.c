@@ -28,7 +28,9 @@ int counts_init(VolumeCounts *c) {
                              .stale_pods = hashmap_new(),
                              .stale_volumes = hashmap_new(),
                              .inline_wanters = hashmap_new() };
-        return c->with_backoffs && c->stale_pods && c->stale_volumes && c->inline_wanters ? 0 : -ENOMEM;
+        if (!c->with_backoffs || !c->stale_pods || !c->stale_volumes || !c->inline_wanters)
+                return -ENOMEM;
+        return plugin_counts_init(c);
 }
 
 void counts_done(VolumeCounts *c) {
@@ -36,6 +38,7 @@ void counts_done(VolumeCounts *c) {
         c->stale_pods = hashmap_free(c->stale_pods);
         c->stale_volumes = hashmap_free(c->stale_volumes);
         c->inline_wanters = hashmap_free(c->inline_wanters);
+        plugin_counts_done(c);
 }
 
 static void mark(VolumeCounts *c, Hashmap *stale, const char *key) {
@@ -96,6 +99,7 @@ void counts_pod_noted(VolumeManager *m, PodEntry *e) {
         m->counts.desired += e->counted_desired;
         m->counts.waiting += e->counted_waiting;
         inline_wanters(m, e, true);
+        plugin_counts_pod_noted(&m->counts, e);
         counts_pod_stale(&m->counts, e->uid);
         pod_volumes_stale(m, e);
 }
@@ -111,6 +115,7 @@ void counts_pod_forgotten(VolumeManager *m, PodEntry *e) {
                 e->counted_states[s] = 0;
         }
         inline_wanters(m, e, false);
+        plugin_counts_pod_forgotten(&m->counts, e);
         counts_pod_stale(&m->counts, e->uid);
         pod_volumes_stale(m, e);
 }
@@ -235,4 +240,5 @@ void counts_verify(VolumeManager *m) {
                                   "node finds %u",
                                   pod_volume_state_to_string(i), kept.by_state[i], walked.by_state[i]);
         podstate_verify_metrics(m);
+        plugin_counts_verify(m);
 }

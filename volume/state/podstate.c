@@ -346,7 +346,33 @@ void podstate_verify_metrics(VolumeManager *m) {
                                   k ? "tenant" : "node", oldest_kept[k], oldest_walked[k]);
 }
 
+typedef struct WantedRelay {
+        VolumeManager *m;
+        volume_driver_t cb;
+        void *userdata;
+} WantedRelay;
+
+/* describe_driver_label()'s rule for a driver's tally: its name if one of its
+ * volumes is persistent or it is known (registered, a CSIDriver object). */
+static void relay_wanted(const VolumeKind *kind, const char *driver, unsigned desired, unsigned desired_persistent,
+                         unsigned actual, void *userdata) {
+        WantedRelay *r = userdata;
+
+        if (isempty(driver) || desired == 0)
+                return;
+        if (desired_persistent > 0 || csi_client_has_driver(r->m->csi, driver) ||
+            k8s_informer_get(r->m->csidrivers, NULL, driver))
+                r->cb(driver, r->userdata);
+}
+
 void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, void *userdata) {
+        if (counts_settle(m))
+                plugin_counts_foreach(&m->counts, relay_wanted, &(WantedRelay){ m, cb, userdata });
+        else
+                volume_manager_foreach_wanted_driver_walk(m, cb, userdata);
+}
+
+void volume_manager_foreach_wanted_driver_walk(VolumeManager *m, volume_driver_t cb, void *userdata) {
         _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new();
         void *value;
 

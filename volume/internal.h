@@ -668,8 +668,12 @@ void describe_pod_volume(VolumeManager *m, const PodEntry *e, const DesiredVolum
 bool describe_publish_tearing_down(VolumeManager *m, const ActualVolume *av, const ActualPublish *pub);
 /* kvolumed_volumes{state}: every pod volume in exactly one state. */
 void describe_count_states(VolumeManager *m, unsigned by_state[static _POD_VOLUME_STATE_MAX]);
-/* kvolumed_volumes_failed's driver label for a spec (see volume_manager_count_failed). */
+/* kvolumed_volumes_failed's driver label for a spec (see volume_manager_count_failed):
+ * its driver when describe_driver_named(), "other" when not, "" for none. */
 const char *describe_driver_label(VolumeManager *m, const VolumeSpec *s);
+/* Whether a driver may be a label: persistent (a PV's), registered here, or
+ * a CSIDriver object's. */
+bool describe_driver_named(VolumeManager *m, const char *driver, bool persistent);
 /* describe.c: whether an operation of the volume failed and is to be
  * retried (a pod gone since its publish failed does not count). */
 bool describe_volume_failing(VolumeManager *m, const ActualVolume *av);
@@ -775,13 +779,6 @@ void plugin_counts_pod_noted(VolumeCounts *c, PodEntry *e);
 void plugin_counts_pod_forgotten(VolumeCounts *c, PodEntry *e);
 /* A publish of av enters (+1) or leaves (-1) the counts: counted while done. */
 void plugin_counts_publish(VolumeCounts *c, const ActualVolume *av, const ActualPublish *p, int sign);
-/* driver: a CSI volume's, NULL for the other kinds. */
-typedef void (*plugin_tally_t)(const VolumeKind *kind, const char *driver, unsigned desired,
-                               unsigned desired_persistent, unsigned actual, void *userdata);
-void plugin_counts_foreach(const VolumeCounts *c, plugin_tally_t cb, void *userdata);
-/* What the tallies replace, for the broken counts and the tests' check. */
-void volume_manager_count_volumes_walk(VolumeManager *m, volume_count_t cb, void *userdata);
-void volume_manager_foreach_wanted_driver_walk(VolumeManager *m, volume_driver_t cb, void *userdata);
 /* counts_verify()'s part for them: the tallies against the walks. */
 void plugin_counts_verify(VolumeManager *m);
 

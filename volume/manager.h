@@ -202,14 +202,14 @@ bool volume_manager_synced(VolumeManager *m);
  * first CSIDriver list", "node NAME"; NULL when synced. */
 const char *volume_manager_waiting_for(VolumeManager *m);
 
-/* ---- volume stats and counts for the metrics (stats.c) ------------------------ */
+/* ---- volume stats (stats.c) and counts (state/) for the metrics ---------------- */
 
 /* For volume_manager_total_volumes{plugin_name,state}, as kubelet counts:
- * per driver, the pod volumes wanted that resolved to a volume (desired) and
- * the publishes confirmed (actual).  Once per driver with a count. */
-/* kubelet's volume_manager_total_volumes, by plugin: plugin_name is the
- * kind's (kubernetes.io/csi, kubernetes.io/empty-dir, ...), driver a CSI
- * volume's driver and NULL for the other kinds. */
+ * per plugin, the pod volumes wanted that resolved to a volume (desired)
+ * and the publishes confirmed (actual), once per plugin with a count.
+ * plugin_name is the kind's (kubernetes.io/csi, kubernetes.io/empty-dir,
+ * ...), driver a CSI volume's driver and NULL for the other kinds
+ * (state/plugins.c). */
 typedef void (*volume_count_t)(const char *plugin_name, const char *driver, unsigned desired, unsigned actual,
                                void *userdata);
 void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *userdata);

@@ -164,14 +164,10 @@ static int root_dir_new(const char *path, int fd, RootDir **ret) {
         r = calloc(1, sizeof *r);
         if (!r)
                 return -ENOMEM;
+        r->fd = -1; /* fd is the caller's until this succeeds */
         r->path = strdup(path);
-        if (!r->path) {
-                free(r);
-                return -ENOMEM;
-        }
-        if (sync_pool_new(&r->sync_pool) < 0) {
-                free(r->path);
-                free(r);
+        if (!r->path || sync_pool_new(&r->sync_pool) < 0) {
+                root_dir_free(r);
                 return -ENOMEM;
         }
         r->fd = fd;

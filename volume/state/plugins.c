@@ -8,9 +8,11 @@
  * when it forgets it (the PodEntry remembers what it added); a publish counts
  * while it is done and its volume is in the manager (actual.c).  A tally no
  * pod volume and no publish counts any more is freed: inline volumes may
- * name any driver.  The tests' check compares it all with the walks. */
+ * name any driver.  The walks stay here, for counts broken by a lack of
+ * memory and for the tests' check, which compares the two after each pass. */
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "volume/internal.h"
@@ -136,12 +138,106 @@ void plugin_counts_publish(VolumeCounts *c, const ActualVolume *av, const Actual
         tally_release(c, t);
 }
 
-void plugin_counts_foreach(const VolumeCounts *c, plugin_tally_t cb, void *userdata) {
+/* ---- the readers: the tallies, or the walks when the counts are broken ---- */
+
+/* A plugin's counts in a walk: a kind, and for CSI its driver. */
+typedef struct PluginCount {
+        const VolumeKind *kind;
+        const char *driver;
+        unsigned desired, actual;
+} PluginCount;
+
+static PluginCount *count_of(PluginCount **counts, size_t *n, const VolumeKind *kind, const char *driver) {
+        PluginCount *array;
+
+        /* A kind without a driver (emptyDir, configMap, ...) has NULL there:
+         * compared as such, not by strcmp (a scrape beside an emptyDir and a
+         * CSI volume crashed kvolumed). */
+        for (size_t i = 0; i < *n; i++)
+                if ((*counts)[i].kind == kind && streq_ptr((*counts)[i].driver, driver))
+                        return &(*counts)[i];
+        array = reallocarray(*counts, *n + 1, sizeof *array);
+        if (!array)
+                return NULL;
+        *counts = array;
+        array[*n] = (PluginCount){ .kind = kind, .driver = driver };
+        return &array[(*n)++];
+}
+
+static void count_volumes_walk(VolumeManager *m, volume_count_t cb, void *userdata) {
+        _cleanup_free_ PluginCount *counts = NULL;
+        size_t n = 0;
+        void *value, *pv;
+
+        /* kubelet's desired state of the world holds the pod volumes that
+         * resolved to a volume; its actual state the ones mounted. */
+        for (size_t i = 0; hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        const VolumeSpec *spec = e->desired->volumes[v].spec;
+                        PluginCount *c = spec ? count_of(&counts, &n, spec->kind, spec->driver) : NULL;
+                        if (c)
+                                c->desired++;
+                }
+        }
+        for (size_t i = 0; hashmap_iterate(m->volumes, &i, NULL, &value);) {
+                const ActualVolume *av = value;
+                for (size_t j = 0; hashmap_iterate(av->publishes, &j, NULL, &pv);) {
+                        PluginCount *c;
+                        if (((const ActualPublish *) pv)->state != PUBLISH_DONE)
+                                continue;
+                        c = count_of(&counts, &n, av->kind, av->driver);
+                        if (c)
+                                c->actual++;
+                }
+        }
+        for (size_t i = 0; i < n; i++)
+                cb(counts[i].kind->plugin_name, counts[i].driver, counts[i].desired, counts[i].actual, userdata);
+}
+
+static void wanted_drivers_walk(VolumeManager *m, volume_driver_t cb, void *userdata) {
+        _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new();
         void *value;
 
-        for (size_t i = 0; hashmap_iterate(c->plugins, &i, NULL, &value);) {
+        for (size_t i = 0; seen && hashmap_iterate(m->pod_entries, &i, NULL, &value);) {
+                const PodEntry *e = value;
+                for (size_t v = 0; e->desired && v < e->desired->n_volumes; v++) {
+                        const char *driver = describe_driver_label(m, e->desired->volumes[v].spec);
+                        if (isempty(driver) || streq(driver, "other") || hashmap_get(seen, driver))
+                                continue;
+                        if (hashmap_put(seen, driver, seen, NULL) < 0)
+                                return;
+                        cb(driver, userdata);
+                }
+        }
+}
+
+void volume_manager_count_volumes(VolumeManager *m, volume_count_t cb, void *userdata) {
+        void *value;
+
+        if (!counts_settle(m)) {
+                count_volumes_walk(m, cb, userdata);
+                return;
+        }
+        for (size_t i = 0; hashmap_iterate(m->counts.plugins, &i, NULL, &value);) {
                 const PluginTally *t = value;
-                cb(t->kind, t->driver, t->desired, t->desired_persistent, t->actual, userdata);
+                cb(t->kind->plugin_name, t->driver, t->desired, t->actual, userdata);
+        }
+}
+
+void volume_manager_foreach_wanted_driver(VolumeManager *m, volume_driver_t cb, void *userdata) {
+        void *value;
+
+        if (!counts_settle(m)) {
+                wanted_drivers_walk(m, cb, userdata);
+                return;
+        }
+        /* A tally per driver: each named once, by describe_driver_label()'s rule. */
+        for (size_t i = 0; hashmap_iterate(m->counts.plugins, &i, NULL, &value);) {
+                const PluginTally *t = value;
+                if (!isempty(t->driver) && t->desired > 0 &&
+                    describe_driver_named(m, t->driver, t->desired_persistent > 0))
+                        cb(t->driver, userdata);
         }
 }
 
@@ -208,10 +304,10 @@ void plugin_counts_verify(VolumeManager *m) {
         Lines kept = {}, walked = {}, kept_drivers = {}, walked_drivers = {};
 
         volume_manager_count_volumes(m, count_line, &kept);
-        volume_manager_count_volumes_walk(m, count_line, &walked);
+        count_volumes_walk(m, count_line, &walked);
         compare("the volumes by plugin", &kept, &walked);
         volume_manager_foreach_wanted_driver(m, driver_line, &kept_drivers);
-        volume_manager_foreach_wanted_driver_walk(m, driver_line, &walked_drivers);
+        wanted_drivers_walk(m, driver_line, &walked_drivers);
         compare("the drivers pods want", &kept_drivers, &walked_drivers);
         lines_done(&kept);
         lines_done(&walked);

@@ -218,8 +218,10 @@ def test_fs_group_applied_per_policy(volume_env):
     pod = env.pod("web", [{"name": "scratch", "csi": {"driver": DRIVER}}], security_context={"fsGroup": 4242})
     target = env.target(pod, "scratch")
     env.wait_mounted(target)
-    st = wait_until(lambda: (s := os.stat(target)).st_gid == 4242 and s, what="group 4242")
-    assert st.st_mode & stat.S_ISGID
+    # The walk changes the group, then the mode, of each entry: a look between
+    # the two sees the group alone.  Wait for the whole of the entry's change.
+    st = wait_until(lambda: (s := os.stat(target)).st_gid == 4242 and s.st_mode & stat.S_ISGID and s,
+                    what="group 4242 with its setgid bit")
     assert st.st_mode & 0o070 == 0o070
     assert "volume_mount_group" not in env.wait_calls("NodePublishVolume")[-1]["request"]["volume_capability"]["mount"]
 

@@ -882,6 +882,10 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = boot_id_read(m->boot_id);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the boot ID: %m");
+        /* The records a power loss took, written back before they are read. */
+        r = root_dir_replay_intents(m->root);
+        if (r < 0 && r != -ENOMEM)
+                return r;
         /* Before any pass: nothing found on disk may be forgotten. */
         r = reconstruct_actual_state(m);
         if (r < 0)

@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import time
 
@@ -619,6 +620,7 @@ def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume
             os.rename(path, os.path.join(env.root, rel))
         old.append(os.path.join(env.root, rel))
     assert f"{blk}/data/kvolumed-{uid}.json" in old and os.path.join(fs_dirs[0], "kvolumed.json") in old
+    os.unlink(f"{env.root}/kvolumed/intent-log")  # nor had it an intent log
     for top, dirs, files in os.walk(f"{env.root}/kvolumed", topdown=False):
         os.rmdir(top)
     before = len(env.calls())
@@ -873,7 +875,9 @@ def test_crash_matrix(volume_env, case):
 # also cut in half, as a power loss would leave it were its name durable
 # before its bytes (what the rounds' order prevents): a record that cannot
 # be read says nothing, the volume is uncertain, and the node converges
-# all the same.
+# all the same.  The rule of a pass whose records the intent log cannot
+# take (KVOLUMED_TEST_NO_INTENT_LOG=1 makes every pass so); with the log,
+# these rounds come after the call (see the power loss tests below).
 
 BETWEEN_ROUNDS = [(flow, deleted, torn) for flow in ("inline", "persistent") for deleted in (False, True)
                   for torn in (False, True)]
@@ -890,7 +894,7 @@ def test_crash_between_the_rounds_of_a_sync(volume_env, tmp_path, flow, deleted,
         env.pv("pv-c", "vol-c", claim="c")
         env.pvc("c", "pv-c")
     hold = str(tmp_path / "hold")
-    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold})
+    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold, "KVOLUMED_TEST_NO_INTENT_LOG": "1"})
     with open(hold, "w"):
         pass
     pod = env.pod("web", [claim_volume("data", "c") if persistent else inline_volume("scratch")])
@@ -931,16 +935,18 @@ def sync_threads(pid):
     return tids
 
 
-def test_the_same_threads_make_every_sync_durable(volume_env, tmp_path):
+@pytest.mark.parametrize("rule", ["intent-log", "files"])
+def test_the_same_threads_make_every_sync_durable(volume_env, tmp_path, rule):
     """The threads of a sync are kept from one sync to the next, rather than
     started and joined for each (issue 31: that cost more than the fsyncs on
     a fast disk); each new pod's sync is held between its rounds, where its
     threads are all there, and they are the same threads each time; a stop
-    joins them (kvolumed exits 0, in time)."""
+    joins them (kvolumed exits 0, in time).  With the intent log, the rounds
+    are the later thread's, after the call."""
     env = volume_env
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
     hold = str(tmp_path / "hold")
-    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold})
+    env.start(env={"KVOLUMED_TEST_SYNC_HOLD": hold, "KVOLUMED_TEST_NO_INTENT_LOG": "1" if rule == "files" else "0"})
     seen = []
     for i in range(3):
         with open(hold, "w"):
@@ -952,8 +958,9 @@ def test_the_same_threads_make_every_sync_durable(volume_env, tmp_path):
         os.unlink(hold)
         wait_until(lambda: not os.path.exists(hold + ".held"), timeout=30, what="the sync released")
         env.wait_mounted(env.target(pod, "scratch"), timeout=30)
-    # One thread for the sync, seven beside it for its rounds.
-    assert len(seen[0]) == 8, seen
+    # One thread for the sync (and one for the records after their calls,
+    # with the log), seven beside it for its rounds.
+    assert len(seen[0]) == (8 if rule == "files" else 9), seen
     assert seen[1] == seen[0] and seen[2] == seen[0], seen
     env.agent.signal(signal.SIGTERM)
     assert env.agent.wait(timeout=30) == 0, env.agent.output()[-3000:]
@@ -1047,8 +1054,54 @@ def held_call_records(env, flow, method):
     return pod, volume_dir, f"kvolumed/{volume_dir}/kvolumed.json", dirs, operation
 
 
-POWER_LOSS = [("inline", "NodePublishVolume"), ("persistent", "NodeStageVolume"),
-              ("persistent", "NodePublishVolume")]
+POWER_LOSS = [(flow, method, rule) for flow, method in (("inline", "NodePublishVolume"),
+                                                       ("persistent", "NodeStageVolume"),
+                                                       ("persistent", "NodePublishVolume"))
+              for rule in ("intent-log", "files")]
+POWER_LOSS_IDS = [f"{f}-{m}-{r}" for f, m, r in POWER_LOSS]
+
+# With the intent log, a pass's records are durable before their call by one
+# fdatasync() of the log, and by themselves after the call: the tests hold
+# that later sync (KVOLUMED_TEST_LATER_HOLD), so that only the log holds
+# them when the power goes.  "files": the rule of a pass the log cannot take
+# (KVOLUMED_TEST_NO_INTENT_LOG=1 makes every pass so), each record and each
+# changed directory fsync'ed before the call.
+INTENT_LOG = "kvolumed/intent-log"
+
+
+def rule_env(rule, hold):
+    if rule == "files":
+        return {"KVOLUMED_TEST_NO_INTENT_LOG": "1"}
+    with open(hold, "w"):
+        pass
+    return {"KVOLUMED_TEST_LATER_HOLD": hold}
+
+
+def intent_log_records(data):
+    """{relpath: bytes} of the newest slot of each path whose checksum holds,
+    as kvolumed's replay reads the log (volume/host/intentlog.c): 4 KiB slots,
+    "KVINTENT", sha256 of what follows it, version, mode, seq, the lengths,
+    then the path and the record."""
+    newest = {}
+    for at in range(0, len(data), 4096):
+        slot = data[at:at + 4096]
+        if slot[:8] != b"KVINTENT":
+            continue
+        version, _mode, seq, path_len, data_len = struct.unpack_from("<IIQII", slot, 40)
+        end = 64 + path_len + data_len
+        if version != 1 or path_len == 0 or end > 4096 or hashlib.sha256(slot[40:end]).digest() != slot[8:40]:
+            continue
+        path = slot[64:64 + path_len].decode()
+        if path not in newest or newest[path][0] < seq:
+            newest[path] = (seq, slot[64 + path_len:end])
+    return {path: body for path, (_, body) in newest.items()}
+
+
+def log_on_disk(copy, tmp_path):
+    dest = str(tmp_path / "intent-log.dump")
+    run("debugfs", "-R", f"dump /{INTENT_LOG} {dest}", copy)
+    with open(dest, "rb") as f:
+        return intent_log_records(f.read())
 
 
 def test_no_stage_while_our_patch_dropping_it_from_volumes_in_use_is_on_its_way(volume_env):
@@ -1134,29 +1187,77 @@ def test_in_use_check_sees_violations_and_not_an_unstage_between_its_looks(volum
     assert_all_gone(env)
 
 
-@pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])
-def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_root, tmp_path, flow, method):
+@pytest.mark.parametrize("flow,method,rule", POWER_LOSS, ids=POWER_LOSS_IDS)
+def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_root, tmp_path, flow, method, rule):
     env = volume_env
-    env.start()
+    hold = str(tmp_path / "later-hold")
+    env.start(env=rule_env(rule, hold))
     pod, volume_dir, record, dirs, operation = held_call_records(env, flow, method)
     env.driver.control.wait_hung(method, timeout=30)
     copy = power_loss_copy(disk_root, str(tmp_path / "after-power-loss.img"))
+    live = {path: open(f"{env.root}/{path}", "rb").read() for path in (record, volume_dir + "/vol_data.json")}
+    if rule == "intent-log":
+        assert os.path.exists(hold + ".held"), "the records' own sync not held back"
+        os.unlink(hold)
     env.driver.control.release(method)
 
-    text = on_disk(copy, record)
-    assert text, f"{record} is not on disk when {method} arrives\n" + env.agent.output()[-3000:]
+    if rule == "intent-log":
+        # What replay writes back: each record as it was when the call left.
+        logged = log_on_disk(copy, tmp_path)
+        for path, text in live.items():
+            assert logged.get(path) == text, (f"{path} is not in the intent log on disk when {method} arrives: "
+                                              f"{sorted(logged)}\n" + env.agent.output()[-3000:])
+        text, vol_data = logged[record].decode(), logged[volume_dir + "/vol_data.json"].decode()
+    else:
+        text = on_disk(copy, record)
+        assert text, f"{record} is not on disk when {method} arrives\n" + env.agent.output()[-3000:]
+        vol_data = on_disk(copy, volume_dir + "/vol_data.json")
+        assert vol_data, f"{volume_dir}/vol_data.json is not on disk when {method} arrives"
+        for d in dirs:
+            assert dir_on_disk(copy, d), f"{d} is not on disk when {method} arrives"
     intent = json.loads(text)
     assert intent["operation"] == operation and intent["done"] is False, intent
-    vol_data = on_disk(copy, volume_dir + "/vol_data.json")
-    assert vol_data, f"{volume_dir}/vol_data.json is not on disk when {method} arrives"
     assert json.loads(vol_data)["volumeHandle"], vol_data
-    for d in dirs:
-        assert dir_on_disk(copy, d), f"{d} is not on disk when {method} arrives"
 
     wait_until(lambda: os.path.ismount(env.target(pod, "pv-c" if flow == "persistent" else "scratch")),
                timeout=30, what="published")
     env.api.remove("pods", "default", "web")
     assert_all_gone(env)
+
+
+@pytest.mark.parametrize("flow", ["inline", "persistent"])
+def test_records_the_disk_lost_are_written_back_from_the_intent_log(volume_env, tmp_path, flow):
+    """The records a power loss took while only the log held them (their
+    own sync held back, then kvolumed killed, then the files removed as the
+    disk would have lost them): the next start writes them back before
+    reconstruction, so that the volume the call made is known and torn down
+    where it was made once its pod is gone."""
+    env = volume_env
+    persistent = flow == "persistent"
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    if persistent:
+        env.pv("pv-c", "vol-c", claim="c")
+        env.pvc("c", "pv-c")
+    hold = str(tmp_path / "later-hold")
+    env.start(env=rule_env("intent-log", hold))
+    pod = env.pod("web", [claim_volume("data", "c") if persistent else inline_volume("scratch")])
+    target = env.target(pod, "pv-c" if persistent else "scratch")
+    env.wait_mounted(target, timeout=30)
+    wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the records' own sync held")
+    kill_agent(env)
+    os.unlink(hold)
+    lost = records_under(env.root)
+    assert lost
+    for path in lost:
+        os.unlink(path)
+    env.api.remove("pods", "default", "web")
+    env.start()
+    ok = env.wait_calls("NodeUnpublishVolume", code="OK", timeout=30)
+    assert ok and ok[-1]["request"]["target_path"] == target
+    if persistent:
+        assert env.wait_calls("NodeUnstageVolume", code="OK", timeout=30)
+    assert_all_gone(env)
+    assert f"Wrote back {len(lost)} records from the intent log" in env.agent.output(), env.agent.output()[-3000:]
 
 
 def strace_lines(prefix):
@@ -1168,12 +1269,13 @@ def strace_lines(prefix):
     return lines
 
 
-@pytest.mark.parametrize("flow,method", POWER_LOSS, ids=[f"{f}-{m}" for f, m in POWER_LOSS])
+@pytest.mark.parametrize("flow,method,rule", POWER_LOSS, ids=POWER_LOSS_IDS)
 def test_each_record_and_changed_directory_synced_never_the_file_system(volume_env, disk_root, tmp_path,
-                                                                         flow, method):
+                                                                         flow, method, rule):
     env = volume_env
     trace = str(tmp_path / "strace.out")
-    env.start()
+    hold = str(tmp_path / "later-hold")
+    env.start(env=rule_env(rule, hold))
     # Attached to kvolumed, not kvolumed started under it: strace detaches
     # when stopped, and kvolumed stays the fixture's to stop.  -f: every
     # thread, the sync threads made later too; -y: each descriptor's path;
@@ -1185,16 +1287,33 @@ def test_each_record_and_changed_directory_synced_never_the_file_system(volume_e
             with open(f"/proc/{env.agent.proc.pid}/status") as f:
                 return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
         wait_until(traced, timeout=30, what="strace attached")
+        created = time.time()
         pod, volume_dir, record, dirs, _ = held_call_records(env, flow, method)
         env.driver.control.wait_hung(method, timeout=30)
         lines = strace_lines(trace)
+        if rule == "intent-log":
+            os.unlink(hold)
         env.driver.control.release(method)
+        if rule == "intent-log":
+            # After the call, the records and directories by themselves.
+            env.wait_mounted(env.target(pod, "pv-c" if flow == "persistent" else "scratch"), timeout=30)
+            wait_until(lambda: any(f"<{env.root}/{record}>" in line for line in strace_lines(trace)), timeout=30,
+                       what=f"{record} made durable after its call")
     finally:
         tracer.terminate()
         tracer.wait(timeout=60)
 
     whole = [line for line in lines if re.match(r"[\d.]+ +(sync|syncfs)\(", line)]
     assert not whole, f"waited for every writer of root-dir's file system: {whole}"
+    if rule == "intent-log":
+        # Before the call: one fdatasync() of the log, none of the records.
+        log_syncs = [line for line in lines
+                     if re.match(rf"([\d.]+) +fdatasync\(\d+<{re.escape(env.root)}/{INTENT_LOG}>\) += 0", line)
+                     and float(line.split()[0]) > created]
+        assert log_syncs, "the intent log not synced before the call\n" + "\n".join(lines[-40:])
+        early = [line for line in lines if f"<{env.root}/{record}>" in line]
+        assert not early, f"the call waited for {record}'s own sync: {early}"
+        return
 
     def syncs(relpath):
         """(start, end) of each successful fsync/fdatasync of relpath, in seconds."""

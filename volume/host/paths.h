@@ -21,9 +21,12 @@
 /* kvolumed's own tree under root-dir, where its records are kept: never in
  * a volume dir, whose removal by kubelet's teardown (removeMountDir, the
  * orphaned pod cleanup) fails on any file it did not write, so that a node
- * can be handed back to kubelet at any time.  Records and volume dirs are
- * made durable file by file, directory by directory (rootsync.c). */
+ * can be handed back to kubelet at any time.  Records are durable through
+ * the intent log before the calls, then by themselves with the volume dirs,
+ * file by file, directory by directory (rootsync.c). */
 #define RECORDS_DIR "kvolumed"
+/* The records' redo log (volume/host/intentlog.h), in kvolumed's own tree. */
+#define INTENT_LOG_FILE RECORDS_DIR "/intent-log"
 
 /* "csi-" + 64 hex digits + NUL */
 #define CSI_HASH_NAME_MAX 69

@@ -10,6 +10,8 @@
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/testhook.h"
+#include "volume/host/intentlog.h"
+#include "volume/host/paths.h"
 #include "volume/host/rootdir.h"
 
 /* Past this many paths noted between two syncs, one syncfs() is cheaper
@@ -215,6 +217,8 @@ RootDir *root_dir_free(RootDir *r) {
                 close(r->fd);
         hashmap_free(r->changed);
         sync_pool_free(r->sync_pool);
+        intent_log_free(r->intents);
+        free(r->logged);
         free(r->path);
         free(r);
         return NULL;
@@ -277,6 +281,33 @@ int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd) 
         return created ? 1 : 0;
 }
 
+/* A record's copy in the intent log, its slot kept for the take; where the
+ * log cannot take it, the take's files are made durable by themselves. */
+static void note_logged(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode) {
+        int slot;
+
+        if (!r->intents || r->unlogged)
+                goto unlogged;
+        if (r->n_logged == r->logged_allocated) {
+                size_t want = MAX(r->logged_allocated * 2, (size_t) 16);
+                uint32_t *p = reallocarray(r->logged, want, sizeof *p);
+                if (!p)
+                        goto unlogged;
+                r->logged = p;
+                r->logged_allocated = want;
+        }
+        slot = intent_log_put(r->intents, relpath, data, size, mode);
+        if (slot < 0) {
+                log_debug_errno(slot, "Record %s/%s not put in the intent log, made durable by itself: %m", r->path,
+                                relpath);
+                goto unlogged;
+        }
+        r->logged[r->n_logged++] = (uint32_t) slot;
+        return;
+unlogged:
+        r->unlogged = true;
+}
+
 int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
                         bool durable) {
         _cleanup_close_ int dirfd = -1, fd = -1;
@@ -314,6 +345,7 @@ int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_
         if (!durable) {
                 note_changed_n(r, relpath, strlen(relpath), ROOT_CHANGED_FILE);
                 note_parent(r, relpath);
+                note_logged(r, relpath, data, size, mode);
         } else if (fsync(dirfd) < 0)
                 return -errno;
         return 0;
@@ -452,10 +484,15 @@ void root_dir_take_changes(RootDir *r, RootChanges *ret) {
         _cleanup_(hashmap_freep) Hashmap *h = TAKE_PTR(r->changed);
         RootChanges c = { .all = r->changed_all, .whole_fs = r->sync_whole_fs };
         size_t n = hashmap_size(h);
+        uint32_t *slots = TAKE_PTR(r->logged);
+        size_t n_slots = r->n_logged;
+        bool unlogged = r->unlogged;
         const char *key;
         void *v;
 
         r->changed_all = false;
+        r->n_logged = r->logged_allocated = 0;
+        r->unlogged = false;
         if (n > 0 && !c.all) {
                 c.files = calloc(n, sizeof *c.files);
                 c.dirs = calloc(n, sizeof *c.dirs);
@@ -477,6 +514,9 @@ void root_dir_take_changes(RootDir *r, RootChanges *ret) {
                 root_changes_done(&c);
                 c = (RootChanges){ .all = true, .whole_fs = r->sync_whole_fs };
         }
+        c.slots = slots;
+        c.n_slots = n_slots;
+        c.unlogged = unlogged;
         *ret = c;
 }
 
@@ -487,6 +527,7 @@ void root_changes_done(RootChanges *c) {
                 free(c->dirs[i]);
         free(c->files);
         free(c->dirs);
+        free(c->slots);
         *c = (RootChanges){};
 }
 
@@ -578,13 +619,13 @@ static int sync_phase(SyncPool *pool, int root_fd, char **paths, size_t n, bool 
         return ph.result;
 }
 
-#if KVOLUMED_TEST_HOOKS
-/* TEST ONLY (KVOLUMED_TEST_SYNC_HOLD=PATH): while PATH exists, a sync of
- * files and directories stops once the files are durable and before the
- * directories are, saying so in PATH.held, so that the crash matrix can kill
- * kvolumed there. */
-static void test_hold_between_rounds(void) {
-        const char *hold = test_hook_getenv("SYNC_HOLD");
+/* TEST ONLY (KVOLUMED_TEST_<hook>=PATH): while PATH exists, the thread stops
+ * here, saying so in PATH.held.  SYNC_HOLD: a sync of files and directories,
+ * once the files are durable and before the directories are, so that the
+ * crash matrix can kill kvolumed there; LATER_HOLD: the records' own sync
+ * after their calls (rootsync.c), so that a power loss can be taken while
+ * only the intent log holds them. */
+void root_test_hold_at(const char *hold) {
         char held[PATH_MAX];
 
         if (!hold || access(hold, F_OK) < 0 || snprintf(held, sizeof held, "%s.held", hold) >= (int) sizeof held)
@@ -594,10 +635,6 @@ static void test_hold_between_rounds(void) {
                 (void) usleep(5000);
         (void) unlink(held);
 }
-#else
-static void test_hold_between_rounds(void) {
-}
-#endif
 
 int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **ret_failed) {
         int r, rr;
@@ -609,7 +646,7 @@ int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **
          * leaves no name of a record without its bytes). */
         r = sync_phase(pool, root_fd, c->files, c->n_files, false, ret_failed);
         if (c->n_files > 0 && c->n_dirs > 0)
-                test_hold_between_rounds();
+                root_test_hold("SYNC_HOLD");
         rr = sync_phase(pool, root_fd, c->dirs, c->n_dirs, true, ret_failed);
         return r < 0 ? r : rr;
 }
@@ -621,8 +658,90 @@ int root_dir_sync(RootDir *r) {
 
         root_dir_take_changes(r, &c);
         rr = root_changes_sync(r->sync_pool, r->fd, &c, &failed);
+        if (rr >= 0 && r->intents && c.n_slots > 0) {
+                intent_log_release(r->intents, c.slots, c.n_slots);
+                (void) intent_log_sync(r->intents);
+        }
         root_changes_done(&c);
         if (rr < 0)
                 return log_warning_errno(rr, "Failed to make %s/%s durable: %m", r->path, strempty(failed));
         return 0;
+}
+
+/* The record as the log has it, written back unless the file holds it. */
+static int write_back(const char *relpath, const void *data, size_t size, mode_t mode, void *userdata) {
+        RootDir *r = userdata;
+        _cleanup_free_ char *have = NULL, *parent = NULL;
+        const char *slash = strrchr(relpath, '/');
+        size_t have_size = 0;
+        int rr;
+
+        if (root_dir_read_file(r, relpath, size + 1, &have, &have_size) >= 0 && have_size == size &&
+            memcmp(have, data, size) == 0)
+                return 0;
+        if (slash) {
+                parent = strndup(relpath, slash - relpath);
+                if (!parent)
+                        return -ENOMEM;
+                rr = root_dir_mkdir_p(r, parent, 0750, NULL);
+                if (rr < 0)
+                        return log_error_errno(rr, "Failed to make %s/%s for the record the intent log holds: %m",
+                                               r->path, parent);
+        }
+        rr = root_dir_write_file(r, relpath, data, size, mode, false);
+        if (rr < 0)
+                return log_error_errno(rr, "Failed to write back %s/%s from the intent log: %m", r->path, relpath);
+        log_notice("Wrote back %s/%s from the intent log: the file did not hold what was last written to it "
+                   "(a power loss)",
+                   r->path, relpath);
+        return 1;
+}
+
+typedef struct WriteBack {
+        RootDir *root;
+        unsigned written;
+} WriteBack;
+
+static int write_back_counted(const char *relpath, const void *data, size_t size, mode_t mode, void *userdata) {
+        WriteBack *w = userdata;
+        int rr = write_back(relpath, data, size, mode, w->root);
+
+        if (rr > 0)
+                w->written++;
+        return rr < 0 ? rr : 0;
+}
+
+int root_dir_replay_intents(RootDir *r) {
+        _cleanup_(intent_log_freep) IntentLog *l = NULL;
+        WriteBack w = { .root = r };
+        int rr;
+
+        if (r->intents)
+                return 0;
+        /* tests and the durability bench: the rule before the log. */
+        if (streq_ptr(test_hook_getenv("NO_INTENT_LOG"), "1"))
+                return 0;
+        rr = root_dir_mkdir_p(r, RECORDS_DIR, 0750, NULL);
+        if (rr >= 0)
+                rr = intent_log_open(r->fd, INTENT_LOG_FILE, &l);
+        if (rr < 0)
+                return log_warning_errno(rr, "Cannot use the intent log %s/%s, making each record durable by "
+                                         "itself: %m", r->path, INTENT_LOG_FILE);
+        if (rr > 0)
+                log_info("Made the intent log %s/%s (%u slots of %u bytes)", r->path, INTENT_LOG_FILE,
+                         INTENT_LOG_SLOTS, INTENT_LOG_SLOT_SIZE);
+        rr = intent_log_replay(l, write_back_counted, &w);
+        if (rr < 0)
+                return log_error_errno(rr, "Failed to replay the intent log %s/%s: %m", r->path, INTENT_LOG_FILE);
+        /* What was written back is durable before the log lets go of it. */
+        rr = root_dir_sync(r);
+        if (rr < 0)
+                return rr;
+        rr = intent_log_clear(l);
+        if (rr < 0)
+                return log_error_errno(rr, "Failed to empty the intent log %s/%s: %m", r->path, INTENT_LOG_FILE);
+        if (w.written > 0)
+                log_notice("Wrote back %u records from the intent log %s/%s", w.written, r->path, INTENT_LOG_FILE);
+        r->intents = TAKE_PTR(l);
+        return (int) w.written;
 }

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "systemd/macro.h"
+#include "systemd/testhook.h"
 #include "volume/host/syncpool.h"
 
 struct Hashmap;
@@ -29,6 +30,14 @@ typedef struct RootDir {
         bool sync_whole_fs;
         /* The threads of root_changes_sync(), for the life of root-dir. */
         SyncPool *sync_pool;
+        /* The records' redo log (intentlog.h), once root_dir_replay_intents()
+         * attached it; NULL: each record durable by itself.  The slots of the
+         * records written since the last take, and whether one could not be
+         * put in the log. */
+        struct IntentLog *intents;
+        uint32_t *logged;
+        size_t n_logged, logged_allocated;
+        bool unlogged;
 } RootDir;
 
 /* Opens root-dir, creating it (0750) when missing. */
@@ -94,6 +103,12 @@ typedef struct RootChanges {
         size_t n_files, n_dirs;
         bool all;               /* too many kept, or out of memory: a syncfs() covers them */
         bool whole_fs;          /* tests: the syncfs() rule (RootDir.sync_whole_fs) */
+        /* The intent log's slots of the records written, freed once the
+         * records are durable by themselves; unlogged: a record is in no slot,
+         * so the files themselves must be durable before the calls. */
+        uint32_t *slots;
+        size_t n_slots;
+        bool unlogged;
 } RootChanges;
 
 /* Notes relpath (below root-dir, "" for root-dir itself) as changed, with
@@ -119,6 +134,26 @@ void root_changes_done(RootChanges *c);
  * receives the first path that failed (freed by the caller). */
 int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **ret_failed);
 
-/* Makes every change so far durable, here: take and sync.  For start-up and
- * for when no thread can be had. */
+/* Makes every change so far durable, here: take and sync, then frees the
+ * slots of the records taken.  For start-up and for when no thread can be
+ * had. */
 int root_dir_sync(RootDir *r);
+
+/* Opens the intent log (INTENT_LOG_FILE, made when missing), writes back
+ * each record it holds that is not on disk as the log has it (a power loss
+ * took it), makes them durable, empties the log and attaches it: from here
+ * on, the records root_dir_write_file() writes are put in it.  Before
+ * reconstruction reads any record.  Returns the number of records written
+ * back.  Without it (or when it fails) every record is made durable by
+ * itself, as before the log. */
+int root_dir_replay_intents(RootDir *r);
+
+/* Tests: see rootdir.c; nothing in a build without test hooks. */
+void root_test_hold_at(const char *hold);
+#define root_test_hold(hook) root_test_hold_at(test_hook_getenv(hook))
+
+/* Whether the records of these changes are durable once the intent log is
+ * synced: every record written is in a slot, and no syncfs() is asked for. */
+static inline bool root_changes_logged(const RootChanges *c) {
+        return c->n_slots > 0 && !c->unlogged && !c->all && !c->whole_fs;
+}

@@ -15,7 +15,16 @@
  * starting one for each sync cost 0.05 ms of a new pod's publish.  Passes that end while a
  * sync runs wait for the next one (which takes what changed up to its
  * start), which covers all of them at once: at most two syncs are ever in
- * the air. */
+ * the air.
+ *
+ * With the intent log (intentlog.h), a pass whose records are all in it
+ * needs one fdatasync() of the log before its calls: the records and the
+ * directories naming them are then made durable by a second thread, one
+ * take at a time in the order taken, which frees their slots after; a long
+ * journal commit there (a busy neighbour) delays no call.  A take with a
+ * record outside the log is made durable here before its calls, as before
+ * the log, and its slots freed by the second thread too, so that slots are
+ * freed in the order they were written. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,6 +36,7 @@
 #include <unistd.h>
 
 #include "systemd/log.h"
+#include "volume/host/intentlog.h"
 #include "volume/internal.h"
 
 typedef struct Batch {
@@ -51,6 +61,14 @@ struct RootSync {
         RootChanges job; /* under lock */
         bool job_ready;  /* under lock */
         bool stop;       /* under lock */
+
+        /* The records' own durability, after their calls (the log held them). */
+        pthread_t later_thread;
+        bool later_started;
+        pthread_cond_t later_wake;
+        RootChanges *later;     /* under lock: a queue, oldest first */
+        size_t n_later, later_allocated;
+        bool later_stop;        /* under lock */
 };
 
 /* What the loop reads of one sync, a datagram. */
@@ -58,6 +76,8 @@ typedef struct SyncResult {
         int error;
         unsigned files, dirs;
         bool all;
+        bool logged;     /* the records' slots were synced, the files come later */
+        bool later;      /* from the later thread: an error to say, no batch */
         uint64_t usec;
         char failed[256]; /* the first path that failed */
 } SyncResult;
@@ -68,12 +88,111 @@ static uint64_t monotonic_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
+static void *later_thread(void *p);
+
+/* Hands c (taken) to the later thread; the thread is started at its first job. */
+static int later_push(RootSync *s, RootChanges *c) {
+        int r = 0;
+
+        pthread_mutex_lock(&s->lock);
+        if (!s->later_started) {
+                r = -pthread_create(&s->later_thread, NULL, later_thread, s);
+                if (r == 0) {
+                        (void) pthread_setname_np(s->later_thread, "kv-sync-later");
+                        s->later_started = true;
+                }
+        }
+        if (r == 0 && s->n_later == s->later_allocated) {
+                size_t want = MAX(s->later_allocated * 2, (size_t) 4);
+                RootChanges *q = reallocarray(s->later, want, sizeof *q);
+                if (q) {
+                        s->later = q;
+                        s->later_allocated = want;
+                } else
+                        r = -ENOMEM;
+        }
+        if (r == 0) {
+                s->later[s->n_later++] = *c;
+                *c = (RootChanges) {};
+                (void) pthread_cond_signal(&s->later_wake);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return r;
+}
+
+/* What the later thread does with one take: the files and directories, then
+ * the slots freed, and the frees made durable (so that no stale slot of a
+ * path outlives a newer one freed: intentlog.h). */
+static void later_job(RootSync *s, RootChanges *c) {
+        _cleanup_free_ char *failed = NULL;
+        IntentLog *log = s->root->intents;
+        SyncResult result = { .later = true, .files = c->n_files, .dirs = c->n_dirs };
+        uint64_t start = monotonic_usec();
+
+        root_test_hold("LATER_HOLD");
+        if (c->n_files > 0 || c->n_dirs > 0 || c->all)
+                result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
+        if (result.error >= 0 && log && c->n_slots > 0) {
+                intent_log_release(log, c->slots, c->n_slots);
+                result.error = intent_log_sync(log);
+        }
+        result.usec = monotonic_usec() - start;
+        if (result.error >= 0)
+                return;
+        /* Its slots stay: the records are written back from the log at the next start. */
+        (void) snprintf(result.failed, sizeof result.failed, "%s", failed ?: INTENT_LOG_FILE);
+        (void) send(s->notify[1], &result, sizeof result, MSG_NOSIGNAL);
+}
+
+/* Blocked on s->later_wake between takes; the queue is emptied before stop. */
+static void *later_thread(void *p) {
+        RootSync *s = p;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                while (s->n_later == 0 && !s->later_stop)
+                        (void) pthread_cond_wait(&s->later_wake, &s->lock);
+                if (s->n_later == 0)
+                        break;
+                RootChanges c = s->later[0];
+                memmove(s->later, s->later + 1, (s->n_later - 1) * sizeof *s->later);
+                s->n_later--;
+                pthread_mutex_unlock(&s->lock);
+
+                later_job(s, &c);
+                root_changes_done(&c);
+
+                pthread_mutex_lock(&s->lock);
+        }
+        pthread_mutex_unlock(&s->lock);
+        return NULL;
+}
+
 static void sync_job(RootSync *s, RootChanges *c) {
         _cleanup_free_ char *failed = NULL;
         uint64_t start = monotonic_usec();
         SyncResult result = { .files = c->n_files, .dirs = c->n_dirs, .all = c->all || c->whole_fs };
+        RootChanges slots_only = {};
 
-        result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
+        if (s->root->intents && root_changes_logged(c)) {
+                /* The records are in the log: its one fdatasync() before the
+                 * calls, their files and directories later. */
+                result.logged = true;
+                result.files = c->n_slots;
+                result.error = intent_log_sync(s->root->intents);
+                if (later_push(s, c) < 0)
+                        result.error = result.error < 0 ? result.error
+                                                        : root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
+        } else {
+                result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
+                /* Freed after every earlier take's: by the later thread too. */
+                if (result.error >= 0 && c->n_slots > 0) {
+                        slots_only = (RootChanges) { .slots = TAKE_PTR(c->slots), .n_slots = c->n_slots };
+                        c->n_slots = 0;
+                        if (later_push(s, &slots_only) < 0)
+                                root_changes_done(&slots_only); /* the slots stay: replayed, harmless */
+                }
+        }
         result.usec = monotonic_usec() - start;
         if (failed)
                 (void) snprintf(result.failed, sizeof result.failed, "%s", failed);
@@ -160,9 +279,17 @@ static int on_synced(sd_event_source *src, int fd, uint32_t revents, void *userd
 
         if (recv(fd, &result, sizeof result, MSG_DONTWAIT) != sizeof result)
                 return 0;
+        if (result.later) {
+                log_warning_errno(result.error, "Failed to make %s/%s durable after its calls, keeping its "
+                                  "records in the intent log: %m", s->root->path, result.failed);
+                return 0;
+        }
         s->running = false;
         if (result.error < 0)
                 log_warning_errno(result.error, "Failed to make %s/%s durable: %m", s->root->path, result.failed);
+        else if (result.logged)
+                log_debug("Made the intent log of %s durable for %u records and %zu operations: %.1f ms",
+                          s->root->path, result.files, s->syncing.n, (double) result.usec / USEC_PER_MSEC);
         else if (result.all)
                 log_debug("Synced the file system of %s for %zu operations: %.1f ms", s->root->path, s->syncing.n,
                           (double) result.usec / USEC_PER_MSEC);
@@ -187,6 +314,7 @@ int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *u
         s->notify[0] = s->notify[1] = -1;
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->wake, NULL);
+        pthread_cond_init(&s->later_wake, NULL);
         if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->notify) < 0) {
                 r = -errno;
                 root_sync_free(s);
@@ -214,6 +342,17 @@ RootSync *root_sync_free(RootSync *s) {
                 pthread_mutex_unlock(&s->lock);
                 (void) pthread_join(s->thread, NULL);
         }
+        if (s->later_started) {
+                /* After every take queued: a clean stop leaves the log empty. */
+                pthread_mutex_lock(&s->lock);
+                s->later_stop = true;
+                (void) pthread_cond_signal(&s->later_wake);
+                pthread_mutex_unlock(&s->lock);
+                (void) pthread_join(s->later_thread, NULL);
+        }
+        for (size_t i = 0; i < s->n_later; i++)
+                root_changes_done(&s->later[i]);
+        free(s->later);
         sd_event_source_disable_unref(s->source);
         /* The operations are the volumes' (freed with them). */
         free(s->syncing.ops);
@@ -223,6 +362,7 @@ RootSync *root_sync_free(RootSync *s) {
         if (s->notify[1] >= 0)
                 close(s->notify[1]);
         pthread_cond_destroy(&s->wake);
+        pthread_cond_destroy(&s->later_wake);
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;

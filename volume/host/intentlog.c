@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "systemd/log.h"
+#include "volume/host/intentlog.h"
+
+/* A slot: the header, then the path (no NUL), then the record's bytes.  The
+ * checksum covers everything after itself, up to the record's end. */
+#define MAGIC "KVINTENT"
+#define VERSION 1u
+
+typedef struct SlotHeader {
+        char magic[8];
+        uint8_t sha256[32];
+        uint32_t version;
+        uint32_t mode;
+        uint64_t seq;
+        uint32_t path_len;
+        uint32_t data_len;
+} SlotHeader;
+
+_Static_assert(sizeof(SlotHeader) == 64, "a slot header is 64 bytes");
+#define CHECKED_FROM offsetof(SlotHeader, version)
+#define ROOM (INTENT_LOG_SLOT_SIZE - sizeof(SlotHeader))
+#define LOG_SIZE ((off_t) INTENT_LOG_SLOT_SIZE * INTENT_LOG_SLOTS)
+
+struct IntentLog {
+        int fd;
+        pthread_mutex_t lock;
+        uint64_t next_seq;               /* under lock */
+        bool live[INTENT_LOG_SLOTS];     /* under lock */
+        size_t n_live;                   /* under lock */
+        bool broken;                     /* under lock: a free could not be written */
+        uint8_t slot[INTENT_LOG_SLOT_SIZE]; /* the loop's buffer for put */
+};
+
+static int checksum(const uint8_t *slot, size_t end, uint8_t ret[32]) {
+        unsigned len = 0;
+
+        if (EVP_Digest(slot + CHECKED_FROM, end - CHECKED_FROM, ret, &len, EVP_sha256(), NULL) != 1 || len != 32)
+                return -EIO;
+        return 0;
+}
+
+static int write_all_at(int fd, const void *buf, size_t size, off_t at) {
+        for (size_t done = 0; done < size;) {
+                ssize_t n = pwrite(fd, (const uint8_t *) buf + done, size - done, at + (off_t) done);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                done += (size_t) n;
+        }
+        return 0;
+}
+
+/* Zeros, written (not a hole, not fallocate's unwritten extents: writing a
+ * slot later must find its blocks allocated and written), then durable
+ * with its name. */
+static int make_log(int root_fd, const char *relpath) {
+        _cleanup_free_ uint8_t *zeros = calloc(1, LOG_SIZE);
+        _cleanup_free_ char *tmp = NULL, *dir = NULL;
+        _cleanup_close_ int fd = -1, dirfd = -1;
+        const char *slash = strrchr(relpath, '/');
+        int r;
+
+        if (!zeros || asprintf(&tmp, "%s.tmp", relpath) < 0 ||
+            !(dir = slash ? strndup(relpath, slash - relpath) : strdup(".")))
+                return -ENOMEM;
+        (void) unlinkat(root_fd, tmp, 0);
+        fd = openat(root_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        r = write_all_at(fd, zeros, LOG_SIZE, 0);
+        if (r < 0 || fsync(fd) < 0 || renameat(root_fd, tmp, root_fd, relpath) < 0) {
+                r = r < 0 ? r : -errno;
+                (void) unlinkat(root_fd, tmp, 0);
+                return r;
+        }
+        dirfd = openat(root_fd, dir, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (dirfd < 0 || fsync(dirfd) < 0)
+                return -errno;
+        return 0;
+}
+
+int intent_log_open(int root_fd, const char *relpath, IntentLog **ret) {
+        _cleanup_(intent_log_freep) IntentLog *l = NULL;
+        struct stat st;
+        bool made = false;
+        int r;
+
+        l = calloc(1, sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        l->fd = -1;
+        l->next_seq = 1;
+        pthread_mutex_init(&l->lock, NULL);
+        for (int attempt = 0; attempt < 2; attempt++) {
+                l->fd = openat(root_fd, relpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+                if (l->fd >= 0 && fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == LOG_SIZE)
+                        break;
+                if (l->fd < 0 && errno != ENOENT)
+                        return -errno;
+                if (l->fd >= 0)
+                        close(l->fd);
+                l->fd = -1;
+                if (attempt > 0)
+                        return -EIO;
+                /* Missing, or not what this build writes: made anew (an older
+                 * log of another size was replayed by the build that wrote it
+                 * before it stopped, or holds nothing this one can read). */
+                r = make_log(root_fd, relpath);
+                if (r < 0)
+                        return r;
+                made = true;
+        }
+        *ret = TAKE_PTR(l);
+        return made;
+}
+
+IntentLog *intent_log_free(IntentLog *l) {
+        if (!l)
+                return NULL;
+        if (l->fd >= 0)
+                close(l->fd);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+        return NULL;
+}
+
+/* The header of a slot whose checksum holds, or NULL. */
+static const SlotHeader *valid_slot(const uint8_t *slot) {
+        const SlotHeader *h = (const SlotHeader *) slot;
+        uint8_t sum[32];
+
+        if (memcmp(h->magic, MAGIC, sizeof h->magic) != 0 || h->version != VERSION || h->path_len == 0 ||
+            h->path_len > ROOM || h->data_len > ROOM - h->path_len)
+                return NULL;
+        if (checksum(slot, sizeof *h + h->path_len + h->data_len, sum) < 0 || memcmp(sum, h->sha256, 32) != 0)
+                return NULL;
+        return h;
+}
+
+static int by_seq(const void *a, const void *b) {
+        const SlotHeader *x = *(const SlotHeader *const *) a, *y = *(const SlotHeader *const *) b;
+        return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata) {
+        _cleanup_free_ uint8_t *all = malloc(LOG_SIZE);
+        const SlotHeader *found[INTENT_LOG_SLOTS];
+        size_t n = 0, handed = 0;
+        int r;
+
+        if (!all)
+                return -ENOMEM;
+        for (off_t done = 0; done < LOG_SIZE;) {
+                ssize_t k = pread(l->fd, all + done, LOG_SIZE - done, done);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EIO;
+                done += k;
+        }
+        for (size_t i = 0; i < INTENT_LOG_SLOTS; i++) {
+                const SlotHeader *h = valid_slot(all + (size_t) i * INTENT_LOG_SLOT_SIZE);
+                if (h)
+                        found[n++] = h;
+        }
+        qsort(found, n, sizeof *found, by_seq);
+        for (size_t i = 0; i < n; i++) {
+                const char *path = (const char *) (found[i] + 1);
+                _cleanup_free_ char *relpath = strndup(path, found[i]->path_len);
+                bool newer = false;
+
+                if (!relpath)
+                        return -ENOMEM;
+                if (found[i]->seq >= l->next_seq)
+                        l->next_seq = found[i]->seq + 1;
+                /* Only the newest slot of a path: an older one is what it held before. */
+                for (size_t j = i + 1; j < n && !newer; j++)
+                        newer = found[j]->path_len == found[i]->path_len &&
+                                memcmp(found[j] + 1, path, found[i]->path_len) == 0;
+                if (newer || memchr(path, '\0', found[i]->path_len))
+                        continue;
+                r = fn(relpath, path + found[i]->path_len, found[i]->data_len, (mode_t) found[i]->mode, userdata);
+                if (r < 0)
+                        return r;
+                handed++;
+        }
+        return (int) handed;
+}
+
+int intent_log_clear(IntentLog *l) {
+        _cleanup_free_ uint8_t *zeros = calloc(1, LOG_SIZE);
+        int r;
+
+        if (!zeros)
+                return -ENOMEM;
+        r = write_all_at(l->fd, zeros, LOG_SIZE, 0);
+        if (r < 0)
+                return r;
+        if (fdatasync(l->fd) < 0)
+                return -errno;
+        pthread_mutex_lock(&l->lock);
+        memset(l->live, 0, sizeof l->live);
+        l->n_live = 0;
+        pthread_mutex_unlock(&l->lock);
+        return 0;
+}
+
+int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t size, mode_t mode) {
+        SlotHeader *h = (SlotHeader *) l->slot;
+        size_t path_len = strlen(relpath), end, index = SIZE_MAX;
+        int r;
+
+        if (path_len == 0 || path_len > ROOM || size > ROOM - path_len)
+                return -E2BIG;
+        pthread_mutex_lock(&l->lock);
+        for (size_t i = 0; i < INTENT_LOG_SLOTS && index == SIZE_MAX && !l->broken; i++)
+                if (!l->live[i])
+                        index = i;
+        if (index != SIZE_MAX) {
+                l->live[index] = true;
+                l->n_live++;
+                *h = (SlotHeader){ .version = VERSION, .mode = (uint32_t) mode, .seq = l->next_seq++,
+                                   .path_len = (uint32_t) path_len, .data_len = (uint32_t) size };
+        }
+        pthread_mutex_unlock(&l->lock);
+        if (index == SIZE_MAX)
+                return -ENOSPC;
+        memcpy(h->magic, MAGIC, sizeof h->magic);
+        memcpy(l->slot + sizeof *h, relpath, path_len);
+        memcpy(l->slot + sizeof *h + path_len, data, size);
+        end = sizeof *h + path_len + size;
+        r = checksum(l->slot, end, h->sha256);
+        if (r >= 0)
+                r = write_all_at(l->fd, l->slot, end, (off_t) index * INTENT_LOG_SLOT_SIZE);
+        if (r < 0) {
+                intent_log_release(l, &(uint32_t){ index }, 1);
+                return r;
+        }
+        return (int) index;
+}
+
+int intent_log_sync(IntentLog *l) {
+        return fdatasync(l->fd) < 0 ? -errno : 0;
+}
+
+void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
+        static const char no_magic[sizeof((SlotHeader *) 0)->magic] = {};
+
+        for (size_t i = 0; i < n; i++) {
+                bool freed;
+
+                if (slots[i] >= INTENT_LOG_SLOTS)
+                        continue;
+                /* The magic alone: the slot no longer parses. */
+                freed = write_all_at(l->fd, no_magic, sizeof no_magic, (off_t) slots[i] * INTENT_LOG_SLOT_SIZE) >= 0;
+                pthread_mutex_lock(&l->lock);
+                /* A slot that stays could outlive a newer one of its path, once
+                 * that one is freed: no slot is handed out any more, every
+                 * record is made durable by itself (the rule before the log). */
+                if (!freed)
+                        l->broken = true;
+                else if (l->live[slots[i]]) {
+                        l->live[slots[i]] = false;
+                        l->n_live--;
+                }
+                pthread_mutex_unlock(&l->lock);
+        }
+}
+
+size_t intent_log_live(IntentLog *l) {
+        size_t n;
+
+        pthread_mutex_lock(&l->lock);
+        n = l->n_live;
+        pthread_mutex_unlock(&l->lock);
+        return n;
+}

@@ -10,8 +10,11 @@ quiet file system, beside a steady writer (dirty_writer.py, --rate MiB/s,
 about --window MiB kept dirty, never synced) to a tmpfs (/dev/shm: the same
 CPU load, nothing dirty on disk; the control) and beside the same writer to
 the same file system: syncfs waits for that writer's pages, the per-file
-syncs do not.  Prints medians, p90 and max in ms, and the ratio to the
-control under the same rule."""
+syncs do not.  "intent log": kvolumed's rule since (volume/host/intentlog.h):
+the records copied into slots of a preallocated, written log, one
+fdatasync(2) of it before the call, the per-file syncs after the call (not
+timed: nothing waits for them).  Prints medians, p90 and max in ms, and the
+ratio to the control under the same rule."""
 import argparse
 import ctypes
 import os
@@ -27,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 LIBC = ctypes.CDLL(None, use_errno=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITERS = ("quiet", "tmpfs writer", "root-dir writer")
+HOWS = ("syncfs", "fsync each", "intent log")
 
 
 def now_ms():
@@ -89,7 +93,7 @@ def main():
     ap.add_argument("--interval", type=float, default=50.0,
                     help="ms between two syncs, as between two passes: the writer dirties pages meanwhile")
     ap.add_argument("--window", type=int, default=512, help="MiB the steady writer keeps (dirty)")
-    ap.add_argument("--hows", default="syncfs,fsync each", help=argparse.SUPPRESS)
+    ap.add_argument("--hows", default="syncfs,fsync each,intent log", help=argparse.SUPPRESS)
     ap.add_argument("--isolated", action="store_true",
                     help="on an ext4 image of its own on --workdir (root: a loop device, a private mount "
                     "namespace), so that other processes' syncs of --workdir's file system do not write the "
@@ -114,12 +118,17 @@ def main():
     results = {}
     try:
         root_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+        # The log as kvolumed makes it: zeros written, durable, then only overwritten.
+        log_fd = os.open(os.path.join(base, "intent-log"), os.O_RDWR | os.O_CREAT, 0o600)
+        os.write(log_fd, bytes(256 * 4096))
+        os.fsync(log_fd)
+        fsync_path(base, True)
         for writer in WRITERS:
             where = {"quiet": None, "tmpfs writer": tempfile.mkdtemp(prefix="kvbench-writer.", dir="/dev/shm"),
                      "root-dir writer": os.path.join(base, "writer")}[writer]
             proc = start_writer(where, args) if where else None
             try:
-                order = [h for h in ("syncfs", "fsync each") if h in args.hows.split(",")]
+                order = [h for h in HOWS if h in args.hows.split(",")]
                 for i in range(args.repeat):
                     for how in order:
                         key = f"{how}, {writer}"
@@ -129,6 +138,16 @@ def main():
                         if how == "syncfs":
                             if LIBC.syncfs(root_fd) != 0:
                                 raise OSError(ctypes.get_errno(), "syncfs")
+                        elif how == "intent log":
+                            for slot, f in enumerate(files):
+                                with open(f, "rb") as src:
+                                    os.pwrite(log_fd, f.encode() + src.read(), slot * 4096)
+                            os.fdatasync(log_fd)
+                            results.setdefault(key, []).append(now_ms() - t0)
+                            # Then the files by themselves, as kvolumed's later thread does.
+                            list(pool.map(lambda f: fsync_path(f, False), files))
+                            list(pool.map(lambda d: fsync_path(d, True), dirs))
+                            continue
                         else:
                             list(pool.map(lambda f: fsync_path(f, False), files))
                             list(pool.map(lambda d: fsync_path(d, True), dirs))
@@ -139,6 +158,7 @@ def main():
                 if writer == "tmpfs writer":
                     shutil.rmtree(where, ignore_errors=True)
         os.close(root_fd)
+        os.close(log_fd)
     finally:
         shutil.rmtree(base, ignore_errors=True)
         if loop:
@@ -148,7 +168,7 @@ def main():
     print(f"Durable records of one publish on {args.workdir}{' (an ext4 image of its own)' if loop else ''}, "
           f"{args.repeat} times each (ms); the writer: "
           f"{args.rate:g} MiB/s, about {args.window} MiB dirty; load average {os.getloadavg()[0]:.1f}:")
-    for how in [h for h in ("syncfs", "fsync each") if h in args.hows.split(",")]:
+    for how in [h for h in HOWS if h in args.hows.split(",")]:
         ctl = sorted(results[f"{how}, tmpfs writer"])
         for writer in WRITERS:
             xs = sorted(results[f"{how}, {writer}"])

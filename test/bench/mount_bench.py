@@ -21,10 +21,12 @@ and level.  Prints a Markdown report and writes it (and JSON) to --report.
 --dirty (issue 31): instead, a new pod's overhead on an empty node beside a
 busy neighbour (dirty_writer.py): none, a writer to a tmpfs (the CPU
 control) and the same writer to root-dir's file system, never syncing;
-each under kvolumed's durability rule (an fdatasync of each record, an
-fsync of each changed directory) and under the rule before it (one syncfs
-of root-dir's file system, KVOLUMED_TEST_SYNCFS=1), in one run, the order
-alternating between repeats.
+each under kvolumed's durability rule (the records in the intent log, one
+fdatasync of it before the call), the rule before it (an fdatasync of each
+record, an fsync of each changed directory, KVOLUMED_TEST_NO_INTENT_LOG=1)
+and the rule before that (one syncfs of root-dir's file system,
+KVOLUMED_TEST_SYNCFS=1), in one run, the order alternating between
+repeats.
 
 With --trace (a -Dtest-hooks=true build), every single pod's time is also
 split into the steps of its path: the fake API server's write of its ADDED
@@ -257,15 +259,19 @@ class Node:
             self.trace = Trace(os.path.join(self.work, "trace"))
             self.trace.hook_api()
 
-    def start(self, key, level, rule="fsync"):
+    def start(self, key, level, rule="intent-log"):
         """key: a mount source, or "source@label" for the build --builds names;
-        rule: "fsync" (kvolumed's) or "syncfs" (the rule before it, a test hook)."""
+        rule: "intent-log" (kvolumed's), "files" (each record and changed
+        directory synced before the call, the rule before the log, a test
+        hook) or "syncfs" (the rule before that, a test hook)."""
         source, _, label = key.partition("@")
         binary = os.path.join(self.args.build_dirs[label], "agent", "kvolumed") if label else kvolumed_path()
         self.stop_agent()
         env = dict(os.environ, KVOLUMED_LOG_TARGET="stderr")
         if rule == "syncfs":
             env["KVOLUMED_TEST_SYNCFS"] = "1"
+        elif rule == "files":
+            env["KVOLUMED_TEST_NO_INTENT_LOG"] = "1"
         with open(self.config, "w") as f:
             f.write(self.config_text.replace("[agent]\n", f"[agent]\nmount-source = {CONFIG_VALUE[source]}\n", 1))
         notify_path = os.path.join(self.sockdir, "notify.sock")
@@ -433,7 +439,7 @@ def fmt(x, digits=2):
 
 
 WRITERS = ("none", "tmpfs", "root-dir")
-RULES = ("fsync", "syncfs")
+RULES = ("intent-log", "files", "syncfs")
 
 
 def start_writer(node, writer, args):

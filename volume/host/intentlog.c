@@ -38,7 +38,7 @@ struct IntentLog {
         bool live[INTENT_LOG_SLOTS];     /* under lock */
         size_t n_live;                   /* under lock */
         bool broken;                     /* under lock: a free could not be written */
-        uint8_t slot[INTENT_LOG_SLOT_SIZE]; /* the loop's buffer for put */
+        _Alignas(SlotHeader) uint8_t slot[INTENT_LOG_SLOT_SIZE]; /* the loop's buffer for put */
 };
 
 static int checksum(const uint8_t *slot, size_t end, uint8_t ret[32]) {

@@ -658,7 +658,10 @@ int root_dir_sync(RootDir *r) {
 
         root_dir_take_changes(r, &c);
         rr = root_changes_sync(r->sync_pool, r->fd, &c, &failed);
-        if (rr >= 0 && r->intents && c.n_slots > 0) {
+        /* Freed only when no earlier take's slots wait to be (a stale slot of a
+         * path must never outlive a newer one): else they stay, and a start
+         * finds the files as they hold, or writes back what is then cleaned up. */
+        if (rr >= 0 && r->intents && c.n_slots > 0 && __atomic_load_n(&r->later_pending, __ATOMIC_ACQUIRE) == 0) {
                 intent_log_release(r->intents, c.slots, c.n_slots);
                 (void) intent_log_sync(r->intents);
         }

@@ -38,6 +38,9 @@ typedef struct RootDir {
         uint32_t *logged;
         size_t n_logged, logged_allocated;
         bool unlogged;
+        /* Takes whose slots a thread will free (rootsync.c; atomic): slots are
+         * freed in the order taken, so root_dir_sync() frees none meanwhile. */
+        unsigned later_pending;
 } RootDir;
 
 /* Opens root-dir, creating it (0750) when missing. */

@@ -112,6 +112,7 @@ static int later_push(RootSync *s, RootChanges *c) {
                         r = -ENOMEM;
         }
         if (r == 0) {
+                __atomic_add_fetch(&s->root->later_pending, 1, __ATOMIC_ACQ_REL);
                 s->later[s->n_later++] = *c;
                 *c = (RootChanges) {};
                 (void) pthread_cond_signal(&s->later_wake);
@@ -161,6 +162,7 @@ static void *later_thread(void *p) {
 
                 later_job(s, &c);
                 root_changes_done(&c);
+                __atomic_sub_fetch(&s->root->later_pending, 1, __ATOMIC_ACQ_REL);
 
                 pthread_mutex_lock(&s->lock);
         }

@@ -883,7 +883,7 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         if (r < 0)
                 return log_error_errno(r, "Failed to read the boot ID: %m");
         /* The records a power loss took, written back before they are read. */
-        r = root_dir_replay_intents(m->root);
+        r = root_dir_replay_intents(m->root, m->boot_id);
         if (r < 0 && r != -ENOMEM)
                 return r;
         /* Before any pass: nothing found on disk may be forgotten. */

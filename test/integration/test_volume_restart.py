@@ -18,7 +18,7 @@ import pytest
 
 from doubles.mockcsi.mounts import assert_loops_released
 from integration.agent_fixtures import DRIVER, VolumeEnv, answered_requests, loops_under, wait_until
-from integration.pod_volume_fixtures import kill_agent, records_of_previous_boot
+from integration.pod_volume_fixtures import OTHER_BOOT_ID, kill_agent, records_of_previous_boot
 
 UNIQUE = f"kubernetes.io/csi/{DRIVER}^"
 
@@ -1077,24 +1077,54 @@ def rule_env(rule, hold):
     return {"KVOLUMED_TEST_LATER_HOLD": hold}
 
 
-def intent_log_records(data):
-    """{relpath: bytes} of the newest slot of each path whose checksum holds,
-    as kvolumed's replay reads the log (volume/host/intentlog.c): 4 KiB slots,
+SLOT, HEADER = 4096, 104
+
+
+def intent_log_slots(data):
+    """[(offset, seq, path, record)] of each slot whose checksum holds, as
+    kvolumed's replay reads the log (volume/host/intentlog.c): 4 KiB slots,
     "KVINTENT", sha256 of what follows it, version, mode, seq, the lengths,
-    then the path and the record."""
-    newest = {}
-    for at in range(0, len(data), 4096):
-        slot = data[at:at + 4096]
+    the boot, then the path and the record."""
+    out = []
+    for at in range(0, len(data), SLOT):
+        slot = data[at:at + SLOT]
         if slot[:8] != b"KVINTENT":
             continue
         version, _mode, seq, path_len, data_len = struct.unpack_from("<IIQII", slot, 40)
-        end = 64 + path_len + data_len
-        if version != 1 or path_len == 0 or end > 4096 or hashlib.sha256(slot[40:end]).digest() != slot[8:40]:
+        end = HEADER + path_len + data_len
+        if version != 1 or path_len == 0 or end > SLOT or hashlib.sha256(slot[40:end]).digest() != slot[8:40]:
             continue
-        path = slot[64:64 + path_len].decode()
+        out.append((at, seq, slot[HEADER:HEADER + path_len].decode(), slot[HEADER + path_len:end]))
+    return out
+
+
+def intent_log_records(data):
+    """{relpath: bytes} of the newest slot of each path."""
+    newest = {}
+    for _, seq, path, body in intent_log_slots(data):
         if path not in newest or newest[path][0] < seq:
-            newest[path] = (seq, slot[64 + path_len:end])
+            newest[path] = (seq, body)
     return {path: body for path, (_, body) in newest.items()}
+
+
+def intent_log_of_previous_boot(root):
+    """What a reboot leaves of the log: each slot (and the record in it)
+    written in another boot, its checksum made again."""
+    with open(f"{root}/{INTENT_LOG}", "r+b") as f:
+        data = bytearray(f.read())
+        for at, _, path, body in intent_log_slots(bytes(data)):
+            if os.path.basename(path).startswith("kvolumed"):
+                record = json.loads(body)
+                record["bootID"] = OTHER_BOOT_ID
+                body = json.dumps(record, separators=(",", ":")).encode()
+            path_len = len(path.encode())
+            struct.pack_into("<I", data, at + 60, len(body))
+            data[at + 64:at + HEADER] = OTHER_BOOT_ID.encode().ljust(HEADER - 64, b"\0")
+            data[at + HEADER + path_len:at + HEADER + path_len + len(body)] = body
+            end = HEADER + path_len + len(body)
+            data[at + 8:at + 40] = hashlib.sha256(bytes(data[at + 40:at + end])).digest()
+        f.seek(0)
+        f.write(data)
 
 
 def log_on_disk(copy, tmp_path):
@@ -1228,10 +1258,12 @@ def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_roo
 @pytest.mark.parametrize("flow", ["inline", "persistent"])
 def test_records_the_disk_lost_are_written_back_from_the_intent_log(volume_env, tmp_path, flow):
     """The records a power loss took while only the log held them (their
-    own sync held back, then kvolumed killed, then the files removed as the
-    disk would have lost them): the next start writes them back before
-    reconstruction, so that the volume the call made is known and torn down
-    where it was made once its pod is gone."""
+    own sync held back, then kvolumed killed, the mounts gone with the boot,
+    the files removed as the disk would have lost them, the log as the
+    previous boot left it): the next start writes them back before
+    reconstruction, so that the volume the call made is known, and cleaned up
+    through its driver (which may keep state a reboot does not end) once its
+    pod is gone.  Within one boot nothing is written back (the next test)."""
     env = volume_env
     persistent = flow == "persistent"
     env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
@@ -1246,10 +1278,14 @@ def test_records_the_disk_lost_are_written_back_from_the_intent_log(volume_env, 
     wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the records' own sync held")
     kill_agent(env)
     os.unlink(hold)
+    subprocess.run(["umount", target], check=True)
+    if persistent:
+        subprocess.run(["umount", env.staging("vol-c")], check=True)
     lost = records_under(env.root)
     assert lost
     for path in lost:
         os.unlink(path)
+    intent_log_of_previous_boot(env.root)
     env.api.remove("pods", "default", "web")
     env.start()
     ok = env.wait_calls("NodeUnpublishVolume", code="OK", timeout=30)
@@ -1258,6 +1294,37 @@ def test_records_the_disk_lost_are_written_back_from_the_intent_log(volume_env, 
         assert env.wait_calls("NodeUnstageVolume", code="OK", timeout=30)
     assert_all_gone(env)
     assert f"Wrote back {len(lost)} records from the intent log" in env.agent.output(), env.agent.output()[-3000:]
+
+
+def test_within_a_boot_the_intent_log_writes_nothing_back(volume_env, tmp_path):
+    """kvolumed killed while its records' own sync is held, a record changed
+    meanwhile by someone else (a newer kvolumed, rolled back): started again
+    in the same boot, the page cache holds every write, the log writes
+    nothing over it, and it is emptied."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    hold = str(tmp_path / "later-hold")
+    env.start(env=rule_env("intent-log", hold))
+    pod = env.pod("web", [inline_volume("scratch")])
+    env.wait_mounted(env.target(pod, "scratch"), timeout=30)
+    wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the records' own sync held")
+    kill_agent(env)
+    os.unlink(hold)
+    with open(f"{env.root}/{INTENT_LOG}", "rb") as f:
+        assert intent_log_records(f.read()), "nothing in the log while its records' sync was held"
+    vol_data = f"{os.path.dirname(env.target(pod, 'scratch'))}/vol_data.json"
+    with open(vol_data) as f:
+        changed = json.load(f)
+    changed["writtenSince"] = "by another"
+    with open(vol_data, "w") as f:
+        json.dump(changed, f)
+    env.start()
+    env.agent.wait_for_log("Reconstructed")
+    assert "from the intent log" not in env.agent.output()
+    with open(vol_data) as f:
+        assert json.load(f) == changed
+    with open(f"{env.root}/{INTENT_LOG}", "rb") as f:
+        assert not intent_log_records(f.read())
 
 
 def strace_lines(prefix):

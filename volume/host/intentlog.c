@@ -24,15 +24,17 @@ typedef struct SlotHeader {
         uint64_t seq;
         uint32_t path_len;
         uint32_t data_len;
+        char boot_id[40]; /* the boot it was written in, NUL-padded */
 } SlotHeader;
 
-_Static_assert(sizeof(SlotHeader) == 64, "a slot header is 64 bytes");
+_Static_assert(sizeof(SlotHeader) == 104, "a slot header is 104 bytes");
 #define CHECKED_FROM offsetof(SlotHeader, version)
 #define ROOM (INTENT_LOG_SLOT_SIZE - sizeof(SlotHeader))
 #define LOG_SIZE ((off_t) INTENT_LOG_SLOT_SIZE * INTENT_LOG_SLOTS)
 
 struct IntentLog {
         int fd;
+        char boot_id[40];
         pthread_mutex_t lock;
         uint64_t next_seq;               /* under lock */
         bool live[INTENT_LOG_SLOTS];     /* under lock */
@@ -91,7 +93,7 @@ static int make_log(int root_fd, const char *relpath) {
         return 0;
 }
 
-int intent_log_open(int root_fd, const char *relpath, IntentLog **ret) {
+int intent_log_open(int root_fd, const char *relpath, const char *boot_id, IntentLog **ret) {
         _cleanup_(intent_log_freep) IntentLog *l = NULL;
         struct stat st;
         bool made = false;
@@ -102,6 +104,9 @@ int intent_log_open(int root_fd, const char *relpath, IntentLog **ret) {
                 return -ENOMEM;
         l->fd = -1;
         l->next_seq = 1;
+        if (strlen(boot_id) >= sizeof l->boot_id)
+                return -EINVAL;
+        strncpy(l->boot_id, boot_id, sizeof l->boot_id);
         pthread_mutex_init(&l->lock, NULL);
         for (int attempt = 0; attempt < 2; attempt++) {
                 l->fd = openat(root_fd, relpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -189,7 +194,11 @@ int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata) {
                 for (size_t j = i + 1; j < n && !newer; j++)
                         newer = found[j]->path_len == found[i]->path_len &&
                                 memcmp(found[j] + 1, path, found[i]->path_len) == 0;
-                if (newer || memchr(path, '\0', found[i]->path_len))
+                /* Written in this boot: the page cache still holds every
+                 * write made since, ours and anyone's; only a reboot (a power
+                 * loss among them) can have lost a record. */
+                if (newer || memchr(path, '\0', found[i]->path_len) ||
+                    strncmp(found[i]->boot_id, l->boot_id, sizeof l->boot_id) == 0)
                         continue;
                 r = fn(relpath, path + found[i]->path_len, found[i]->data_len, (mode_t) found[i]->mode, userdata);
                 if (r < 0)
@@ -233,6 +242,7 @@ int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t s
                 l->n_live++;
                 *h = (SlotHeader){ .version = VERSION, .mode = (uint32_t) mode, .seq = l->next_seq++,
                                    .path_len = (uint32_t) path_len, .data_len = (uint32_t) size };
+                memcpy(h->boot_id, l->boot_id, sizeof h->boot_id);
         }
         pthread_mutex_unlock(&l->lock);
         if (index == SIZE_MAX)

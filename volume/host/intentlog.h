@@ -18,6 +18,9 @@
  * After a power loss, root_dir_replay_intents() (rootdir.h) writes back,
  * for each path, the newest slot still live, before reconstruction reads
  * any record: a record is on disk as it was last written, or in the log.
+ * Only slots of another boot: within a boot (kvolumed killed, restarted) the
+ * page cache holds every record as last written, by kvolumed or by whoever
+ * wrote it since (a newer kvolumed, rolled back), and nothing is replayed.
  * Slots are freed in the order they were written (one background sync at a
  * time), and a free is made durable by the log's next fdatasync(), which
  * covers every earlier free too: a stale slot never outlives a newer one of
@@ -41,13 +44,15 @@
 typedef struct IntentLog IntentLog;
 
 /* Opens the log at relpath below root_fd, making it (zeros, then fsync of it
- * and of its directory) when it is missing or of another size: then 1. */
-int intent_log_open(int root_fd, const char *relpath, IntentLog **ret);
+ * and of its directory) when it is missing or of another size: then 1.
+ * boot_id: this boot's (/proc/sys/kernel/random/boot_id), kept in each slot. */
+int intent_log_open(int root_fd, const char *relpath, const char *boot_id, IntentLog **ret);
 IntentLog *intent_log_free(IntentLog *l);
 DEFINE_TRIVIAL_CLEANUP_FUNC(IntentLog *, intent_log_free);
 
-/* Calls fn for the newest live slot of each path, oldest first; returns the
- * number of records handed over, or fn's first error. */
+/* Calls fn for the newest live slot of each path, oldest first, when it was
+ * written in another boot; returns the number of records handed over, or
+ * fn's first error. */
 typedef int (*intent_log_replay_fn)(const char *relpath, const void *data, size_t size, mode_t mode,
                                     void *userdata);
 int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata);

@@ -714,7 +714,7 @@ static int write_back_counted(const char *relpath, const void *data, size_t size
         return rr < 0 ? rr : 0;
 }
 
-int root_dir_replay_intents(RootDir *r) {
+int root_dir_replay_intents(RootDir *r, const char *boot_id) {
         _cleanup_(intent_log_freep) IntentLog *l = NULL;
         WriteBack w = { .root = r };
         int rr;
@@ -726,7 +726,7 @@ int root_dir_replay_intents(RootDir *r) {
                 return 0;
         rr = root_dir_mkdir_p(r, RECORDS_DIR, 0750, NULL);
         if (rr >= 0)
-                rr = intent_log_open(r->fd, INTENT_LOG_FILE, &l);
+                rr = intent_log_open(r->fd, INTENT_LOG_FILE, boot_id, &l);
         if (rr < 0)
                 return log_warning_errno(rr, "Cannot use the intent log %s/%s, making each record durable by "
                                          "itself: %m", r->path, INTENT_LOG_FILE);

@@ -143,13 +143,14 @@ int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **
 int root_dir_sync(RootDir *r);
 
 /* Opens the intent log (INTENT_LOG_FILE, made when missing), writes back
- * each record it holds that is not on disk as the log has it (a power loss
- * took it), makes them durable, empties the log and attaches it: from here
+ * each record it holds from another boot that is not on disk as the log has
+ * it (a power loss took it), makes them durable, empties the log and
+ * attaches it, for boot_id's slots: from here
  * on, the records root_dir_write_file() writes are put in it.  Before
  * reconstruction reads any record.  Returns the number of records written
  * back.  Without it (or when it fails) every record is made durable by
  * itself, as before the log. */
-int root_dir_replay_intents(RootDir *r);
+int root_dir_replay_intents(RootDir *r, const char *boot_id);
 
 /* Tests: see rootdir.c; nothing in a build without test hooks. */
 void root_test_hold_at(const char *hold);

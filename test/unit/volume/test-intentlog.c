@@ -50,14 +50,23 @@ static int collect(const char *relpath, const void *data, size_t size, mode_t mo
         return 0;
 }
 
-static IntentLog *fresh(const char *name) {
+/* The boot the slots are written in, and the one after a power loss. */
+#define BOOT "6f0c4bd8-3a3e-4b8e-9d55-0d7b6a1f2c11"
+#define NEXT_BOOT "a3c1e2f0-5b7d-4c9a-8e6f-1d2b3c4d5e6f"
+
+static IntentLog *opened(const char *name, const char *boot) {
         IntentLog *l = NULL;
-        assert_true(intent_log_open(base_fd, name, &l) >= 0);
+        assert_true(intent_log_open(base_fd, name, boot, &l) >= 0);
         return l;
 }
 
+static IntentLog *fresh(const char *name) {
+        return opened(name, BOOT);
+}
+
+/* What a start after a power loss writes back. */
 static Seen replayed(const char *name) {
-        IntentLog *l = fresh(name);
+        IntentLog *l = opened(name, NEXT_BOOT);
         Seen s = {};
         assert_true(intent_log_replay(l, collect, &s) >= 0);
         intent_log_free(l);
@@ -70,9 +79,9 @@ static void test_made_with_zeros_and_replays_nothing(void **state) {
 
         IntentLog *l = NULL;
 
-        assert_int_equal(intent_log_open(base_fd, "empty", &l), 1); /* made */
+        assert_int_equal(intent_log_open(base_fd, "empty", BOOT, &l), 1); /* made */
         intent_log_free(l);
-        assert_int_equal(intent_log_open(base_fd, "empty", &l), 0); /* found */
+        assert_int_equal(intent_log_open(base_fd, "empty", BOOT, &l), 0); /* found */
         intent_log_free(l);
         assert_int_equal(fstatat(base_fd, "empty", &st, 0), 0);
         assert_int_equal(st.st_size, (off_t) INTENT_LOG_SLOT_SIZE * INTENT_LOG_SLOTS);
@@ -98,6 +107,21 @@ static void test_newest_slot_of_each_path_replayed_in_order(void **state) {
         assert_string_equal(s.data[1], "two");
 }
 
+/* kvolumed killed and started again in the same boot: the files hold what
+ * was last written to them (by whoever wrote last: a newer kvolumed rolled
+ * back), and the log says nothing over them. */
+static void test_slots_of_this_boot_are_not_written_back(void **state) {
+        IntentLog *l = fresh("same-boot");
+        Seen s = {};
+
+        assert_int_equal(intent_log_put(l, "a/rec", "one", 3, 0640), 0);
+        intent_log_free(l);
+        l = opened("same-boot", BOOT);
+        assert_int_equal(intent_log_replay(l, collect, &s), 0);
+        assert_int_equal(s.n, 0);
+        intent_log_free(l);
+}
+
 static void test_freed_and_torn_slots_say_nothing(void **state) {
         IntentLog *l = fresh("torn");
         char byte = 'X';
@@ -112,7 +136,7 @@ static void test_freed_and_torn_slots_say_nothing(void **state) {
         /* A byte of the third record not as written: a power loss mid-write. */
         int fd = openat(base_fd, "torn", O_RDWR);
         assert_true(fd >= 0);
-        assert_int_equal(pwrite(fd, &byte, 1, 2 * INTENT_LOG_SLOT_SIZE + 64 + 4 + 2), 1);
+        assert_int_equal(pwrite(fd, &byte, 1, 2 * INTENT_LOG_SLOT_SIZE + 104 + 4 + 2), 1);
         close(fd);
         s = replayed("torn");
         assert_int_equal(s.n, 1);
@@ -145,7 +169,7 @@ static void test_a_log_of_another_size_is_made_anew(void **state) {
         assert_int_equal(write(fd, "KVINTENT", 8), 8);
         close(fd);
         IntentLog *l = NULL;
-        assert_int_equal(intent_log_open(base_fd, "short", &l), 1);
+        assert_int_equal(intent_log_open(base_fd, "short", BOOT, &l), 1);
         intent_log_free(l);
         assert_int_equal(fstatat(base_fd, "short", &st, 0), 0);
         assert_int_equal(st.st_size, (off_t) INTENT_LOG_SLOT_SIZE * INTENT_LOG_SLOTS);
@@ -162,7 +186,7 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
 
         snprintf(root, sizeof root, "%s/root", base);
         assert_int_equal(root_dir_open(root, &r), 0);
-        assert_int_equal(root_dir_replay_intents(r), 0);
+        assert_int_equal(root_dir_replay_intents(r, BOOT), 0);
         assert_int_equal(root_dir_mkdir_p(r, "kvolumed/pods/u/v", 0750, NULL), 1);
         assert_int_equal(root_dir_write_file(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640, false), 0);
         assert_int_equal(root_dir_write_file(r, "kvolumed/pods/u/kept.json", "{}", 2, 0640, false), 0);
@@ -176,7 +200,7 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
         assert_int_equal(unlinkat(base_fd, "root/kvolumed/pods/u/v/kvolumed.json", 0), 0);
         assert_int_equal(unlinkat(base_fd, "root/kvolumed/pods/u/v", AT_REMOVEDIR), 0);
         assert_int_equal(root_dir_open(root, &r), 0);
-        assert_int_equal(root_dir_replay_intents(r), 1);
+        assert_int_equal(root_dir_replay_intents(r, NEXT_BOOT), 1);
         assert_int_equal(root_dir_read_file(r, "kvolumed/pods/u/v/kvolumed.json", 4096, &text, &size), 0);
         assert_int_equal(size, 7);
         assert_memory_equal(text, "{\"a\":1}", 7);
@@ -184,7 +208,7 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
         root_dir_free(r);
         /* Emptied once durable: nothing to write back the next time. */
         assert_int_equal(root_dir_open(root, &r), 0);
-        assert_int_equal(root_dir_replay_intents(r), 0);
+        assert_int_equal(root_dir_replay_intents(r, NEXT_BOOT), 0);
         root_dir_free(r);
 }
 
@@ -192,6 +216,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_made_with_zeros_and_replays_nothing),
                 cmocka_unit_test(test_newest_slot_of_each_path_replayed_in_order),
+                cmocka_unit_test(test_slots_of_this_boot_are_not_written_back),
                 cmocka_unit_test(test_freed_and_torn_slots_say_nothing),
                 cmocka_unit_test(test_a_freed_slot_is_reused_and_a_full_log_refuses),
                 cmocka_unit_test(test_a_log_of_another_size_is_made_anew),

@@ -716,6 +716,7 @@ static int write_back_counted(const char *relpath, const void *data, size_t size
 
 int root_dir_replay_intents(RootDir *r, const char *boot_id) {
         _cleanup_(intent_log_freep) IntentLog *l = NULL;
+        _cleanup_close_ int dir_fd = -1;
         WriteBack w = { .root = r };
         int rr;
 
@@ -724,9 +725,11 @@ int root_dir_replay_intents(RootDir *r, const char *boot_id) {
         /* tests and the durability bench: the rule before the log. */
         if (streq_ptr(test_hook_getenv("NO_INTENT_LOG"), "1"))
                 return 0;
-        rr = root_dir_mkdir_p(r, RECORDS_DIR, 0750, NULL);
+        /* Its directory resolved beneath root-dir, as every path here; the
+         * entries made are noted, and synced below with what is written back. */
+        rr = root_dir_mkdir_p(r, RECORDS_DIR, 0750, &dir_fd);
         if (rr >= 0)
-                rr = intent_log_open(r->fd, INTENT_LOG_FILE, boot_id, &l);
+                rr = intent_log_open(dir_fd, last_component(INTENT_LOG_FILE), boot_id, &l);
         if (rr < 0)
                 return log_warning_errno(rr, "Cannot use the intent log %s/%s, making each record durable by "
                                          "itself: %m", r->path, INTENT_LOG_FILE);

@@ -1327,6 +1327,47 @@ def test_within_a_boot_the_intent_log_writes_nothing_back(volume_env, tmp_path):
         assert not intent_log_records(f.read())
 
 
+def test_a_clean_stop_leaves_the_intent_log_empty(volume_env):
+    """SIGTERM just after a publish, while its records' own sync waits its
+    turn: the stop makes them durable and frees their slots, so that nothing
+    of kvolumed's is left to write back (a handover to kubelet, a reboot)."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    env.start()
+    pods = [env.pod(f"web-{i}", [inline_volume("scratch")]) for i in range(3)]
+    for pod in pods:
+        env.wait_mounted(env.target(pod, "scratch"), timeout=30)
+    env.agent.signal(signal.SIGTERM)
+    assert env.agent.wait(timeout=30) == 0, env.agent.output()[-3000:]
+    with open(f"{env.root}/{INTENT_LOG}", "rb") as f:
+        assert not intent_log_slots(f.read())
+
+
+def test_passes_wait_once_four_takes_queue_for_their_own_sync(volume_env, tmp_path):
+    """The records' own sync held (a disk that stalls): the log lets the
+    calls of one pass after another go, but at most four takes queue behind
+    the one being synced, each holding its paths in memory; the next pass
+    waits, as it waited for its own files before the log, and goes once the
+    sync moves again."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    hold = str(tmp_path / "later-hold")
+    env.start(env=rule_env("intent-log", hold))
+    published = lambda: len([c for c in env.calls("NodePublishVolume") if c["code"] == "OK"])  # noqa: E731
+    pods = []
+    for i in range(5):
+        pods.append(env.pod(f"web-{i}", [inline_volume("scratch")]))
+        wait_until(lambda: published() == i + 1, timeout=30, what=f"pod {i} published while the sync is held")
+        if i == 0:
+            wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the first take's sync held")
+    pods.append(env.pod("web-5", [inline_volume("scratch")]))
+    time.sleep(1.5)
+    assert published() == 5, "a sixth take queued behind a held sync"
+    os.unlink(hold)
+    for pod in pods:
+        env.wait_mounted(env.target(pod, "scratch"), timeout=30)
+
+
 def strace_lines(prefix):
     """-ff: a file per thread, so that no call is split by another thread's."""
     lines = []

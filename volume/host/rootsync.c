@@ -65,7 +65,7 @@ struct RootSync {
         /* The records' own durability, after their calls (the log held them). */
         pthread_t later_thread;
         bool later_started;
-        pthread_cond_t later_wake;
+        pthread_cond_t later_wake, later_room;
         RootChanges *later;     /* under lock: a queue, oldest first */
         size_t n_later, later_allocated;
         bool later_stop;        /* under lock */
@@ -90,11 +90,19 @@ static uint64_t monotonic_usec(void) {
 
 static void *later_thread(void *p);
 
+/* Takes queued for the later thread at most: a pass beyond waits for it,
+ * as every pass waited for its own files before the log, so that a burst
+ * (thousands of volumes set up at once, each take up to CHANGED_MAX paths)
+ * keeps a few takes' paths in memory, never the burst's. */
+#define LATER_QUEUE_MAX 4
+
 /* Hands c (taken) to the later thread; the thread is started at its first job. */
 static int later_push(RootSync *s, RootChanges *c) {
         int r = 0;
 
         pthread_mutex_lock(&s->lock);
+        while (s->later_started && s->n_later >= LATER_QUEUE_MAX)
+                (void) pthread_cond_wait(&s->later_room, &s->lock);
         if (!s->later_started) {
                 r = -pthread_create(&s->later_thread, NULL, later_thread, s);
                 if (r == 0) {
@@ -179,6 +187,7 @@ static void *later_thread(void *p) {
                         RootChanges c = s->later[0];
                         memmove(s->later, s->later + 1, (s->n_later - 1) * sizeof *s->later);
                         s->n_later--;
+                        (void) pthread_cond_signal(&s->later_room);
                         pthread_mutex_unlock(&s->lock);
 
                         later_job(s, &c);
@@ -342,6 +351,7 @@ int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *u
         pthread_condattr_init(&monotonic);
         (void) pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
         pthread_cond_init(&s->later_wake, &monotonic);
+        pthread_cond_init(&s->later_room, NULL);
         pthread_condattr_destroy(&monotonic);
         if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->notify) < 0) {
                 r = -errno;
@@ -381,6 +391,11 @@ RootSync *root_sync_free(RootSync *s) {
         for (size_t i = 0; i < s->n_later; i++)
                 root_changes_done(&s->later[i]);
         free(s->later);
+        /* Records written since the last take (no pass synced them): durable
+         * now, and their slots freed, so that a clean stop leaves the log
+         * empty, as a handover to kubelet expects of kvolumed's own state. */
+        if (s->root->n_logged > 0)
+                (void) root_dir_sync(s->root);
         sd_event_source_disable_unref(s->source);
         /* The operations are the volumes' (freed with them). */
         free(s->syncing.ops);
@@ -391,6 +406,7 @@ RootSync *root_sync_free(RootSync *s) {
                 close(s->notify[1]);
         pthread_cond_destroy(&s->wake);
         pthread_cond_destroy(&s->later_wake);
+        pthread_cond_destroy(&s->later_room);
         pthread_mutex_destroy(&s->lock);
         free(s);
         return NULL;

@@ -31,6 +31,7 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITERS = ("quiet", "tmpfs writer", "root-dir writer")
 HOWS = ("syncfs", "fsync each", "intent log")
+RECORD = b'{"driverName":"mock.csi","volumeHandle":"h"}' * 4
 
 
 def now_ms():
@@ -54,7 +55,7 @@ def records(base, name):
         volume = os.path.join(base, top, "pods", name, "volumes", "kubernetes.io~csi", "v")
         os.makedirs(os.path.join(volume, "mount") if not top else volume)
         f = os.path.join(volume, "kvolumed.json" if top else "vol_data.json")
-        write_renamed(f, b'{"driverName":"mock.csi","volumeHandle":"h"}' * 4)
+        write_renamed(f, RECORD)
         files.append(f)
         d = volume if top else os.path.join(volume, "mount")
         while d != base:
@@ -139,9 +140,9 @@ def main():
                             if LIBC.syncfs(root_fd) != 0:
                                 raise OSError(ctypes.get_errno(), "syncfs")
                         elif how == "intent log":
+                            # The bytes the pass just wrote, as kvolumed has them in memory.
                             for slot, f in enumerate(files):
-                                with open(f, "rb") as src:
-                                    os.pwrite(log_fd, f.encode() + src.read(), slot * 4096)
+                                os.pwrite(log_fd, f.encode() + RECORD, slot * 4096)
                             os.fdatasync(log_fd)
                             results.setdefault(key, []).append(now_ms() - t0)
                             # Then the files by themselves, as kvolumed's later thread does.

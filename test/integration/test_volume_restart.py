@@ -1368,6 +1368,23 @@ def test_passes_wait_once_four_takes_queue_for_their_own_sync(volume_env, tmp_pa
         env.wait_mounted(env.target(pod, "scratch"), timeout=30)
 
 
+def test_an_intent_log_that_cannot_be_used_leaves_the_rule_before_it(volume_env, tmp_path):
+    """Something else where the log would be (here a symlink to a file
+    outside root-dir): kvolumed says so, writes nothing through it, starts,
+    and makes each record durable by itself before its call."""
+    env = volume_env
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Ephemeral"])
+    outside = tmp_path / "outside"
+    outside.write_text("not kvolumed's")
+    os.makedirs(f"{env.root}/kvolumed")
+    os.symlink(outside, f"{env.root}/{INTENT_LOG}")
+    env.start()
+    pod = env.pod("web", [inline_volume("scratch")])
+    env.wait_mounted(env.target(pod, "scratch"), timeout=30)
+    assert "Cannot use the intent log" in env.agent.output(), env.agent.output()[-3000:]
+    assert outside.read_text() == "not kvolumed's"
+
+
 def strace_lines(prefix):
     """-ff: a file per thread, so that no call is split by another thread's."""
     lines = []

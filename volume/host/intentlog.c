@@ -66,50 +66,49 @@ static int write_all_at(int fd, const void *buf, size_t size, off_t at) {
 
 /* Zeros, written (not a hole, not fallocate's unwritten extents: writing a
  * slot later must find its blocks allocated and written), then durable
- * with its name. */
-static int make_log(int root_fd, const char *relpath) {
+ * with its name in dir_fd. */
+static int make_log(int dir_fd, const char *name) {
         _cleanup_free_ uint8_t *zeros = calloc(1, LOG_SIZE);
-        _cleanup_free_ char *tmp = NULL, *dir = NULL;
-        _cleanup_close_ int fd = -1, dirfd = -1;
-        const char *slash = strrchr(relpath, '/');
+        _cleanup_free_ char *tmp = NULL;
+        _cleanup_close_ int fd = -1, dir = -1;
         int r;
 
-        if (!zeros || asprintf(&tmp, "%s.tmp", relpath) < 0 ||
-            !(dir = slash ? strndup(relpath, slash - relpath) : strdup(".")))
+        if (!zeros || asprintf(&tmp, ".%s.tmp", name) < 0)
                 return -ENOMEM;
-        (void) unlinkat(root_fd, tmp, 0);
-        fd = openat(root_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        (void) unlinkat(dir_fd, tmp, 0);
+        fd = openat(dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
         r = write_all_at(fd, zeros, LOG_SIZE, 0);
-        if (r < 0 || fsync(fd) < 0 || renameat(root_fd, tmp, root_fd, relpath) < 0) {
+        if (r < 0 || fsync(fd) < 0 || renameat(dir_fd, tmp, dir_fd, name) < 0) {
                 r = r < 0 ? r : -errno;
-                (void) unlinkat(root_fd, tmp, 0);
+                (void) unlinkat(dir_fd, tmp, 0);
                 return r;
         }
-        dirfd = openat(root_fd, dir, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (dirfd < 0 || fsync(dirfd) < 0)
+        /* dir_fd may be an O_PATH descriptor: fsync() needs one opened. */
+        dir = openat(dir_fd, ".", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+        if (dir < 0 || fsync(dir) < 0)
                 return -errno;
         return 0;
 }
 
-int intent_log_open(int root_fd, const char *relpath, const char *boot_id, IntentLog **ret) {
+int intent_log_open(int dir_fd, const char *name, const char *boot_id, IntentLog **ret) {
         _cleanup_(intent_log_freep) IntentLog *l = NULL;
         struct stat st;
         bool made = false;
         int r;
 
+        if (strchr(name, '/') || strlen(boot_id) >= sizeof l->boot_id)
+                return -EINVAL;
         l = calloc(1, sizeof *l);
         if (!l)
                 return -ENOMEM;
+        pthread_mutex_init(&l->lock, NULL);
         l->fd = -1;
         l->next_seq = 1;
-        if (strlen(boot_id) >= sizeof l->boot_id)
-                return -EINVAL;
-        strncpy(l->boot_id, boot_id, sizeof l->boot_id);
-        pthread_mutex_init(&l->lock, NULL);
+        memcpy(l->boot_id, boot_id, strlen(boot_id)); /* NUL-padded: calloc */
         for (int attempt = 0; attempt < 2; attempt++) {
-                l->fd = openat(root_fd, relpath, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+                l->fd = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
                 if (l->fd >= 0 && fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == LOG_SIZE)
                         break;
                 if (l->fd < 0 && errno != ENOENT)
@@ -122,7 +121,7 @@ int intent_log_open(int root_fd, const char *relpath, const char *boot_id, Inten
                 /* Missing, or not what this build writes: made anew (an older
                  * log of another size was replayed by the build that wrote it
                  * before it stopped, or holds nothing this one can read). */
-                r = make_log(root_fd, relpath);
+                r = make_log(dir_fd, name);
                 if (r < 0)
                         return r;
                 made = true;

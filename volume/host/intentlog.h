@@ -43,10 +43,11 @@
 
 typedef struct IntentLog IntentLog;
 
-/* Opens the log at relpath below root_fd, making it (zeros, then fsync of it
- * and of its directory) when it is missing or of another size: then 1.
- * boot_id: this boot's (/proc/sys/kernel/random/boot_id), kept in each slot. */
-int intent_log_open(int root_fd, const char *relpath, const char *boot_id, IntentLog **ret);
+/* Opens the log, the file name in dir_fd (a directory resolved beneath
+ * root-dir), making it (zeros, then fsync of it and of its directory) when
+ * it is missing or of another size: then 1.  boot_id: this boot's
+ * (/proc/sys/kernel/random/boot_id), kept in each slot. */
+int intent_log_open(int dir_fd, const char *name, const char *boot_id, IntentLog **ret);
 IntentLog *intent_log_free(IntentLog *l);
 DEFINE_TRIVIAL_CLEANUP_FUNC(IntentLog *, intent_log_free);
 
@@ -67,5 +68,5 @@ int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t s
 int intent_log_sync(IntentLog *l);
 /* Frees slots (their record is durable by itself); durable at the next sync. */
 void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n);
-/* Slots in use (tests, the stop's cleanup). */
+/* Slots in use (tests). */
 size_t intent_log_live(IntentLog *l);

@@ -671,14 +671,35 @@ int root_dir_sync(RootDir *r) {
         return 0;
 }
 
+typedef struct WriteBack {
+        RootDir *root;
+        unsigned written;
+} WriteBack;
+
+/* Whether a slot names a record (paths.h): the log holds nothing else, and
+ * a slot that says otherwise is not written anywhere. */
+static bool record_name(const char *relpath) {
+        const char *name = last_component(relpath);
+        size_t n = strlen(name);
+
+        return streq(name, VOL_DATA_FILE) || streq(name, INTENT_FILE) ||
+               (strncmp(name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0 && n > 5 &&
+                streq(name + n - 5, ".json"));
+}
+
 /* The record as the log has it, written back unless the file holds it. */
 static int write_back(const char *relpath, const void *data, size_t size, mode_t mode, void *userdata) {
-        RootDir *r = userdata;
+        WriteBack *w = userdata;
+        RootDir *r = w->root;
         _cleanup_free_ char *have = NULL, *parent = NULL;
         const char *slash = strrchr(relpath, '/');
         size_t have_size = 0;
         int rr;
 
+        if (!record_name(relpath)) {
+                log_warning("The intent log names %s/%s, not a record: not written", r->path, relpath);
+                return 0;
+        }
         if (root_dir_read_file(r, relpath, size + 1, &have, &have_size) >= 0 && have_size == size &&
             memcmp(have, data, size) == 0)
                 return 0;
@@ -697,21 +718,8 @@ static int write_back(const char *relpath, const void *data, size_t size, mode_t
         log_notice("Wrote back %s/%s from the intent log: the file did not hold what was last written to it "
                    "(a power loss)",
                    r->path, relpath);
-        return 1;
-}
-
-typedef struct WriteBack {
-        RootDir *root;
-        unsigned written;
-} WriteBack;
-
-static int write_back_counted(const char *relpath, const void *data, size_t size, mode_t mode, void *userdata) {
-        WriteBack *w = userdata;
-        int rr = write_back(relpath, data, size, mode, w->root);
-
-        if (rr > 0)
-                w->written++;
-        return rr < 0 ? rr : 0;
+        w->written++;
+        return 0;
 }
 
 int root_dir_replay_intents(RootDir *r, const char *boot_id) {
@@ -730,13 +738,17 @@ int root_dir_replay_intents(RootDir *r, const char *boot_id) {
         rr = root_dir_mkdir_p(r, RECORDS_DIR, 0750, &dir_fd);
         if (rr >= 0)
                 rr = intent_log_open(dir_fd, last_component(INTENT_LOG_FILE), boot_id, &l);
-        if (rr < 0)
-                return log_warning_errno(rr, "Cannot use the intent log %s/%s, making each record durable by "
-                                         "itself: %m", r->path, INTENT_LOG_FILE);
+        if (rr < 0) {
+                /* Nothing to replay from, and records are still durable
+                 * before their calls: by the rule before the log. */
+                log_warning_errno(rr, "Cannot use the intent log %s/%s, making each record durable by itself: %m",
+                                  r->path, INTENT_LOG_FILE);
+                return 0;
+        }
         if (rr > 0)
                 log_info("Made the intent log %s/%s (%u slots of %u bytes)", r->path, INTENT_LOG_FILE,
                          INTENT_LOG_SLOTS, INTENT_LOG_SLOT_SIZE);
-        rr = intent_log_replay(l, write_back_counted, &w);
+        rr = intent_log_replay(l, write_back, &w);
         if (rr < 0)
                 return log_error_errno(rr, "Failed to replay the intent log %s/%s: %m", r->path, INTENT_LOG_FILE);
         /* What was written back is durable before the log lets go of it. */

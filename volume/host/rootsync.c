@@ -368,26 +368,25 @@ int root_sync_new(sd_event *event, RootDir *root, root_sync_done_t done, void *u
         return 0;
 }
 
+/* Tells a thread to stop (its flag set under the lock) and joins it. */
+static void stop_thread(RootSync *s, pthread_t thread, bool *stop, pthread_cond_t *wake) {
+        pthread_mutex_lock(&s->lock);
+        *stop = true;
+        (void) pthread_cond_signal(wake);
+        pthread_mutex_unlock(&s->lock);
+        (void) pthread_join(thread, NULL);
+}
+
 RootSync *root_sync_free(RootSync *s) {
         if (!s)
                 return NULL;
-        if (s->thread_started) {
-                /* After the sync in progress, if any (root-dir stays
-                 * until then: the manager frees it after this). */
-                pthread_mutex_lock(&s->lock);
-                s->stop = true;
-                (void) pthread_cond_signal(&s->wake);
-                pthread_mutex_unlock(&s->lock);
-                (void) pthread_join(s->thread, NULL);
-        }
-        if (s->later_started) {
-                /* After every take queued: a clean stop leaves the log empty. */
-                pthread_mutex_lock(&s->lock);
-                s->later_stop = true;
-                (void) pthread_cond_signal(&s->later_wake);
-                pthread_mutex_unlock(&s->lock);
-                (void) pthread_join(s->later_thread, NULL);
-        }
+        /* After the sync in progress, if any (root-dir stays until then: the
+         * manager frees it after this); then after every take queued for
+         * the later thread, which it may still push to. */
+        if (s->thread_started)
+                stop_thread(s, s->thread, &s->stop, &s->wake);
+        if (s->later_started)
+                stop_thread(s, s->later_thread, &s->later_stop, &s->later_wake);
         for (size_t i = 0; i < s->n_later; i++)
                 root_changes_done(&s->later[i]);
         free(s->later);

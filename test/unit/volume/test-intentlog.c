@@ -190,6 +190,8 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
         assert_int_equal(root_dir_mkdir_p(r, "kvolumed/pods/u/v", 0750, NULL), 1);
         assert_int_equal(root_dir_write_file(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640, false), 0);
         assert_int_equal(root_dir_write_file(r, "kvolumed/pods/u/kept.json", "{}", 2, 0640, false), 0);
+        /* A slot naming no record (the log holds nothing else): never written. */
+        assert_true(intent_log_put(r->intents, "kvolumed/pods/u/not-a-record", "x", 1, 0640) >= 0);
         root_dir_take_changes(r, &c);
         assert_int_equal(c.n_slots, 2);
         assert_false(c.unlogged);
@@ -205,6 +207,7 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
         assert_int_equal(size, 7);
         assert_memory_equal(text, "{\"a\":1}", 7);
         free(text);
+        assert_int_equal(faccessat(base_fd, "root/kvolumed/pods/u/not-a-record", F_OK, 0), -1);
         root_dir_free(r);
         /* Emptied once durable: nothing to write back the next time. */
         assert_int_equal(root_dir_open(root, &r), 0);

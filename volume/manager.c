@@ -882,9 +882,11 @@ int volume_manager_new(sd_event *event, K8sClient *k8s, CsiClient *csi, const Vo
         r = boot_id_read(m->boot_id);
         if (r < 0)
                 return log_error_errno(r, "Failed to read the boot ID: %m");
-        /* The records a power loss took, written back before they are read. */
+        /* The records a power loss took, written back before they are read;
+         * one that cannot be stops the start (the log keeps it for the next):
+         * reconstruction without it would forget what its call may have set up. */
         r = root_dir_replay_intents(m->root, m->boot_id);
-        if (r < 0 && r != -ENOMEM)
+        if (r < 0)
                 return r;
         /* Before any pass: nothing found on disk may be forgotten. */
         r = reconstruct_actual_state(m);

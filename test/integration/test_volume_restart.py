@@ -1070,6 +1070,8 @@ INTENT_LOG = "kvolumed/intent-log"
 
 
 def rule_env(rule, hold):
+    """kvolumed's environment for a rule; with the log, the records' own
+    sync held from its first take until the file `hold` is removed."""
     if rule == "files":
         return {"KVOLUMED_TEST_NO_INTENT_LOG": "1"}
     with open(hold, "w"):

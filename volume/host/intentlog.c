@@ -174,11 +174,19 @@ int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata) {
                         return k < 0 ? -errno : -EIO;
                 done += k;
         }
+        pthread_mutex_lock(&l->lock);
         for (size_t i = 0; i < INTENT_LOG_SLOTS; i++) {
                 const SlotHeader *h = valid_slot(all + (size_t) i * INTENT_LOG_SLOT_SIZE);
-                if (h)
-                        found[n++] = h;
+                if (!h)
+                        continue;
+                found[n++] = h;
+                /* Live until intent_log_clear(): only these are cleared. */
+                if (!l->live[i]) {
+                        l->live[i] = true;
+                        l->n_live++;
+                }
         }
+        pthread_mutex_unlock(&l->lock);
         qsort(found, n, sizeof *found, by_seq);
         for (size_t i = 0; i < n; i++) {
                 const char *path = (const char *) (found[i] + 1);
@@ -208,21 +216,26 @@ int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata) {
 }
 
 int intent_log_clear(IntentLog *l) {
-        _cleanup_free_ uint8_t *zeros = calloc(1, LOG_SIZE);
-        int r;
+        uint32_t live[INTENT_LOG_SLOTS];
+        size_t n = 0;
+        bool broken;
 
-        if (!zeros)
-                return -ENOMEM;
-        r = write_all_at(l->fd, zeros, LOG_SIZE, 0);
-        if (r < 0)
-                return r;
-        if (fdatasync(l->fd) < 0)
-                return -errno;
+        /* The live slots' headers, not the whole log: after a clean stop
+         * there are none, and a start writes nothing. */
         pthread_mutex_lock(&l->lock);
-        memset(l->live, 0, sizeof l->live);
-        l->n_live = 0;
+        for (uint32_t i = 0; i < INTENT_LOG_SLOTS; i++)
+                if (l->live[i])
+                        live[n++] = i;
         pthread_mutex_unlock(&l->lock);
-        return 0;
+        if (n == 0)
+                return 0;
+        intent_log_release(l, live, n);
+        pthread_mutex_lock(&l->lock);
+        broken = l->broken;
+        pthread_mutex_unlock(&l->lock);
+        if (broken)
+                return -EIO;
+        return intent_log_sync(l);
 }
 
 int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t size, mode_t mode) {

@@ -57,7 +57,8 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(IntentLog *, intent_log_free);
 typedef int (*intent_log_replay_fn)(const char *relpath, const void *data, size_t size, mode_t mode,
                                     void *userdata);
 int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata);
-/* Frees every slot, durably: once what was replayed is durable itself. */
+/* Frees every live slot (those replay found, those put since), durably:
+ * once what was replayed is durable itself.  Nothing to write when none. */
 int intent_log_clear(IntentLog *l);
 
 /* Copies a record into a free slot; returns the slot's index, -ENOSPC when

@@ -145,11 +145,12 @@ int root_dir_sync(RootDir *r);
 /* Opens the intent log (INTENT_LOG_FILE, made when missing), writes back
  * each record it holds from another boot that is not on disk as the log has
  * it (a power loss took it), makes them durable, empties the log and
- * attaches it, for boot_id's slots: from here
- * on, the records root_dir_write_file() writes are put in it.  Before
- * reconstruction reads any record.  Returns the number of records written
- * back.  Without it (or when it fails) every record is made durable by
- * itself, as before the log. */
+ * attaches it, for boot_id's slots: from here on, the records
+ * root_dir_write_file() writes are put in it.  Before reconstruction reads
+ * any record.  Returns the number of records written back; < 0 when one
+ * could not be, or not made durable (the log keeps its slots).  A log that
+ * cannot be opened or made is logged, and 0: every record is then made
+ * durable by itself, as before the log. */
 int root_dir_replay_intents(RootDir *r, const char *boot_id);
 
 /* Tests: see rootdir.c; nothing in a build without test hooks. */

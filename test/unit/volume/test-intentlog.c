@@ -88,6 +88,14 @@ static void test_made_with_zeros_and_replays_nothing(void **state) {
         assert_true(st.st_blocks * 512 >= st.st_size); /* written, not a hole */
         s = replayed("empty");
         assert_int_equal(s.n, 0);
+        /* Emptying an empty log (every start after a clean stop) writes nothing. */
+        struct stat after;
+        l = fresh("empty");
+        assert_int_equal(intent_log_replay(l, collect, &s), 0);
+        assert_int_equal(intent_log_clear(l), 0);
+        intent_log_free(l);
+        assert_int_equal(fstatat(base_fd, "empty", &after, 0), 0);
+        assert_true(after.st_mtim.tv_sec == st.st_mtim.tv_sec && after.st_mtim.tv_nsec == st.st_mtim.tv_nsec);
 }
 
 static void test_newest_slot_of_each_path_replayed_in_order(void **state) {

@@ -175,9 +175,9 @@ void actual_volume_count_out(ActualVolume *av) {
         } while (0)
 #define RECOUNT_PUBLISH(av, p, change)                                                                     \
         do {                                                                                               \
-                count_publish((av)->counts, av, p, -1);                                                        \
+                count_publish((av)->counts, (av), p, -1);                                                  \
                 change;                                                                                    \
-                count_publish((av)->counts, av, p, +1);                                                        \
+                count_publish((av)->counts, (av), p, +1);                                                  \
                 stale(av);                                                                                 \
         } while (0)
 

@@ -12,6 +12,7 @@ and after, as other work may share it.  Prints a Markdown report and writes
 it (and JSON) to --report."""
 import argparse
 import ctypes
+import gc
 import json
 import os
 import shutil
@@ -64,14 +65,40 @@ def main():
         res["syncfs_after_fill_seconds"] = time.monotonic() - t_sync
         res["quiet_after_fill_seconds"] = node.wait_quiet()
         time.sleep(args.settle)
-        t0 = time.monotonic()
-        o = node.single_pods(f"resync-{args.level}", args.pods)
-        res["pods_seconds"] = time.monotonic() - t0
+        # One pod first, not counted: its first intent-log flush and the
+        # driver's first call after the fill are not the resync's doing.
+        node.single_pods(f"warmup-{args.level}", 1)
+        traces_before = len(node.traces)
+        # The fake API server runs in this process, beside the trace's reader:
+        # its collections during the pods are counted, so that a stall of the
+        # double can be told from kvolumed's.  (Turned off, the collector
+        # changed nothing: the slowest pods met the disk, the scheduler, the
+        # mock driver's answer, not a collection.)
+        gc.collect()
+        gc.freeze()
+        collections = []  # (generation, start, ms) of this process's collections during the pods
+        started = {}
+
+        def on_gc(phase, info):
+            if phase == "start":
+                started["t"] = time.monotonic()
+            elif "t" in started:
+                t = started.pop("t")
+                collections.append((info["generation"], t, (time.monotonic() - t) * 1000.0))
+        gc.callbacks.append(on_gc)
+        try:
+            t0 = time.monotonic()
+            o = node.single_pods(f"resync-{args.level}", args.pods)
+            res["pods_seconds"] = time.monotonic() - t0
+        finally:
+            gc.callbacks.remove(on_gc)
+        del node.traces[:traces_before]
     finally:
         node.stop_agent()
         shutil.copyfile(os.path.join(node.work, "kvolumed.log"), args.report.removesuffix(".md") + ".kvolumed.log")
         node.close()
     res["load_after"] = os.getloadavg()
+    res["python_collections"] = collections
     med, p99, mx = statistics.median(o), percentile(o, 99), max(o)
     res.update({"median_ms": med, "p99_ms": p99, "max_ms": mx, "max_over_median": mx / med, "all_ms": o})
     slowest = sorted(range(len(o)), key=lambda i: o[i])[-5:]
@@ -88,7 +115,12 @@ def main():
              f"The pods started after a syncfs of root-dir's file system ({res['syncfs_after_fill_seconds']:.1f} s: "
              "what the fill left dirty), once kvolumed was quiet "
              f"({res['quiet_after_fill_seconds']:.1f} s: no driver call, under 2 % CPU for 1 s) and --settle "
-             f"{args.settle:g} s more."]
+             f"{args.settle:g} s more, and one pod not counted.",
+             "",
+             "This Python process (the fake API server, the trace's reader) made "
+             f"{len(collections)} collections during the pods"
+             + (f", {sum(1 for g, _, _ in collections if g == 2)} of them full, the longest "
+                f"{max(ms for _, _, ms in collections):.1f} ms." if collections else ".")]
     if node.traces:
         # The slowest pods against the median pod, step by step (mount_bench's STEPS).
         from mount_bench import STEPS
@@ -113,7 +145,36 @@ def main():
             lines.append(f"| {label} | " + " | ".join("–" if v is None else f"{v:.2f}" for v in row) + " |")
         res["traces"] = node.traces
         lines += shares_of_the_slowest(node.traces)
+        lines += pods_that_met_a_slice(node, o)
+        res["resync_slices"] = node.slices
     write_report(args.report, lines, res)
+
+
+# A slice's pass runs after the slice, on the loop: a pod created this long
+# after a slice may still wait for it.
+SLICE_REACH = 0.010
+
+
+def pods_that_met_a_slice(node, overheads):
+    """The pods whose path (creation → the driver, or SLICE_REACH before
+    it) met a resync slice (kvolumed's trace step "resync-slice"), against
+    every pod: the rolling resync's cost to a new pod, told from the
+    machine's noise."""
+    node.trace.poll()
+    first = min(t["created"] for t in node.traces) - SLICE_REACH
+    last = max(t["driver"] for t in node.traces)
+    slices = [ts for ts, step, _ in node.trace.lines if step == "resync-slice" and first <= ts <= last]
+    node.slices = slices
+    met = [overheads[t["index"]] for t in node.traces
+           if any(t["created"] - SLICE_REACH <= s <= t["driver"] for s in slices)]
+    med = statistics.median(overheads)
+    out = ["", f"Resync slices during the pods: {len(slices)}. Pods whose path met one (a slice from "
+           f"{SLICE_REACH * 1000:.0f} ms before the pod's creation to its NodePublishVolume): {len(met)}."]
+    if met:
+        out += ["", "| pods | median | max | max / median of every pod |", "|---|---:|---:|---:|",
+                f"| met a slice | {statistics.median(met):.2f} | {max(met):.2f} | {max(met) / med:.2f} |",
+                f"| every pod | {med:.2f} | {max(overheads):.2f} | {max(overheads) / med:.2f} |"]
+    return out
 
 
 def shares_of_the_slowest(traces):

@@ -10,7 +10,7 @@ import os
 import re
 import time
 
-from integration.agent_fixtures import DRIVER, wait_until
+from integration.agent_fixtures import DRIVER, trace_lines, wait_until
 
 PVC_PATH = "/api/v1/namespaces/default/persistentvolumeclaims/"
 PV_PATH = "/api/v1/persistentvolumes/"
@@ -39,16 +39,24 @@ def mounted_pods(env, n):
     return pods
 
 
-def test_a_round_takes_every_pod_and_volume_in_slices(volume_env):
+def test_a_round_takes_every_pod_and_volume_in_slices(volume_env, tmp_path):
     env = volume_env
     claims(env, 5)
-    env.start(**ROLLING)
+    trace = str(tmp_path / "trace")
+    env.start(agent=ROLLING["agent"], env={**ROLLING["env"], "KVOLUMED_TEST_TRACE_FILE": trace})
     mounted_pods(env, 5)
     # Five pods and five volumes: three slices of at most two of each.
     env.agent.wait_for_log("Resync: a round over 5 pods and 5 volumes, in 3 slices", timeout=60)
     slices = [(int(p), int(v)) for p, v in
               re.findall(r"Resync: a slice of (\d+) pods and (\d+) volumes", env.agent.output())]
     assert slices and all(p <= 2 and v <= 2 for p, v in slices), slices
+    # Each slice is in the trace too, where test/bench/resync.sh tells the
+    # pods that met one from the others.
+    def traced():
+        return [tuple(int(n) for n in key.split("+")) for _, step, key in trace_lines(trace)
+                if step == "resync-slice"]
+    wait_until(lambda: len(traced()) >= len(slices), 10, what="the slices in the trace")
+    assert traced()[:len(slices)] == slices
     # A bound claim's PV is a final answer, read again only by its pod's
     # slice: one re-created by hand under the same name is noticed (and the
     # running pod keeps what it resolved).

@@ -3,6 +3,7 @@ API server in process, the mock CSI driver in tmpfs mode, kvolumed's
 configuration), pod objects, waiting, the driver's call log read as it
 grows, /proc figures of a process, percentiles and the machine's
 description.  Imported by volume_bench.py, restart_bench.py and suite.py."""
+import fcntl
 import json
 import os
 import platform
@@ -167,21 +168,75 @@ def request_kind(r):
     return f"{verb} {resource}"
 
 
-def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral",), driver_args=()):
+GO_PACKAGES = ["golang-1.19-go", "golang-google-grpc-dev", "golang-goprotobuf-dev", "protobuf-compiler"]
+GO_DRIVER_CACHE = "/var/tmp/kvolumed-bench-go"
+
+
+def go_driver_binary():
+    """The Go driver (test/bench/godriver/driver.go), built offline from
+    Debian's Go packages (installed when missing) by the interop tests'
+    build.sh, with the reference csi.proto as they find it, once for its
+    sources: kept in GO_DRIVER_CACHE by digest."""
+    import hashlib
+    import shutil
+    import tempfile
+    reference = os.environ.get("KVOLUMED_REFERENCE_DIR", os.path.join(os.path.dirname(REPO), "shared", "reference"))
+    build = os.path.join(REPO, "test", "interop", "go", "build.sh")
+    source = os.path.join(REPO, "test", "bench", "godriver", "driver.go")
+    digest = hashlib.sha256()
+    for path in (build, source, os.path.join(reference, "csi.proto")):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    d = os.path.join(GO_DRIVER_CACHE, digest.hexdigest()[:16])
+    binary = os.path.join(d, "csi-go-bench-driver")
+    os.makedirs(GO_DRIVER_CACHE, exist_ok=True)
+    # One builder at a time (the suite's workers, a benchmark): the others
+    # wait for its binary; a directory is made whole under a temporary name.
+    with open(os.path.join(GO_DRIVER_CACHE, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(binary, os.X_OK):
+            return binary
+        if not os.path.exists("/usr/lib/go-1.19/bin/go") or not os.path.exists("/usr/bin/protoc-gen-go"):
+            print(f"bench: installing {' '.join(GO_PACKAGES)}", file=sys.stderr, flush=True)
+            subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "-qq",
+                            "--no-install-recommends", *GO_PACKAGES], check=True, stdout=subprocess.DEVNULL,
+                           timeout=900)
+        work = tempfile.mkdtemp(prefix=".build-", dir=GO_DRIVER_CACHE)
+        try:
+            subprocess.run([build, reference, work, source, "csi-go-bench-driver"], check=True,
+                           stdout=subprocess.DEVNULL, timeout=900)
+            os.rename(work, d)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
+def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral",), driver_args=(),
+               driver_kind="python"):
     """The node the benchmarks use: its Node and a CSIDriver (no attach) in
-    the fake API server, the mock driver in tmpfs mode (plus driver_args),
-    and kvolumed's configuration (log level warning).  Returns (driver
-    process, its state dir, the configuration path)."""
+    the fake API server, the driver, and kvolumed's configuration (log level
+    warning).  driver_kind: "python", the mock driver in tmpfs mode (plus
+    driver_args), or "go", the benchmarks' grpc-go driver doing the same
+    for ephemeral inline volumes (driver_args: its -state-write only).
+    Returns (driver process, its state dir, the configuration path)."""
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {}})
     api.create({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": DRIVER},
                 "spec": {"attachRequired": False, "volumeLifecycleModes": list(lifecycle_modes)}})
     driver_state = os.path.join(work, "driver")
-    driver = subprocess.Popen(
-        ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
-         "--name", DRIVER, "--state-dir", driver_state, "--tmpfs", *driver_args],
-        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")), stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True)
-    driver.stdout.readline()
+    if driver_kind == "go":
+        state_write = driver_args[driver_args.index("--state-write") + 1] if "--state-write" in driver_args \
+            else "safe"
+        argv = [go_driver_binary(), "-endpoint", f"{sockdir}/csi.sock", "-name", DRIVER,
+                "-state-dir", driver_state, "-state-write", state_write]
+    elif driver_kind == "python":
+        argv = ["/usr/bin/python3", "-m", "doubles.mockcsi", "--endpoint", f"unix://{sockdir}/csi.sock",
+                "--name", DRIVER, "--state-dir", driver_state, "--tmpfs", *driver_args]
+    else:
+        raise ValueError(f"driver_kind {driver_kind!r}")
+    driver = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "test")),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if not driver.stdout.readline():
+        raise SystemExit(f"bench: the {driver_kind} driver did not start")
     config = os.path.join(work, "kvolumed.conf")
     with open(config, "w") as f:
         f.write(f"[agent]\nnode-name = {NODE}\nroot-dir = {root}\n"
@@ -194,7 +249,7 @@ def start_node(api, work, sockdir, root, listen="", lifecycle_modes=("Ephemeral"
     return driver, driver_state, config
 
 
-def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-dir"):
+def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-dir", driver_kind="python"):
     """What the mount and the restart benchmarks start from, set on `node`:
     a work directory (.work, .root), a short socket directory (.sockdir),
     the fake API server (.api), the metrics address (.listen), the mock
@@ -203,7 +258,7 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-
     driver keeps its state file, rewritten at each call: "root-dir" (on
     root-dir's file system, written safely: temp, fsync, rename), "hostpath"
     (there, written in place and never synced, as the CSI hostpath driver)
-    or "tmpfs" (on a tmpfs of its own)."""
+    or "tmpfs" (on a tmpfs of its own).  driver_kind: start_node()'s."""
     import tempfile
     from doubles.fakeapi import FakeApiServer
 
@@ -223,8 +278,10 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-
     elif driver_state != "root-dir":
         raise ValueError(f"driver_state {driver_state!r}")
     # --gc-freeze: the driver is Python; see mockcsi's option.
+    if driver_kind == "python":
+        driver_args += ("--gc-freeze",)
     node.driver, state, node.config = start_node(node.api, node.work, node.sockdir, node.root, listen=node.listen,
-                                                 driver_args=driver_args + ("--gc-freeze",))
+                                                 driver_args=driver_args, driver_kind=driver_kind)
     node.tail = CallLogTail(os.path.join(state, "calls.jsonl"))
 
 

@@ -244,7 +244,8 @@ def log(msg):
 class Node:
     def __init__(self, args):
         self.args = args
-        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.", getattr(args, "driver_state", "root-dir"))
+        open_bench_node(self, args.workdir, "kvbench-mount.", "kvm.", getattr(args, "driver_state", "root-dir"),
+                        getattr(args, "driver", "python"))
         with open(self.config) as f:
             self.config_text = f.read()
         self.agent = None
@@ -651,6 +652,9 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
+    ap.add_argument("--driver", choices=("python", "go"), default="python",
+                    help="the CSI driver: the Python mock (grpcio) or the benchmarks' grpc-go driver "
+                         "(test/bench/godriver), whose receive of a call on a new connection is a real driver's")
     ap.add_argument("--driver-state", choices=("root-dir", "hostpath", "tmpfs"), default="root-dir",
                     help="the mock driver's state file, rewritten at each call: on root-dir's file system written "
                          "safely (temp, fsync, rename), there in place and never synced as the CSI hostpath "
@@ -709,8 +713,10 @@ def main():
              f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
              f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}"
-             f"{' --keep-pods' if args.keep_pods else ''}", "",
-             f"The mock driver's state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",
+             f"{' --keep-pods' if args.keep_pods else ''}{' --driver go' if args.driver == 'go' else ''}", "",
+             ("The driver: the benchmarks' grpc-go driver (test/bench/godriver/driver.go)." if args.driver == "go"
+              else "The driver: the Python mock (grpcio)."),
+             f"Its state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",
              "A new pod's overhead: its creation in the API → the driver's receipt of NodePublishVolume (ms); "
              f"median of {args.repeat} repeats' medians (min–max of them), p99 over all "
              f"{args.repeat * args.pods} pods; ratio to the empty node on the same source.", "",

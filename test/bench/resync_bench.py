@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--label", default="", help="what build this is, for the report")
     ap.add_argument("--trace", action="store_true", help="mount_bench's: each pod's steps (test-hooks build)")
+    ap.add_argument("--driver", choices=("python", "go"), default="python", help="mount_bench's")
     ap.add_argument("--log-level", default="warning", help="kvolumed's; its log is kept beside the report")
     ap.add_argument("--report", default="/var/tmp/kvolumed-resync-bench.md")
     args = ap.parse_args()
@@ -104,7 +105,8 @@ def main():
     slowest = sorted(range(len(o)), key=lambda i: o[i])[-5:]
     lines = [f"# kvolumed resync benchmark (issue 31) {args.label}", "",
              f"Machine: {json.dumps(res['machine'])}", "",
-             f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}", "",
+             f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}"
+             f"{' --trace' if args.trace else ''} --driver {args.driver}", "",
              f"Load (1, 5, 15 min) before {res['load_before']}, after {res['load_after']}.", "",
              f"{args.pods} pods one after the other over {res['pods_seconds']:.0f} s "
              f"(resync-interval {args.resync}) beside {args.level} volumes: overhead (ms), creation → "

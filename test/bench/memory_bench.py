@@ -64,6 +64,37 @@ def measure(node, args):
     return idle
 
 
+FLOOR_PACKAGES = "libsystemd libcurl libcrypto libmicrohttpd mount libudev libcjson yaml-0.1 inih libprotobuf-c"
+
+
+def library_floor(node, repeat):
+    """RSS, anonymous and file-backed KiB of test/bench/libfloor.c, median
+    of `repeat` runs: a process linked with kvolumed's libraries, each
+    initialised, after one HTTPS request to the fake API server.  None when
+    it cannot be built (reported so)."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    binary = os.path.join(node.work, "libfloor")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", *FLOOR_PACKAGES.split()], capture_output=True,
+                           text=True)
+    if flags.returncode != 0:
+        log(f"the libraries' floor not measured: pkg-config: {flags.stderr.strip()}")
+        return None
+    cc = subprocess.run(["gcc", "-std=gnu17", "-O2", "-Wall", "-Werror", os.path.join(here, "libfloor.c"), "-o",
+                         binary, *flags.stdout.split()], capture_output=True, text=True)
+    if cc.returncode != 0:
+        log(f"the libraries' floor not measured: {cc.stderr.strip()[-500:]}")
+        return None
+    runs = []
+    for _ in range(repeat):
+        p = subprocess.run([binary, node.api.server_url + "/version"], capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            log(f"the libraries' floor not measured: {p.stderr.strip()}")
+            return None
+        runs.append({k.rstrip(":"): int(v) for k, v, _ in (line.split() for line in p.stdout.splitlines())})
+    return {k: statistics.median(r[k] for r in runs) for k in ("VmRSS", "RssAnon", "RssFile")}
+
+
 def med(values):
     return statistics.median(values), min(values), max(values)
 
@@ -149,6 +180,7 @@ def main():
                     f"anon {m['memory']['anon_kib']} KiB, {m['wakeups_per_second']:.2f} wake-ups/s, "
                     f"{m['api_requests']} API requests")
             order.reverse()
+        res["library_floor_kib"] = library_floor(node, args.repeat)
     finally:
         node.close()
     res["seconds"] = time.monotonic() - started
@@ -170,6 +202,15 @@ def main():
                      f"{fmt3([m['pss_anon_kib'] for m in mm], k)} | "
                      f"{fmt3([x['wakeups_per_second'] for x in runs], 1, 2)} | "
                      f"{max(x['api_requests'] for x in runs)} (max) | {max(m['threads'] for m in mm)} |")
+    floor = res.get("library_floor_kib")
+    if floor:
+        lines += ["", f"The libraries' floor (test/bench/libfloor.c: kvolumed's libraries linked and initialised, "
+                  f"one HTTPS request to the fake API server, one SHA-256; median of {args.repeat}): RSS "
+                  f"{floor['VmRSS'] / 1024:.1f} MiB ({floor['RssFile'] / 1024:.1f} file-backed, "
+                  f"{floor['RssAnon'] / 1024:.1f} anonymous). Above it, kvolumed's own (its binary, heap and "
+                  "stacks, with the volumes' state): " + ", ".join(f"{lb} {own:.1f} MiB" for lb, own in (
+                      (lb, (statistics.median(x["memory"]["rss_kib"] for x in res["runs"][lb]) - floor["VmRSS"])
+                       / 1024) for lb in labels)) + "."]
     names = sorted(set().union(*(m["memory"]["mappings"] for lb in labels for m in res["runs"][lb])),
                    key=lambda n: -max(statistics.median(m["memory"]["mappings"].get(n, [0, 0, 0])[0]
                                                         for m in res["runs"][lb]) for lb in labels))

@@ -250,7 +250,9 @@ def test_unknown_method_is_unimplemented(mock_csi_factory, harness_factory, regd
     drv = mock_csi_factory(tmpfs=True, registration_dir=str(regdir))
     h = harness_factory("--driver=%s=unix://%s" % (DRIVER, drv.registration_socket))
     r = h.call("NodeGetInfo")
-    assert r["code"] == "Unimplemented" and r["final"]
+    # Seen once in CI as Unavailable (not reproduced in 25 runs under load):
+    # the answer whole, to tell a refused connection from a reset stream.
+    assert r["code"] == "Unimplemented" and r["final"], r
 
 
 def test_driver_not_up_yet(mock_csi_factory, harness_factory):

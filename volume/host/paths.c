@@ -159,17 +159,20 @@ int path_legacy_intent_record(const char *volume_dir, const char *pod_uid, char 
         return make_path(ret, "%s/" INTENT_FILE, volume_dir);
 }
 
+bool path_intent_record_name(const char *name) {
+        size_t n = strlen(name);
+
+        return streq(name, INTENT_FILE) || (strncmp(name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0 &&
+                                            n > 5 && streq(name + n - 5, ".json"));
+}
+
 int path_parse_intent_record(const char *relpath, char **ret_volume_dir) {
         const char *name, *prefix = RECORDS_DIR "/";
-        size_t n;
 
         if (strncmp(relpath, prefix, strlen(prefix)) != 0 || !(name = strrchr(relpath, '/')))
                 return -EINVAL;
         name++;
-        n = strlen(name);
-        if (!streq(name, INTENT_FILE) &&
-            !(strncmp(name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0 && n > 5 &&
-              streq(name + n - 5, ".json")))
+        if (!path_intent_record_name(name))
                 return -EINVAL;
         if (name - 1 <= relpath + strlen(prefix))
                 return -EINVAL;

@@ -62,6 +62,9 @@ int path_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
 /* Where an older kvolumed kept it: in the volume dir itself.  Read (and
  * moved) at start-up only. */
 int path_legacy_intent_record(const char *volume_dir, const char *pod_uid, char **ret);
+/* Whether name is that of an intent record: INTENT_FILE or a raw block
+ * publish's BLOCK_INTENT_PREFIX<podUID>.json. */
+bool path_intent_record_name(const char *name);
 /* The volume dir a record at relpath (under RECORDS_DIR) describes: the
  * inverse of path_intent_record(); -EINVAL for any other path. */
 int path_parse_intent_record(const char *relpath, char **ret_volume_dir);

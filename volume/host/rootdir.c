@@ -619,6 +619,7 @@ static int sync_phase(SyncPool *pool, int root_fd, char **paths, size_t n, bool 
         return ph.result;
 }
 
+#if KVOLUMED_TEST_HOOKS
 /* TEST ONLY (KVOLUMED_TEST_<hook>=PATH): while PATH exists, the thread stops
  * here, saying so in PATH.held.  SYNC_HOLD: a sync of files and directories,
  * once the files are durable and before the directories are, so that the
@@ -635,6 +636,7 @@ void root_test_hold_at(const char *hold) {
                 (void) usleep(5000);
         (void) unlink(held);
 }
+#endif
 
 int root_changes_sync(SyncPool *pool, int root_fd, const RootChanges *c, char **ret_failed) {
         int r, rr;
@@ -680,11 +682,8 @@ typedef struct WriteBack {
  * a slot that says otherwise is not written anywhere. */
 static bool record_name(const char *relpath) {
         const char *name = last_component(relpath);
-        size_t n = strlen(name);
 
-        return streq(name, VOL_DATA_FILE) || streq(name, INTENT_FILE) ||
-               (strncmp(name, BLOCK_INTENT_PREFIX, strlen(BLOCK_INTENT_PREFIX)) == 0 && n > 5 &&
-                streq(name + n - 5, ".json"));
+        return streq(name, VOL_DATA_FILE) || path_intent_record_name(name);
 }
 
 /* The record as the log has it, written back unless the file holds it. */

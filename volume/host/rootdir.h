@@ -154,7 +154,12 @@ int root_dir_sync(RootDir *r);
 int root_dir_replay_intents(RootDir *r, const char *boot_id);
 
 /* Tests: see rootdir.c; nothing in a build without test hooks. */
+#if KVOLUMED_TEST_HOOKS
 void root_test_hold_at(const char *hold);
+#else
+static inline void root_test_hold_at(const char *hold) {
+}
+#endif
 #define root_test_hold(hook) root_test_hold_at(test_hook_getenv(hook))
 
 /* Whether the records of these changes are durable once the intent log is

@@ -39,6 +39,12 @@
 #include "volume/host/intentlog.h"
 #include "volume/internal.h"
 
+/* Takes queued for the later thread at most: a pass beyond waits for it,
+ * as every pass waited for its own files before the log, so that a burst
+ * (thousands of volumes set up at once, each take up to CHANGED_MAX paths)
+ * keeps a few takes' paths in memory, never the burst's. */
+#define LATER_QUEUE_MAX 4
+
 typedef struct Batch {
         Operation **ops;
         size_t n, allocated;
@@ -66,8 +72,8 @@ struct RootSync {
         pthread_t later_thread;
         bool later_started;
         pthread_cond_t later_wake, later_room;
-        RootChanges *later;     /* under lock: a queue, oldest first */
-        size_t n_later, later_allocated;
+        RootChanges later[LATER_QUEUE_MAX]; /* under lock: a queue, oldest first */
+        size_t n_later;
         bool later_stop;        /* under lock */
 };
 
@@ -90,13 +96,10 @@ static uint64_t monotonic_usec(void) {
 
 static void *later_thread(void *p);
 
-/* Takes queued for the later thread at most: a pass beyond waits for it,
- * as every pass waited for its own files before the log, so that a burst
- * (thousands of volumes set up at once, each take up to CHANGED_MAX paths)
- * keeps a few takes' paths in memory, never the burst's. */
-#define LATER_QUEUE_MAX 4
-
-/* Hands c (taken) to the later thread; the thread is started at its first job. */
+/* Hands c (taken) to the later thread, started at its first take.  Fails
+ * only when that thread cannot be started, so with no take queued: the
+ * caller then makes c durable itself (durable_now), and its slots are still
+ * freed after every earlier take's. */
 static int later_push(RootSync *s, RootChanges *c) {
         int r = 0;
 
@@ -110,15 +113,6 @@ static int later_push(RootSync *s, RootChanges *c) {
                         s->later_started = true;
                 }
         }
-        if (r == 0 && s->n_later == s->later_allocated) {
-                size_t want = MAX(s->later_allocated * 2, (size_t) 4);
-                RootChanges *q = reallocarray(s->later, want, sizeof *q);
-                if (q) {
-                        s->later = q;
-                        s->later_allocated = want;
-                } else
-                        r = -ENOMEM;
-        }
         if (r == 0) {
                 __atomic_add_fetch(&s->root->later_pending, 1, __ATOMIC_ACQ_REL);
                 s->later[s->n_later++] = *c;
@@ -129,22 +123,31 @@ static int later_push(RootSync *s, RootChanges *c) {
         return r;
 }
 
-/* What the later thread does with one take: the files and directories, then
- * the slots freed, and the frees made durable (so that no stale slot of a
- * path outlives a newer one freed: intentlog.h). */
+/* A take made durable by itself: the files and directories, then its slots
+ * freed and the frees made durable (so that no stale slot of a path
+ * outlives a newer one freed: intentlog.h).  A take that fails keeps its
+ * slots: the records are written back from the log at the next start. */
+static int durable_now(RootSync *s, const RootChanges *c, char **ret_failed) {
+        IntentLog *log = s->root->intents;
+        int r = 0;
+
+        if (c->n_files > 0 || c->n_dirs > 0 || c->all)
+                r = root_changes_sync(s->root->sync_pool, s->root->fd, c, ret_failed);
+        if (r >= 0 && log && c->n_slots > 0) {
+                intent_log_release(log, c->slots, c->n_slots);
+                r = intent_log_sync(log);
+        }
+        return r;
+}
+
+/* What the later thread does with one take. */
 static void later_job(RootSync *s, RootChanges *c) {
         _cleanup_free_ char *failed = NULL;
-        IntentLog *log = s->root->intents;
         SyncResult result = { .later = true, .files = c->n_files, .dirs = c->n_dirs };
         uint64_t start = monotonic_usec();
 
         root_test_hold("LATER_HOLD");
-        if (c->n_files > 0 || c->n_dirs > 0 || c->all)
-                result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
-        if (result.error >= 0 && log && c->n_slots > 0) {
-                intent_log_release(log, c->slots, c->n_slots);
-                result.error = intent_log_sync(log);
-        }
+        result.error = durable_now(s, c, &failed);
         result.usec = monotonic_usec() - start;
         if (result.error >= 0)
                 return;
@@ -213,9 +216,10 @@ static void sync_job(RootSync *s, RootChanges *c) {
                 result.logged = true;
                 result.files = c->n_slots;
                 result.error = intent_log_sync(s->root->intents);
-                if (later_push(s, c) < 0)
-                        result.error = result.error < 0 ? result.error
-                                                        : root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
+                if (later_push(s, c) < 0) {
+                        int r = durable_now(s, c, &failed);
+                        result.error = result.error < 0 ? result.error : r;
+                }
         } else {
                 result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
                 /* Freed after every earlier take's: by the later thread too. */
@@ -223,7 +227,8 @@ static void sync_job(RootSync *s, RootChanges *c) {
                         slots_only = (RootChanges) { .slots = TAKE_PTR(c->slots), .n_slots = c->n_slots };
                         c->n_slots = 0;
                         if (later_push(s, &slots_only) < 0)
-                                root_changes_done(&slots_only); /* the slots stay: replayed, harmless */
+                                (void) durable_now(s, &slots_only, NULL); /* the records are durable already */
+                        root_changes_done(&slots_only);
                 }
         }
         result.usec = monotonic_usec() - start;
@@ -389,7 +394,6 @@ RootSync *root_sync_free(RootSync *s) {
                 stop_thread(s, s->later_thread, &s->later_stop, &s->later_wake);
         for (size_t i = 0; i < s->n_later; i++)
                 root_changes_done(&s->later[i]);
-        free(s->later);
         /* Records written since the last take (no pass synced them): durable
          * now, and their slots freed, so that a clean stop leaves the log
          * empty, as a handover to kubelet expects of kvolumed's own state. */

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "systemd/fileio.h"
 #include "volume/host/atomicwriter.h"
 
 #define DATA_LINK_PREFIX ATOMIC_DATA_DIR "/"
@@ -683,20 +684,6 @@ static int set_owner_mode(Writer *w, int fd, uid_t uid, mode_t mode) {
         return 0;
 }
 
-static int write_all(int fd, const uint8_t *data, size_t size) {
-        while (size > 0) {
-                ssize_t k = write(fd, data, size);
-                if (k < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                data += k;
-                size -= (size_t) k;
-        }
-        return 0;
-}
-
 /* One file of the new version, its directories made on the way. */
 static int write_entry(Writer *w, int vfd, const char *version, const Entry *e) {
         _cleanup_close_ int cur = fcntl(vfd, F_DUPFD_CLOEXEC, 3), f = -EBADF;
@@ -745,7 +732,7 @@ static int write_entry(Writer *w, int vfd, const char *version, const Entry *e) 
         f = openat(cur, c, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (f < 0)
                 return -errno;
-        r = write_all(f, e->f->data, e->f->size);
+        r = loop_write(f, e->f->data, e->f->size);
         if (r < 0)
                 return r;
         r = set_owner_mode(w, f, e->f->uid, file_mode(w, e->f));

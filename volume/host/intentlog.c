@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "systemd/fileio.h"
 #include "systemd/log.h"
 #include "volume/host/intentlog.h"
 
@@ -51,19 +52,6 @@ static int checksum(const uint8_t *slot, size_t end, uint8_t ret[32]) {
         return 0;
 }
 
-static int write_all_at(int fd, const void *buf, size_t size, off_t at) {
-        for (size_t done = 0; done < size;) {
-                ssize_t n = pwrite(fd, (const uint8_t *) buf + done, size - done, at + (off_t) done);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                done += (size_t) n;
-        }
-        return 0;
-}
-
 /* Zeros, written (not a hole, not fallocate's unwritten extents: writing a
  * slot later must find its blocks allocated and written), then durable
  * with its name in dir_fd. */
@@ -79,7 +67,7 @@ static int make_log(int dir_fd, const char *name) {
         fd = openat(dir_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        r = write_all_at(fd, zeros, LOG_SIZE, 0);
+        r = loop_pwrite(fd, zeros, LOG_SIZE, 0);
         if (r < 0 || fsync(fd) < 0 || renameat(dir_fd, tmp, dir_fd, name) < 0) {
                 r = r < 0 ? r : -errno;
                 (void) unlinkat(dir_fd, tmp, 0);
@@ -166,14 +154,9 @@ int intent_log_replay(IntentLog *l, intent_log_replay_fn fn, void *userdata) {
 
         if (!all)
                 return -ENOMEM;
-        for (off_t done = 0; done < LOG_SIZE;) {
-                ssize_t k = pread(l->fd, all + done, LOG_SIZE - done, done);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return k < 0 ? -errno : -EIO;
-                done += k;
-        }
+        r = loop_pread(l->fd, all, LOG_SIZE, 0);
+        if (r < 0)
+                return r;
         pthread_mutex_lock(&l->lock);
         for (size_t i = 0; i < INTENT_LOG_SLOTS; i++) {
                 const SlotHeader *h = valid_slot(all + (size_t) i * INTENT_LOG_SLOT_SIZE);
@@ -265,7 +248,7 @@ int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t s
         end = sizeof *h + path_len + size;
         r = checksum(l->slot, end, h->sha256);
         if (r >= 0)
-                r = write_all_at(l->fd, l->slot, end, (off_t) index * INTENT_LOG_SLOT_SIZE);
+                r = loop_pwrite(l->fd, l->slot, end, (off_t) index * INTENT_LOG_SLOT_SIZE);
         if (r < 0) {
                 intent_log_release(l, &(uint32_t){ index }, 1);
                 return r;
@@ -286,7 +269,7 @@ void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
                 if (slots[i] >= INTENT_LOG_SLOTS)
                         continue;
                 /* The magic alone: the slot no longer parses. */
-                freed = write_all_at(l->fd, no_magic, sizeof no_magic, (off_t) slots[i] * INTENT_LOG_SLOT_SIZE) >= 0;
+                freed = loop_pwrite(l->fd, no_magic, sizeof no_magic, (off_t) slots[i] * INTENT_LOG_SLOT_SIZE) >= 0;
                 pthread_mutex_lock(&l->lock);
                 /* A slot that stays could outlive a newer one of its path, once
                  * that one is freed: no slot is handed out any more, every

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
+#include "systemd/fileio.h"
 #include "systemd/hashmap.h"
 #include "systemd/log.h"
 #include "systemd/testhook.h"
@@ -324,16 +325,9 @@ int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_
         fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
         if (fd < 0)
                 return -errno;
-        for (size_t done = 0; done < size;) {
-                ssize_t n = write(fd, (const char *) data + done, size - done);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        rr = -errno;
-                        goto fail;
-                }
-                done += (size_t) n;
-        }
+        rr = loop_write(fd, data, size);
+        if (rr < 0)
+                goto fail;
         if (fchmod(fd, mode) < 0 || (durable && fsync(fd) < 0)) {
                 rr = -errno;
                 goto fail;

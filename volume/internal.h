@@ -846,6 +846,10 @@ RootSync *root_sync_free(RootSync *s);
 /* Queues the operations for the next sync begun after this call: of every
  * file and directory changed (rootdir.h's notes) up to its start. */
 int root_sync_submit(RootSync *s, Operation **ops, size_t n);
+/* The intent log made durable now, off the loop, ahead of the next sync:
+ * after a pass logged an operation's records ahead (root_dir_log_ahead),
+ * while it writes their directories and files.  Once for each sync. */
+void root_sync_kick(RootSync *s);
 /* Operations waiting for a sync. */
 size_t root_sync_waiting(RootSync *s);
 /* reconciler.c: the done callback, starting the operations' CSI calls. */

@@ -192,10 +192,12 @@ typedef struct VolumeKind {
 
         /* ---- operations (volume/passes/operations.c, the frame) ---- */
 
-        /* Before the operation's intent record, with its volume dir made:
-         * the kind's metadata there (CSI: vol_data.json).  A failure is
-         * logged and fails the operation.  NULL: none. */
-        int (*prepare)(Operation *op, const char *dir);
+        /* The kind's metadata file in the volume dir of a stage or publish
+         * (CSI: vol_data.json): its path below root-dir, bytes and mode.  The
+         * frame puts it in the intent log with the intent record, then
+         * writes it once the volume dir is made.  A failure is logged and
+         * fails the operation.  NULL: none. */
+        int (*metadata)(Operation *op, const char *dir, char **ret_path, char **ret_text, mode_t *ret_mode);
         /* The operation's steps for op->kind (stage, publish, unpublish,
          * unstage), from op->step; it ends through operation_finish() or
          * operation_fail() (volume/passes/operation.h), possibly at once.

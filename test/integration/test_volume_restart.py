@@ -1258,6 +1258,59 @@ def test_records_survive_power_loss_at_the_call_that_mounts(volume_env, disk_roo
 
 
 @pytest.mark.parametrize("flow", ["inline", "persistent"])
+def test_the_log_is_durable_while_the_records_files_are_still_to_be_written(volume_env, disk_root, tmp_path, flow):
+    """A pass puts its records in the intent log first and has the log made
+    durable off the loop while it makes their directories and files
+    (operations.c, rootsync.c): held after the records were logged and
+    before any directory of the volume was made (KVOLUMED_TEST_PREPARE_HOLD),
+    a power loss finds both records in the log on disk, with the bytes the
+    files get, and no volume dir yet.  Released, the call is made as ever."""
+    env = volume_env
+    hold = str(tmp_path / "prepare-hold")
+    with open(hold, "w"):
+        pass
+    env.start(env={"KVOLUMED_TEST_PREPARE_HOLD": hold})
+    persistent = flow == "persistent"
+    env.csidriver(attachRequired=False, volumeLifecycleModes=["Persistent", "Ephemeral"])
+    if persistent:
+        env.pv("pv-c", "vol-c", claim="c")
+        env.pvc("c", "pv-c")
+    pod = env.pod("web", [claim_volume("data", "c") if persistent else inline_volume("scratch")])
+    uid = pod["metadata"]["uid"]
+    if persistent:  # the first operation: the stage
+        volume_dir = os.path.dirname(env.staging("vol-c"))[len(env.root) + 1:]
+    else:
+        volume_dir = f"pods/{uid}/volumes/kubernetes.io~csi/scratch"
+    record, vol_data = f"kvolumed/{volume_dir}/kvolumed.json", volume_dir + "/vol_data.json"
+    try:
+        wait_until(lambda: os.path.exists(hold + ".held"), timeout=30, what="the pass held after its records "
+                   "were logged\n" + env.agent.output()[-3000:])
+        logged = {}
+
+        def log_durable():
+            nonlocal logged
+            copy = power_loss_copy(disk_root, str(tmp_path / "after-power-loss.img"))
+            logged = log_on_disk(copy, tmp_path)
+            return record in logged and vol_data in logged and not dir_on_disk(copy, volume_dir)
+        wait_until(log_durable, timeout=20, interval=0.2,
+                   what=f"the log on disk holding {record} and {vol_data} before {volume_dir} is made: "
+                   f"it holds {sorted(logged)}")
+        assert not os.path.exists(f"{env.root}/{volume_dir}"), "the volume dir made before the hold"
+    finally:
+        os.unlink(hold)
+    env.wait_mounted(env.target(pod, "pv-c" if persistent else "scratch"), timeout=30)
+    assert open(f"{env.root}/{vol_data}", "rb").read() == logged[vol_data]
+    # Found durable when the pass handed its records over: the call started
+    # without the sync thread's round trip (rootsync.c, durable_already).
+    assert re.search(rf"The intent log of {re.escape(env.root)} was made durable while \d+ records were written",
+                     env.agent.output()), env.agent.output()[-3000:]
+    intent = json.loads(logged[record])
+    assert intent["operation"] == ("stage" if persistent else "publish") and intent["done"] is False, intent
+    env.api.remove("pods", "default", "web")
+    assert_all_gone(env)
+
+
+@pytest.mark.parametrize("flow", ["inline", "persistent"])
 def test_records_the_disk_lost_are_written_back_from_the_intent_log(volume_env, tmp_path, flow):
     """The records a power loss took while only the log held them (their
     own sync held back, then kvolumed killed, the mounts gone with the boot,

@@ -41,6 +41,13 @@ struct IntentLog {
         bool live[INTENT_LOG_SLOTS];     /* under lock */
         size_t n_live;                   /* under lock */
         bool broken;                     /* under lock: a free could not be written */
+        /* Each write of a slot (a put, a free) counts once it returned; a sync
+         * records the count it covers, so that a sync with nothing written
+         * since the last that returned writes nothing (rootsync.c syncs the
+         * log early, while the pass makes the records' directories). */
+        uint64_t n_written;              /* under lock */
+        uint64_t n_synced;               /* under lock */
+        unsigned n_fdatasyncs;           /* under lock: tests */
         _Alignas(SlotHeader) uint8_t slot[INTENT_LOG_SLOT_SIZE]; /* the loop's buffer for put */
 };
 
@@ -253,11 +260,48 @@ int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t s
                 intent_log_release(l, &(uint32_t){ index }, 1);
                 return r;
         }
+        pthread_mutex_lock(&l->lock);
+        l->n_written++;
+        pthread_mutex_unlock(&l->lock);
         return (int) index;
 }
 
 int intent_log_sync(IntentLog *l) {
-        return fdatasync(l->fd) < 0 ? -errno : 0;
+        uint64_t covers;
+
+        pthread_mutex_lock(&l->lock);
+        covers = l->n_written;
+        if (l->n_synced >= covers) {
+                pthread_mutex_unlock(&l->lock);
+                return 0;
+        }
+        l->n_fdatasyncs++;
+        pthread_mutex_unlock(&l->lock);
+        /* Every write counted in covers returned before this call began. */
+        if (fdatasync(l->fd) < 0)
+                return -errno;
+        pthread_mutex_lock(&l->lock);
+        l->n_synced = MAX(l->n_synced, covers);
+        pthread_mutex_unlock(&l->lock);
+        return 0;
+}
+
+bool intent_log_durable(IntentLog *l) {
+        bool durable;
+
+        pthread_mutex_lock(&l->lock);
+        durable = l->n_synced >= l->n_written;
+        pthread_mutex_unlock(&l->lock);
+        return durable;
+}
+
+unsigned intent_log_fdatasyncs(IntentLog *l) {
+        unsigned n;
+
+        pthread_mutex_lock(&l->lock);
+        n = l->n_fdatasyncs;
+        pthread_mutex_unlock(&l->lock);
+        return n;
 }
 
 void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
@@ -276,9 +320,12 @@ void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
                  * record is made durable by itself (the rule before the log). */
                 if (!freed)
                         l->broken = true;
-                else if (l->live[slots[i]]) {
-                        l->live[slots[i]] = false;
-                        l->n_live--;
+                else {
+                        l->n_written++;
+                        if (l->live[slots[i]]) {
+                                l->live[slots[i]] = false;
+                                l->n_live--;
+                        }
                 }
                 pthread_mutex_unlock(&l->lock);
         }

@@ -29,6 +29,7 @@
  *
  * Thread-safe: slots are written on the loop and freed by the sync thread. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -65,8 +66,16 @@ int intent_log_clear(IntentLog *l);
  * none is free (or a free failed: the log is given up), -E2BIG when the
  * record does not fit in one. */
 int intent_log_put(IntentLog *l, const char *relpath, const void *data, size_t size, mode_t mode);
-/* Makes every slot written so far, and every free, durable. */
+/* Makes every slot written so far, and every free, durable: one
+ * fdatasync(), none when an earlier one that returned covered them all.
+ * Any thread; a failure is returned to the caller whose call failed, and
+ * the next sync writes again. */
 int intent_log_sync(IntentLog *l);
+/* Whether every slot written and freed so far is durable: a sync that
+ * returned covers them all. */
+bool intent_log_durable(IntentLog *l);
+/* The fdatasync() calls made (tests). */
+unsigned intent_log_fdatasyncs(IntentLog *l);
 /* Frees slots (their record is durable by itself); durable at the next sync. */
 void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n);
 /* Slots in use (tests). */

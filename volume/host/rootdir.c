@@ -309,8 +309,14 @@ unlogged:
         r->unlogged = true;
 }
 
-int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
-                        bool durable) {
+void root_dir_log_ahead(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode) {
+        note_logged(r, relpath, data, size, mode);
+}
+
+/* durable: fsync'ed with its directory; else noted, and put in the intent
+ * log unless logged ahead. */
+static int write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode, bool durable,
+                      bool logged_ahead) {
         _cleanup_close_ int dirfd = -1, fd = -1;
         const char *name = last_component(relpath);
         char tmp[300];
@@ -339,13 +345,23 @@ int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_
         if (!durable) {
                 note_changed_n(r, relpath, strlen(relpath), ROOT_CHANGED_FILE);
                 note_parent(r, relpath);
-                note_logged(r, relpath, data, size, mode);
+                if (!logged_ahead)
+                        note_logged(r, relpath, data, size, mode);
         } else if (fsync(dirfd) < 0)
                 return -errno;
         return 0;
 fail:
         (void) unlinkat(dirfd, tmp, 0);
         return rr;
+}
+
+int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
+                        bool durable) {
+        return write_file(r, relpath, data, size, mode, durable, false);
+}
+
+int root_dir_write_logged_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode) {
+        return write_file(r, relpath, data, size, mode, false, true);
 }
 
 int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **ret, size_t *ret_size) {

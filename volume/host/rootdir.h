@@ -73,6 +73,14 @@ int root_dir_mkdir_p(RootDir *r, const char *relpath, mode_t mode, int *ret_fd);
 int root_dir_write_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode,
                         bool durable);
 
+/* A record's copy in the intent log before its file is written, so that
+ * the log is made durable (root_sync_kick) while its directories are made;
+ * root_dir_write_logged_file() then writes the file, noted as changed, with
+ * the same bytes.  Where the log cannot take it, the take's files are made
+ * durable by themselves, as with root_dir_write_file(). */
+void root_dir_log_ahead(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode);
+int root_dir_write_logged_file(RootDir *r, const char *relpath, const void *data, size_t size, mode_t mode);
+
 /* Reads a regular file of at most max_size bytes; NUL-terminated. */
 int root_dir_read_file(RootDir *r, const char *relpath, size_t max_size, char **ret, size_t *ret_size);
 

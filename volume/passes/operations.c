@@ -105,19 +105,22 @@ static int record_path_of(const Operation *op, char **ret) {
         return path_intent_record(dir, op->av->block && !operation_staging(op) ? op->pod.uid : NULL, ret);
 }
 
+/* The record's bytes; a newer kvolumed's record stays as it is: this build
+ * cannot tell what it says of the volume, and a rollback must not lose it. */
+static int intent_text(VolumeManager *m, const char *path, Intent *i, char **ret) {
+        if (hashmap_get(m->newer_records, path))
+                return -EPROTONOSUPPORT;
+        memcpy(i->boot_id, m->boot_id, sizeof i->boot_id);
+        return intent_format(i, ret);
+}
+
 int intent_write(VolumeManager *m, const char *path, Intent *i, bool durable) {
         _cleanup_free_ char *text = NULL;
         int r;
 
-        /* A newer kvolumed's record stays as it is: this build cannot tell
-         * what it says of the volume, and a rollback must not lose it. */
-        if (hashmap_get(m->newer_records, path))
-                return -EPROTONOSUPPORT;
-        memcpy(i->boot_id, m->boot_id, sizeof i->boot_id);
-        r = intent_format(i, &text);
-        if (r < 0)
-                return r;
-        r = intent_record_dirs(m->root, path);
+        r = intent_text(m, path, i, &text);
+        if (r >= 0)
+                r = intent_record_dirs(m->root, path);
         if (r < 0)
                 return r;
         return root_dir_write_file(m->root, path, text, strlen(text), 0640, durable);
@@ -138,9 +141,6 @@ static int remove_volume_dirs(Operation *op) {
         return volume_dirs_remove(op->m, &f, dir, op->target, operation_staging(op));
 }
 
-/* Before the CSI call: what it needs on disk, and the intent record that
- * tells reconstruction this call may have happened.  Not durable yet: the
- * pass makes every file and directory noted durable at once (rootsync.c). */
 /* The dirs a stage or publish needs before its call: kubelet makes
  * globalmount (or a block volume's staging dir) itself, but leaves the
  * publish target ("mount", or a block device file) to the driver and makes
@@ -174,12 +174,21 @@ static int make_dirs(Operation *op, const char *dir) {
 }
 
 /* Before the CSI call: what it needs on disk, and the intent record that
- * tells reconstruction this call may have happened.  Not durable yet: the
- * pass makes every file and directory noted durable at once (rootsync.c). */
+ * tells reconstruction this call may have happened.  The records (the
+ * kind's metadata, the intent) go to the intent log first, and the log is
+ * made durable off the loop while their directories and files are written
+ * here: a new pod's volume dirs (8 mkdirs, kubelet's tree and kvolumed's)
+ * and that fdatasync are its two longest waits before the call, and need
+ * not be one after the other.  The call starts once both are done
+ * (rootsync.c); the files themselves are made durable after it. */
 int operation_prepare(Operation *op) {
-        _cleanup_free_ char *dir = NULL, *record = NULL;
+        _cleanup_free_ char *dir = NULL, *record = NULL, *record_text = NULL, *metadata = NULL,
+                            *metadata_text = NULL;
         LogFields f = operation_fields(op);
+        RootDir *root = op->m->root;
         bool setup = op->kind == OP_STAGE || op->kind == OP_PUBLISH;
+        Intent i = { .operation = op->kind, .pod = op->pod.key };
+        mode_t metadata_mode = 0;
         int r;
 
         r = volume_dir_of(op, &dir);
@@ -193,31 +202,50 @@ int operation_prepare(Operation *op) {
          * dir is touched, not its vol_data.json, not its directories. */
         if (hashmap_get(op->m->newer_records, record)) {
                 log_fields(LOG_DEBUG, &f, "Not %s %s: %s/%s is a newer kvolumed's record",
-                           op_kind_to_string(op->kind), op->av->unique_name, op->m->root->path, record);
+                           op_kind_to_string(op->kind), op->av->unique_name, root->path, record);
                 return -EPROTONOSUPPORT;
         }
+        /* A teardown whose volume dir is gone has nothing left to record in. */
+        if (!setup && root_dir_exists(root, dir) == 0)
+                return 0;
+        r = intent_text(op->m, record, &i, &record_text);
+        if (r < 0)
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to make %s/%s: %m", root->path, record);
+        /* A block publish writes its PV's data file too: kubelet has one per
+         * PV (NewBlockVolumeMapper), and reconstruction finds the publishes
+         * of a PV that did not stage the volume through it. */
+        if (setup && op->av->kind->metadata) {
+                r = op->av->kind->metadata(op, dir, &metadata, &metadata_text, &metadata_mode);
+                if (r < 0)
+                        return r;
+                root_dir_log_ahead(root, metadata, metadata_text, strlen(metadata_text), metadata_mode);
+        }
+        root_dir_log_ahead(root, record, record_text, strlen(record_text), 0640);
+        if (op->m->sync)
+                root_sync_kick(op->m->sync);
+        root_test_hold("PREPARE_HOLD");
+
         if (setup) {
                 r = make_dirs(op, dir);
                 if (r < 0)
                         return r;
-                /* A block publish writes its PV's data file too: kubelet has one
-                 * per PV (NewBlockVolumeMapper), and reconstruction finds the
-                 * publishes of a PV that did not stage the volume through it. */
-                r = op->av->kind->prepare ? op->av->kind->prepare(op, dir) : 0;
+                if (metadata) {
+                        r = root_dir_write_logged_file(root, metadata, metadata_text, strlen(metadata_text),
+                                                       metadata_mode);
+                        if (r < 0)
+                                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", root->path, metadata);
+                }
         }
-        /* A teardown whose volume dir is gone has nothing left to record in. */
-        if (r >= 0 && !setup && root_dir_exists(op->m->root, dir) == 0)
-                return 0;
         if (r >= 0) {
-                Intent i = { .operation = op->kind, .pod = op->pod.key };
-                r = intent_write(op->m, record, &i, false);
+                r = intent_record_dirs(root, record);
+                if (r >= 0)
+                        r = root_dir_write_logged_file(root, record, record_text, strlen(record_text), 0640);
                 /* From now on the volume may be mounted with this context:
                  * another pod wanting a different one waits (reconciler.c). */
                 if (r >= 0 && setup && !op->av->block)
                         r = free_and_strdup(&op->av->selinux_context, op->selinux_context);
                 if (r < 0)
-                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", op->m->root->path,
-                                         record);
+                        log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s: %m", root->path, record);
         }
         if (r < 0) {
                 /* Nothing will track what was made: take it away again (never a
@@ -227,8 +255,7 @@ int operation_prepare(Operation *op) {
                         (void) remove_volume_dirs(op);
                 return r;
         }
-        log_fields(LOG_DEBUG, &f, "Recorded %s intent in %s/%s", op_kind_to_string(op->kind),
-                   op->m->root->path, record);
+        log_fields(LOG_DEBUG, &f, "Recorded %s intent in %s/%s", op_kind_to_string(op->kind), root->path, record);
         return 0;
 }
 

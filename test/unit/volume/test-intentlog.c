@@ -223,6 +223,69 @@ static void test_root_dir_writes_back_what_the_disk_lost(void **state) {
         root_dir_free(r);
 }
 
+/* A sync writes only when a put or a free came after the last sync that
+ * returned: the pass's own sync after an early one (rootsync.c's kick)
+ * costs nothing, and one with something new still writes. */
+static void test_a_sync_with_nothing_new_writes_nothing(void **state) {
+        IntentLog *l = fresh("seq");
+        int slot;
+
+        assert_int_equal(intent_log_fdatasyncs(l), 0);
+        assert_int_equal(intent_log_sync(l), 0);
+        assert_int_equal(intent_log_fdatasyncs(l), 0);
+        slot = intent_log_put(l, "a", "x", 1, 0640);
+        assert_true(slot >= 0);
+        assert_int_equal(intent_log_sync(l), 0);
+        assert_int_equal(intent_log_fdatasyncs(l), 1);
+        assert_int_equal(intent_log_sync(l), 0);
+        assert_int_equal(intent_log_fdatasyncs(l), 1);
+        /* A free is a write too: durable at the next sync. */
+        intent_log_release(l, (uint32_t[]){ (uint32_t) slot }, 1);
+        assert_int_equal(intent_log_sync(l), 0);
+        assert_int_equal(intent_log_fdatasyncs(l), 2);
+        assert_true(intent_log_put(l, "b", "y", 1, 0640) >= 0);
+        assert_int_equal(intent_log_sync(l), 0);
+        assert_int_equal(intent_log_fdatasyncs(l), 3);
+        intent_log_free(l);
+}
+
+/* Logged ahead of its file (operations.c): the slot is taken with the
+ * pass's changes, the file written after is noted as changed but not put
+ * in the log a second time, and a log-less root-dir makes the take's files
+ * durable by themselves. */
+static void test_a_record_logged_ahead_is_in_one_slot(void **state) {
+        char root[200];
+        RootDir *r = NULL;
+        RootChanges c;
+
+        snprintf(root, sizeof root, "%s/ahead", base);
+        assert_int_equal(root_dir_open(root, &r), 0);
+        assert_int_equal(root_dir_replay_intents(r, BOOT), 0);
+        root_dir_log_ahead(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640);
+        assert_int_equal(intent_log_live(r->intents), 1);
+        assert_int_equal(root_dir_mkdir_p(r, "kvolumed/pods/u/v", 0750, NULL), 1);
+        assert_int_equal(root_dir_write_logged_file(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640), 0);
+        assert_int_equal(intent_log_live(r->intents), 1);
+        root_dir_take_changes(r, &c);
+        assert_int_equal(c.n_slots, 1);
+        assert_true(c.n_files >= 1);
+        assert_true(root_changes_logged(&c));
+        root_changes_done(&c);
+        root_dir_free(r);
+
+        /* No log: the record is noted, the take not logged. */
+        snprintf(root, sizeof root, "%s/ahead-nolog", base);
+        assert_int_equal(root_dir_open(root, &r), 0);
+        root_dir_log_ahead(r, "kvolumed.json", "{}", 2, 0640);
+        assert_int_equal(root_dir_write_logged_file(r, "kvolumed.json", "{}", 2, 0640), 0);
+        root_dir_take_changes(r, &c);
+        assert_int_equal(c.n_slots, 0);
+        assert_int_equal(c.n_files, 1);
+        assert_false(root_changes_logged(&c));
+        root_changes_done(&c);
+        root_dir_free(r);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_made_with_zeros_and_replays_nothing),
@@ -232,6 +295,8 @@ int main(void) {
                 cmocka_unit_test(test_a_freed_slot_is_reused_and_a_full_log_refuses),
                 cmocka_unit_test(test_a_log_of_another_size_is_made_anew),
                 cmocka_unit_test(test_root_dir_writes_back_what_the_disk_lost),
+                cmocka_unit_test(test_a_sync_with_nothing_new_writes_nothing),
+                cmocka_unit_test(test_a_record_logged_ahead_is_in_one_slot),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,7 +16,9 @@
 #include "volume/passes/operation.h"
 #include "volume/state/voldata.h"
 
-static int write_vol_data(Operation *op, const char *dir) {
+/* The kind's metadata entry: vol_data.json beside the volume, as kubelet's
+ * CSI plugin writes it. */
+static int format_vol_data(Operation *op, const char *dir, char **ret_path, char **ret_text) {
         _cleanup_free_ char *path = NULL, *text = NULL;
         char attachment[CSI_HASH_NAME_MAX];
         VolData d = {};
@@ -50,21 +52,21 @@ static int write_vol_data(Operation *op, const char *dir) {
                 return r;
         if (asprintf(&path, "%s/" VOL_DATA_FILE, dir) < 0)
                 return -ENOMEM;
-        /* Not durable yet: noted (rootdir.c), the pass makes its notes durable at once. */
-        /* kubelet's os.Create under systemd's default umask 0022 (kubelet-facts §1.2). */
-        return root_dir_write_file(op->m->root, path, text, strlen(text), 0644, false);
+        *ret_path = TAKE_PTR(path);
+        *ret_text = TAKE_PTR(text);
+        return 0;
 }
 
-/* The kind's prepare entry: vol_data.json beside the volume, as kubelet's
- * CSI plugin writes it; a failure fails the operation. */
-int csi_prepare(Operation *op, const char *dir) {
+int csi_metadata(Operation *op, const char *dir, char **ret_path, char **ret_text, mode_t *ret_mode) {
         LogFields f = operation_fields(op);
-        int r = write_vol_data(op, dir);
+        int r = format_vol_data(op, dir, ret_path, ret_text);
 
         if (r < 0)
-                log_fields_errno(LOG_ERR, r, &f, "Failed to write %s/%s/" VOL_DATA_FILE ": %m", op->m->root->path,
-                                 dir);
-        return r;
+                return log_fields_errno(LOG_ERR, r, &f, "Failed to make %s/%s/" VOL_DATA_FILE ": %m",
+                                        op->m->root->path, dir);
+        /* kubelet's os.Create under systemd's default umask 0022 (kubelet-facts §1.2). */
+        *ret_mode = 0644;
+        return 0;
 }
 
 
@@ -192,7 +194,7 @@ const VolumeKind volume_kind_csi = {
         .waiting = csi_waiting,
         .teardown_waits = csi_teardown_waits,
         .attachable = csi_attachable,
-        .prepare = csi_prepare,
+        .metadata = csi_metadata,
         .run = csi_operation_run,
         .outcome = csi_outcome,
         .reconstruct_publish = reconstruct_csi_publish,

@@ -45,7 +45,7 @@ void csi_teardown_waits(ActualVolume *av);
 bool csi_attachable(VolumeManager *m, const ActualVolume *av);
 
 /* kind.c */
-int csi_prepare(Operation *op, const char *dir);
+int csi_metadata(Operation *op, const char *dir, char **ret_path, char **ret_text, mode_t *ret_mode);
 int csi_paths(const ActualVolume *av, bool staging, const char *pod_uid, const char *spec_name, char **ret_dir,
               char **ret_target);
 

@@ -86,6 +86,32 @@ def test_hang_until_released_and_concurrent_call_is_aborted(mock_csi, csi_dirs):
     c.unstage("v", staging)  # hang was for one call only
 
 
+def test_an_injected_crash_logs_the_calls_it_takes_with_the_process(mock_csi, csi_dirs):
+    """A real driver's crash ends every call it serves, not only the one that
+    crashed: the others are logged as lost with it, so that the storm's audit
+    (test/storm/audit.py) knows they were made and that their outcome is
+    unknown, as kvolumed does."""
+    c, ctl = mock_csi.csi, mock_csi.control
+    staging, target = csi_dirs
+    ctl.hang("NodeStageVolume", when="after")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=err_of(c.stage, "v", staging)))
+    t.start()
+    ctl.wait_hung("NodeStageVolume")
+    ctl.crash("NodePublishVolume", "before")
+    assert err_of(c.publish, "w", target, staging_path=staging)[0] == C.UNAVAILABLE
+    assert mock_csi.wait_exit() == CRASH_EXIT_CODE
+    t.join(10)
+    assert result["r"][0] == C.UNAVAILABLE
+    lost = mock_csi.calls("NodeStageVolume")
+    assert len(lost) == 1, lost
+    assert lost[0]["code"] == "CRASH" and lost[0]["fault"]["crash"] == "lost", lost
+    assert lost[0]["request"]["volume_id"] == "v"
+    assert mock_csi.calls("NodePublishVolume")[-1]["fault"] == {"crash": "before"}
+    mock_csi.restart()
+    c.unstage("v", staging)  # the work was done before the hang: undone
+
+
 def test_crash_before_and_after_work_then_restart_keeps_state(mock_csi, csi_dirs):
     c, ctl = mock_csi.csi, mock_csi.control
     staging, target = csi_dirs

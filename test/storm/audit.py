@@ -35,7 +35,13 @@ kind is then legitimate.  The rules, per volume ID and target path:
                        for a volume with a hung call still in the driver)
 
 The work of a call happened (for the log's state) when the code is OK, or the
-injected error or crash came "after" the work.
+injected error or crash came "after" the work.  A call in flight when another
+call's injected crash ended the process is logged as lost (fault crash
+"lost"): whether its work happened is unknown, so a teardown's is taken as
+done and a set-up's as not (neither can then make a later call a duplicate,
+the lost call being the previous one, not clean).  A call in flight when the
+process was killed from outside is in no log: the first call of each volume
+after such a kill is never a duplicate.
 """
 import collections
 
@@ -47,6 +53,8 @@ def _work_done(e):
         return True
     fault = e.get("fault") or {}
     err = fault.get("error") or {}
+    if e["code"] == "CRASH" and fault.get("crash") == "lost":
+        return e["method"] in ("NodeUnstageVolume", "NodeUnpublishVolume")
     if e["code"] == "CRASH":
         return fault.get("crash") == "after"
     return bool(err) and err.get("when") == "after" and e["code"] == err.get("code")
@@ -85,6 +93,8 @@ class CallAudit:
         self.problems = collections.defaultdict(list)   # rule -> examples
         self.counts = collections.Counter()
         self.crashes = {}                               # driver pid -> time it crashed
+        self.kills = []                                 # times a driver was killed from outside
+        self.last_time = {}                             # (vid, target or "") -> time of its last call
 
     def _problem(self, rule, e, what):
         self.counts[rule] += 1
@@ -98,6 +108,8 @@ class CallAudit:
                 self.crashes[e.get("pid")] = e["time"] + e.get("duration", 0)
         for pid, t in killed:
             self.crashes[pid] = t
+            if t not in self.kills:
+                self.kills.append(t)
         entries = sorted((e for e in entries if e["method"] in NODE_OPS), key=lambda e: e["time"])
         for e in entries:
             m, req = e["method"], e.get("request") or {}
@@ -109,7 +121,7 @@ class CallAudit:
             if m in ("NodePublishVolume", "NodeUnpublishVolume"):
                 target = req.get("target_path", "")
                 key = (vid, target)
-                prev = self.last_target_call.get(key)
+                prev = self._previous(self.last_target_call, key, e)
                 if m == "NodePublishVolume":
                     if e["code"] == "OK" and target in self.published[vid] and prev == (m, True):
                         self._problem("duplicate publish", e, f"{vid} at {target}")
@@ -122,8 +134,9 @@ class CallAudit:
                         self.published[vid].discard(target)
                 if e["code"] != "ABORTED":
                     self.last_target_call[key] = (m, _clean(e, self.crashes))
+                    self.last_time[key] = e["time"]
             else:
-                prev = self.last_stage_call.get(vid)
+                prev = self._previous(self.last_stage_call, vid, e)
                 if m == "NodeStageVolume":
                     if e["code"] == "OK" and vid in self.staged and prev == (m, True):
                         self._problem("duplicate stage", e, vid)
@@ -139,8 +152,18 @@ class CallAudit:
                         self.staged.discard(vid)
                 if e["code"] != "ABORTED":
                     self.last_stage_call[vid] = (m, _clean(e, self.crashes))
+                    self.last_time[vid] = e["time"]
             if not self.published[vid]:
                 self.published.pop(vid, None)
+
+    def _previous(self, last, key, e):
+        """The previous call of key, (method, clean); unclean when the driver
+        was killed from outside since (a call of key may have been lost)."""
+        prev = last.get(key)
+        since = self.last_time.get(key)
+        if prev and since is not None and any(since < k < e["time"] for k in self.kills):
+            return (prev[0], False)
+        return prev
 
     RULES = ("duplicate publish", "duplicate unpublish", "duplicate stage", "duplicate unstage",
              "unstage while published", "driver refusal")

@@ -124,7 +124,7 @@ class Driver:
         # Calls being served, to bound what the client keeps in flight:
         # contexts whose client has gone are not counted.
         self._calls_lock = threading.Lock()
-        self._calls = {}  # id -> (grpc context, method)
+        self._calls = {}  # id -> (grpc context, method, call log entry)
         self._max_in_flight = 0
         self._max_volume_ops = 0     # of VOLUME_OPS only
         self._max_by_method = {}
@@ -147,7 +147,7 @@ class Driver:
         plan = {}
         locked = False
         resp = None
-        self._call_begins(context, method)
+        self._call_begins(context, method, entry)
         try:
             if vid:
                 per_target = method in ("NodePublishVolume", "NodeUnpublishVolume")
@@ -209,12 +209,12 @@ class Driver:
 
     def _counts(self):
         """(calls, volume operations, {method: calls}) whose client still waits."""
-        by_method = collections.Counter(m for c, m in self._calls.values() if self._client_waits(c))
+        by_method = collections.Counter(m for c, m, _ in self._calls.values() if self._client_waits(c))
         return sum(by_method.values()), sum(by_method[m] for m in VOLUME_OPS), by_method
 
-    def _call_begins(self, context, method):
+    def _call_begins(self, context, method, entry):
         with self._calls_lock:
-            self._calls[id(context)] = (context, method)
+            self._calls[id(context)] = (context, method, entry)
             n, ops, by_method = self._counts()
             self._max_in_flight = max(self._max_in_flight, n)
             self._max_volume_ops = max(self._max_volume_ops, ops)
@@ -246,6 +246,16 @@ class Driver:
     def _crash(self, entry, when):
         entry.update(code="CRASH", message="crash injected %s the work" % when,
                      duration=round(time.time() - entry["time"], 6))
+        # The other calls in flight end with the process, as a real driver's
+        # do: logged, so that a reader of the log knows they were made and
+        # cannot know whether their work was done (test/storm/audit.py).
+        with self._calls_lock:
+            others = [e for _, _, e in self._calls.values() if e is not entry]
+        for other in others:
+            lost = dict(other, code="CRASH", message="lost with the process (another call's injected crash)",
+                        duration=round(time.time() - other["time"], 6))
+            lost["fault"] = dict(other.get("fault") or {}, crash="lost")
+            self.log.record(lost)
         self.log.record(entry)
         sys.stdout.flush()
         os._exit(faults_mod.CRASH_EXIT_CODE)

@@ -635,7 +635,9 @@ static int sync_phase(SyncPool *pool, int root_fd, char **paths, size_t n, bool 
  * once the files are durable and before the directories are, so that the
  * crash matrix can kill kvolumed there; LATER_HOLD: the records' own sync
  * after their calls (rootsync.c), so that a power loss can be taken while
- * only the intent log holds them. */
+ * only the intent log holds them; PREPARE_HOLD: a pass once its records are
+ * in the log and its sync kicked, before their directories and files are
+ * written (operations.c), so that a power loss finds them in the log only. */
 void root_test_hold_at(const char *hold) {
         char held[PATH_MAX];
 

@@ -295,15 +295,6 @@ bool intent_log_durable(IntentLog *l) {
         return durable;
 }
 
-unsigned intent_log_fdatasyncs(IntentLog *l) {
-        unsigned n;
-
-        pthread_mutex_lock(&l->lock);
-        n = l->n_fdatasyncs;
-        pthread_mutex_unlock(&l->lock);
-        return n;
-}
-
 void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
         static const char no_magic[sizeof((SlotHeader *) 0)->magic] = {};
 
@@ -331,11 +322,11 @@ void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n) {
         }
 }
 
-size_t intent_log_live(IntentLog *l) {
-        size_t n;
+IntentLogCounts intent_log_counts(IntentLog *l) {
+        IntentLogCounts c;
 
         pthread_mutex_lock(&l->lock);
-        n = l->n_live;
+        c = (IntentLogCounts){ .live = l->n_live, .fdatasyncs = l->n_fdatasyncs };
         pthread_mutex_unlock(&l->lock);
-        return n;
+        return c;
 }

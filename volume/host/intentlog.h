@@ -74,9 +74,12 @@ int intent_log_sync(IntentLog *l);
 /* Whether every slot written and freed so far is durable: a sync that
  * returned covers them all. */
 bool intent_log_durable(IntentLog *l);
-/* The fdatasync() calls made (tests). */
-unsigned intent_log_fdatasyncs(IntentLog *l);
+
 /* Frees slots (their record is durable by itself); durable at the next sync. */
 void intent_log_release(IntentLog *l, const uint32_t *slots, size_t n);
-/* Slots in use (tests). */
-size_t intent_log_live(IntentLog *l);
+/* Tests: the slots in use, the fdatasync() calls made. */
+typedef struct IntentLogCounts {
+        size_t live;
+        unsigned fdatasyncs;
+} IntentLogCounts;
+IntentLogCounts intent_log_counts(IntentLog *l);

@@ -105,7 +105,7 @@ static void test_newest_slot_of_each_path_replayed_in_order(void **state) {
         assert_int_equal(intent_log_put(l, "a/rec", "one", 3, 0640), 0);
         assert_int_equal(intent_log_put(l, "b/rec", "bee", 3, 0640), 1);
         assert_int_equal(intent_log_put(l, "a/rec", "two", 3, 0640), 2);
-        assert_int_equal(intent_log_live(l), 3);
+        assert_int_equal(intent_log_counts(l).live, 3);
         intent_log_free(l); /* a crash: nothing freed */
         s = replayed("order");
         assert_int_equal(s.n, 2);
@@ -139,7 +139,7 @@ static void test_freed_and_torn_slots_say_nothing(void **state) {
         assert_int_equal(intent_log_put(l, "freed", "f", 1, 0640), 1);
         assert_int_equal(intent_log_put(l, "torn", "t-before", 8, 0640), 2);
         intent_log_release(l, (uint32_t[]){ 1 }, 1);
-        assert_int_equal(intent_log_live(l), 2);
+        assert_int_equal(intent_log_counts(l).live, 2);
         intent_log_free(l);
         /* A byte of the third record not as written: a power loss mid-write. */
         int fd = openat(base_fd, "torn", O_RDWR);
@@ -164,7 +164,7 @@ static void test_a_freed_slot_is_reused_and_a_full_log_refuses(void **state) {
         intent_log_release(l, (uint32_t[]){ 8 }, 1);
         assert_int_equal(intent_log_put(l, "p", big, sizeof big, 0640), -E2BIG);
         assert_int_equal(intent_log_clear(l), 0);
-        assert_int_equal(intent_log_live(l), 0);
+        assert_int_equal(intent_log_counts(l).live, 0);
         intent_log_free(l);
         assert_int_equal(replayed("full").n, 0);
 }
@@ -230,22 +230,22 @@ static void test_a_sync_with_nothing_new_writes_nothing(void **state) {
         IntentLog *l = fresh("seq");
         int slot;
 
-        assert_int_equal(intent_log_fdatasyncs(l), 0);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 0);
         assert_int_equal(intent_log_sync(l), 0);
-        assert_int_equal(intent_log_fdatasyncs(l), 0);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 0);
         slot = intent_log_put(l, "a", "x", 1, 0640);
         assert_true(slot >= 0);
         assert_int_equal(intent_log_sync(l), 0);
-        assert_int_equal(intent_log_fdatasyncs(l), 1);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 1);
         assert_int_equal(intent_log_sync(l), 0);
-        assert_int_equal(intent_log_fdatasyncs(l), 1);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 1);
         /* A free is a write too: durable at the next sync. */
         intent_log_release(l, (uint32_t[]){ (uint32_t) slot }, 1);
         assert_int_equal(intent_log_sync(l), 0);
-        assert_int_equal(intent_log_fdatasyncs(l), 2);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 2);
         assert_true(intent_log_put(l, "b", "y", 1, 0640) >= 0);
         assert_int_equal(intent_log_sync(l), 0);
-        assert_int_equal(intent_log_fdatasyncs(l), 3);
+        assert_int_equal(intent_log_counts(l).fdatasyncs, 3);
         intent_log_free(l);
 }
 
@@ -262,10 +262,10 @@ static void test_a_record_logged_ahead_is_in_one_slot(void **state) {
         assert_int_equal(root_dir_open(root, &r), 0);
         assert_int_equal(root_dir_replay_intents(r, BOOT), 0);
         root_dir_log_ahead(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640);
-        assert_int_equal(intent_log_live(r->intents), 1);
+        assert_int_equal(intent_log_counts(r->intents).live, 1);
         assert_int_equal(root_dir_mkdir_p(r, "kvolumed/pods/u/v", 0750, NULL), 1);
         assert_int_equal(root_dir_write_logged_file(r, "kvolumed/pods/u/v/kvolumed.json", "{\"a\":1}", 7, 0640), 0);
-        assert_int_equal(intent_log_live(r->intents), 1);
+        assert_int_equal(intent_log_counts(r->intents).live, 1);
         root_dir_take_changes(r, &c);
         assert_int_equal(c.n_slots, 1);
         assert_true(c.n_files >= 1);

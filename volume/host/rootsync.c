@@ -24,7 +24,11 @@
  * journal commit there (a busy neighbour) delays no call.  A take with a
  * record outside the log is made durable here before its calls, as before
  * the log, and its slots freed by the second thread too, so that slots are
- * freed in the order they were written. */
+ * freed in the order they were written.  A pass puts its records in the
+ * log before it writes their files and kicks this thread (root_sync_kick),
+ * so that the log's fdatasync() runs while the loop makes the directories;
+ * a take found durable already when the pass ends goes to the second thread
+ * from the loop, without this thread's round trip (durable_already). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

@@ -398,8 +398,6 @@ static size_t on_body(char *data, size_t size, size_t n, void *userdata) {
         return len;
 }
 
-static void channel_dispatch(GrpcChannel *ch);
-
 /* Hands the result to the owner and frees the call; the call is detached. */
 static void call_complete(GrpcCall *c, CsiCode code, const char *message, const uint8_t *data, size_t size) {
         GrpcResult result = {
@@ -513,6 +511,16 @@ static int call_restart(GrpcCall *c) {
         return call_start(c);
 }
 
+/* A running call's end: out of the transport's list, its deadline gone,
+ * its slot on the channel given to the next queued call, then its owner told. */
+static void call_end(GrpcCall *c, GrpcChannel *ch, CsiCode code, const char *message, const uint8_t *data,
+                     size_t size) {
+        call_unlink_transport(c);
+        c->timer = sd_event_source_disable_unref(c->timer);
+        channel_dispatch(ch);
+        call_complete(c, code, message, data, size);
+}
+
 static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata) {
         GrpcCall *c = userdata;
         _cleanup_(grpc_channel_unrefp) GrpcChannel *ch = grpc_channel_ref(c->channel);
@@ -531,12 +539,9 @@ static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata
                 if (r >= 0)
                         return;
                 /* Not started again: nothing of it runs (in_flight taken back). */
-                call_unlink_transport(c);
-                c->timer = sd_event_source_disable_unref(c->timer);
                 snprintf(buf, sizeof buf, "connection error on %s: cannot ask again: %s", ch->socket_path,
                          strerror(-r));
-                channel_dispatch(ch);
-                call_complete(c, CSI_CODE_UNAVAILABLE, buf, NULL, 0);
+                call_end(c, ch, CSI_CODE_UNAVAILABLE, buf, NULL, 0);
                 return;
         }
 
@@ -554,12 +559,8 @@ static void on_curl_done(CurlLoop *loop, CURL *easy, CURLcode cc, void *userdata
         }
         /* curl already let go of the handle: only our bookkeeping is left. */
         ch->in_flight--;
-        call_unlink_transport(c);
-        c->timer = sd_event_source_disable_unref(c->timer);
-
         code = end_code(c, cc, buf, sizeof buf, &message, &data, &size);
-        channel_dispatch(ch);
-        call_complete(c, code, message, data, size);
+        call_end(c, ch, code, message, data, size);
 }
 
 /* A stream's transfer ended: its end waits for the messages before it. */

@@ -326,7 +326,6 @@ static bool durable_already(RootSync *s, RootChanges *c) {
         if (!s->root->intents || !root_changes_logged(c) || !intent_log_durable(s->root->intents) ||
             later_push(s, c, false) < 0)
                 return false;
-        root_changes_done(c);
         /* One result in the socket at most (and the later thread's
          * errors): should it still not take this one, the batch is done here. */
         if (send(s->notify[1], &result, sizeof result, MSG_NOSIGNAL) != sizeof result) {

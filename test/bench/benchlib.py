@@ -3,6 +3,7 @@ API server in process, the mock CSI driver in tmpfs mode, kvolumed's
 configuration), pod objects, waiting, the driver's call log read as it
 grows, /proc figures of a process, percentiles and the machine's
 description.  Imported by volume_bench.py, restart_bench.py and suite.py."""
+import contextlib
 import fcntl
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -179,7 +181,6 @@ def go_driver_binary():
     sources: kept in GO_DRIVER_CACHE by digest."""
     import hashlib
     import shutil
-    import tempfile
     reference = os.environ.get("KVOLUMED_REFERENCE_DIR", os.path.join(os.path.dirname(REPO), "shared", "reference"))
     build = os.path.join(REPO, "test", "interop", "go", "build.sh")
     source = os.path.join(REPO, "test", "bench", "godriver", "driver.go")
@@ -259,7 +260,6 @@ def open_bench_node(node, workdir, work_prefix, sock_prefix, driver_state="root-
     root-dir's file system, written safely: temp, fsync, rename), "hostpath"
     (there, written in place and never synced, as the CSI hostpath driver)
     or "tmpfs" (on a tmpfs of its own).  driver_kind: start_node()'s."""
-    import tempfile
     from doubles.fakeapi import FakeApiServer
 
     node.work = tempfile.mkdtemp(prefix=work_prefix, dir=workdir)
@@ -325,6 +325,62 @@ def file_system_of(path):
     return (out[0], out[1]) if len(out) >= 2 else ("?", "?")
 
 
+def ext4_journal(source):
+    """Whether the ext4 on the block device `source` has a journal; None
+    when it is not an ext4 on a block device, or cannot be told.  It matters
+    to every figure of a file written under root-dir: without a journal,
+    ext4 does not reuse an inode freed in the last minute (five while its
+    inode table block is dirty), and each file or directory created scans
+    past every such one of its block group (find_inode_bit and
+    recently_deleted, fs/ext4/ialloc.c), so what earlier runs created and
+    removed there slows the next run's creations (see fresh_ext4)."""
+    name = os.path.basename(os.path.realpath(source))
+    task = f"/sys/fs/ext4/{name}/journal_task"
+    try:
+        with open(task) as f:
+            return f.read().strip() != "<none>"
+    except OSError:
+        return True if os.path.isdir(f"/proc/fs/jbd2/{name}-8") else None
+
+
+def fresh_ext4(mountpoint, image_dir, size_gib=8):
+    """Mounts a new ext4 with a journal, as a node's /var is, on mountpoint:
+    its image a sparse file in image_dir, made whole by mkfs (no lazy
+    initialisation writing behind the bench's back).  The image is unlinked
+    once mounted, and the loop device clears itself at the unmount (mount -o
+    loop), which the bench's private mount namespace does when it ends:
+    nothing of it outlives the run.  Root and a private mount namespace."""
+    fd, image = tempfile.mkstemp(prefix=".kvbench-ext4.", suffix=".img", dir=image_dir)
+    try:
+        os.ftruncate(fd, size_gib << 30)
+        os.close(fd)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "has_journal",
+                        "-E", "lazy_itable_init=0,lazy_journal_init=0", image], check=True)
+        subprocess.run(["mount", "-o", "loop", image, mountpoint], check=True)
+    finally:
+        os.unlink(image)
+
+
+@contextlib.contextmanager
+def fresh_workdir(args):
+    """--fresh-fs: args.workdir (root-dir, the driver's state, the doubles'
+    files) moved onto fresh_ext4() for the run: figures that do not depend on
+    what ran before on --workdir's file system, nor on whether it has a
+    journal (this machine's has none: ext4_journal)."""
+    if not getattr(args, "fresh_fs", False):
+        yield
+        return
+    outer = args.workdir
+    args.workdir = tempfile.mkdtemp(prefix="kvbench-ext4.", dir=outer)
+    try:
+        fresh_ext4(args.workdir, outer)
+        yield
+    finally:
+        subprocess.run(["umount", "--lazy", args.workdir], stderr=subprocess.DEVNULL)
+        os.rmdir(args.workdir)
+        args.workdir = outer
+
+
 def machine(root):
     """The machine a figure was measured on."""
     model = "?"
@@ -345,6 +401,7 @@ def machine(root):
                 mem_kib = int(line.split()[1])
     return {"cpu": model, "cpus": os.cpu_count(), "kernel": platform.release(), "debian": debian,
             "memory_gib": round(mem_kib / 2**20, 1), "root_dir_fs": fstype, "root_dir_source": source,
+            "root_dir_journal": ext4_journal(source) if fstype == "ext4" else None,
             "loadavg": open("/proc/loadavg").read().split()[:3]}
 
 

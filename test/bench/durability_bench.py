@@ -27,6 +27,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import fresh_ext4  # noqa: E402
+
 LIBC = ctypes.CDLL(None, use_errno=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITERS = ("quiet", "tmpfs writer", "root-dir writer")
@@ -104,17 +107,10 @@ def main():
         os.execvpe("unshare", ["unshare", "-m", "--propagation", "private", sys.executable, *sys.argv],
                    dict(os.environ, KVBENCH_UNSHARED="1"))
     base = tempfile.mkdtemp(prefix="kvbench-durability.", dir=args.workdir)
-    loop = None
     if args.isolated:
-        image = os.path.join(base, "fs.img")
-        with open(image, "wb") as f:
-            f.truncate(4 << 30)
-        subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
-        loop = subprocess.run(["losetup", "--find", "--show", image], check=True, capture_output=True,
-                              text=True).stdout.strip()
         outer, base = base, os.path.join(base, "fs")
         os.mkdir(base)
-        subprocess.run(["mount", loop, base], check=True)
+        fresh_ext4(base, outer)
     pool = ThreadPoolExecutor(8)
     results = {}
     try:
@@ -162,11 +158,10 @@ def main():
         os.close(log_fd)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        if loop:
-            subprocess.run(["umount", base])
-            subprocess.run(["losetup", "-d", loop])
+        if args.isolated:
+            subprocess.run(["umount", base])  # the loop device clears itself (fresh_ext4)
             shutil.rmtree(outer, ignore_errors=True)
-    print(f"Durable records of one publish on {args.workdir}{' (an ext4 image of its own)' if loop else ''}, "
+    print(f"Durable records of one publish on {args.workdir}{' (an ext4 image of its own)' if args.isolated else ''}, "
           f"{args.repeat} times each (ms); the writer: "
           f"{args.rate:g} MiB/s, about {args.window} MiB dirty; load average {os.getloadavg()[0]:.1f}:")
     for how in [h for h in HOWS if h in args.hows.split(",")]:

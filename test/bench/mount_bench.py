@@ -57,8 +57,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      close_bench_node, open_bench_node, percentile, pod, request_kind, status_kib, wait,
-                      write_report)
+                      close_bench_node, fresh_ext4, fresh_workdir, open_bench_node, percentile, pod,
+                      request_kind, status_kib, wait, write_report)
 
 # The steps of a pod's path, in order: (name, the trace line that ends it).
 # "created" is the bench's clock before the API create; "driver" the mock
@@ -481,18 +481,11 @@ def dirty_main(args):
         if b"KVOLUMED_TEST_" not in f.read():
             raise SystemExit("bench: --dirty needs a build with -Dtest-hooks=true (the syncfs rule is a test hook)")
     node = Node(args)
-    loop = None
     if args.isolated:
         # An ext4 of root-dir's own, its image on --workdir's disk: other
         # processes' syncs of that disk's file system (a shared machine's
         # builds and tests) do not write this one's dirty pages out.
-        image = os.path.join(node.work, "root.img")
-        with open(image, "wb") as f:
-            f.truncate(4 << 30)
-        subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
-        loop = subprocess.run(["losetup", "--find", "--show", image], check=True, capture_output=True,
-                              text=True).stdout.strip()
-        subprocess.run(["mount", loop, node.root], check=True)
+        fresh_ext4(node.root, node.work)
     started = time.monotonic()
     res = {"machine": machine(node.root), "args": vars(args), "loadavg_start": os.getloadavg(), "runs": {}}
     per = {(w, r): {"repeat_medians": [], "all": [], "dirty_mib": []} for w in WRITERS for r in RULES}
@@ -519,8 +512,6 @@ def dirty_main(args):
             writers.reverse()
     finally:
         node.close()
-        if loop:
-            subprocess.run(["losetup", "-d", loop])
     res["seconds"] = time.monotonic() - started
     res["loadavg_end"] = os.getloadavg()
 
@@ -649,6 +640,9 @@ def main():
     ap.add_argument("--dirty-window", type=int, default=512, help="MiB the busy writer keeps (dirty)")
     ap.add_argument("--isolated", action="store_true",
                     help="--dirty: root-dir on an ext4 image of its own on --workdir (a loop device)")
+    ap.add_argument("--fresh-fs", action="store_true",
+                    help="the work directory (root-dir, the doubles' files) on a new ext4 with a journal, as a "
+                         "node's /var, on a loop device whose image is on --workdir (benchlib.fresh_workdir)")
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
@@ -670,6 +664,11 @@ def main():
         args.report = "/var/tmp/kvolumed-" + ("durability" if args.dirty else "mount") + "-bench.md"
     if args.dirty:
         return dirty_main(args)
+    with fresh_workdir(args):
+        return levels_main(args)
+
+
+def levels_main(args):
     levels = [int(x) for x in args.levels.split(",")]
     sources = tuple(x for x in args.sources.split(",") if x)
     args.build_dirs = dict(b.split("=", 1) for b in args.builds.split(",") if b)
@@ -713,7 +712,8 @@ def main():
              f"Command: test/bench/mount.sh --levels {args.levels} --repeat {args.repeat} --pods {args.pods}"
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
              f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}"
-             f"{' --keep-pods' if args.keep_pods else ''}{' --driver go' if args.driver == 'go' else ''}", "",
+             f"{' --keep-pods' if args.keep_pods else ''}{' --driver go' if args.driver == 'go' else ''}"
+             f"{' --fresh-fs' if args.fresh_fs else ''}", "",
              ("The driver: the benchmarks' grpc-go driver (test/bench/godriver/driver.go)." if args.driver == "go"
               else "The driver: the Python mock (grpcio)."),
              f"Its state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",

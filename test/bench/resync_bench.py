@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import kvolumed_path, machine, percentile, write_report  # noqa: E402
+from benchlib import fresh_workdir, kvolumed_path, machine, percentile, write_report  # noqa: E402
 from mount_bench import Node, log  # noqa: E402
 
 
@@ -40,8 +40,13 @@ def main():
     ap.add_argument("--driver", choices=("python", "go"), default="python", help="mount_bench's")
     ap.add_argument("--log-level", default="warning", help="kvolumed's; its log is kept beside the report")
     ap.add_argument("--report", default="/var/tmp/kvolumed-resync-bench.md")
+    ap.add_argument("--fresh-fs", action="store_true", help="mount_bench's")
     args = ap.parse_args()
+    with fresh_workdir(args):
+        return run(args)
 
+
+def run(args):
     node = Node(args)
     node.config_text = node.config_text.replace("[agent]\n", f"[agent]\nresync-interval = {args.resync}\n", 1)
     node.config_text = node.config_text.replace("[log]\nlevel = warning\n", f"[log]\nlevel = {args.log_level}\n")
@@ -106,7 +111,7 @@ def main():
     lines = [f"# kvolumed resync benchmark (issue 31) {args.label}", "",
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}"
-             f"{' --trace' if args.trace else ''} --driver {args.driver}", "",
+             f"{' --trace' if args.trace else ''} --driver {args.driver}{' --fresh-fs' if args.fresh_fs else ''}", "",
              f"Load (1, 5, 15 min) before {res['load_before']}, after {res['load_after']}.", "",
              f"{args.pods} pods one after the other over {res['pods_seconds']:.0f} s "
              f"(resync-interval {args.resync}) beside {args.level} volumes: overhead (ms), creation → "

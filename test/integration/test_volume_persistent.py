@@ -390,7 +390,8 @@ def test_a_publish_that_mounts_nothing_is_made_once(fake_api, mock_csi_factory, 
     target = env.target(pod, "dir")
     env.wait_calls("NodePublishVolume")
     settled(env, "NodePublishVolume", "NodePublishVolume made no mount")
-    assert os.path.isdir(target) and not os.path.ismount(target)
+    assert os.path.isdir(target) and not os.path.ismount(target), \
+        f"{target}: calls {env.calls('NodePublishVolume')}\n{env.agent.output()[-4000:]}"
     assert [c["code"] for c in env.calls("NodePublishVolume")] == ["OK"], "published twice"
     assert "no longer mounted" not in env.agent.output()
     env.api.remove("pods", "default", "web")

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import fresh_workdir, kvolumed_path, machine, percentile, write_report  # noqa: E402
-from mount_bench import Node, log  # noqa: E402
+from mount_bench import Node  # noqa: E402
 
 
 def main():
@@ -153,6 +153,7 @@ def run(args):
         res["traces"] = node.traces
         lines += shares_of_the_slowest(node.traces)
         lines += pods_that_met_a_slice(node, o)
+        lines += flushes_that_met_the_later_thread(node)
         res["resync_slices"] = node.slices
     write_report(args.report, lines, res)
 
@@ -181,6 +182,36 @@ def pods_that_met_a_slice(node, overheads):
         out += ["", "| pods | median | max | max / median of every pod |", "|---|---:|---:|---:|",
                 f"| met a slice | {statistics.median(met):.2f} | {max(met):.2f} | {max(met) / med:.2f} |",
                 f"| every pod | {med:.2f} | {max(overheads):.2f} | {max(overheads) / med:.2f} |"]
+    return out
+
+
+def flushes_that_met_the_later_thread(node):
+    """The pods whose record's flush (prepared → synced) overlapped the
+    later thread's work on earlier takes (kvolumed's trace steps
+    "later-begin", "later-end": their files and directories made durable
+    after their calls, rootsync.c), against the others: whether a slow
+    flush waited behind kvolumed's own syncs or behind the machine."""
+    node.trace.poll()
+    spans, begin = [], None
+    for ts, step, _ in node.trace.lines:
+        if step == "later-begin":
+            begin = ts
+        elif step == "later-end" and begin is not None:
+            spans.append((begin, ts))
+            begin = None
+    met, alone = [], []
+    for t in node.traces:
+        if t.get("prepared") is None or t.get("synced") is None:
+            continue
+        flush = (t["synced"] - t["prepared"]) * 1000.0
+        (met if any(b < t["synced"] and e > t["prepared"] for b, e in spans) else alone).append(flush)
+    out = ["", f"The later thread's takes during the pods: {len(spans)}. Pods whose record's flush overlapped "
+           f"one: {len(met)} of {len(met) + len(alone)}."]
+    rows = [(name, v) for name, v in (("overlapped a take", met), ("alone", alone)) if v]
+    if rows:
+        out += ["", "| the record's flush (ms) | pods | median | p99 | max |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {name} | {len(v)} | {statistics.median(v):.2f} | {percentile(v, 99):.2f} | {max(v):.2f} |"
+                for name, v in rows]
     return out
 
 

@@ -165,7 +165,10 @@ static void later_job(RootSync *s, RootChanges *c) {
         uint64_t start = monotonic_usec();
 
         root_test_hold("LATER_HOLD");
+        /* The bench's view of whether a new pod's flush met this work (resync_bench.py). */
+        test_trace("later-begin", NULL);
         result.error = durable_now(s, c, &failed);
+        test_trace("later-end", NULL);
         result.usec = monotonic_usec() - start;
         if (result.error >= 0)
                 return;

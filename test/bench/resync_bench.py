@@ -199,6 +199,9 @@ def flushes_that_met_the_later_thread(node):
         elif step == "later-end" and begin is not None:
             spans.append((begin, ts))
             begin = None
+    first = min((t["created"] for t in node.traces), default=0)
+    last = max((t["driver"] for t in node.traces), default=0)
+    spans = [(b, e) for b, e in spans if e >= first and b <= last]  # the fill's are not the pods'
     met, alone = [], []
     for t in node.traces:
         if t.get("prepared") is None or t.get("synced") is None:

@@ -370,9 +370,18 @@ class MigrationNode:
         self.teardown_calls = {k.key: self.node_calls(k)[len(self.calls[k.key]) + len(self.restart_calls[k.key]):]
                                for k in KINDS}
         csi_dir = os.path.join(self.root, "plugins/kubernetes.io/csi")
-        self.left = {"pods": os.listdir(os.path.join(self.root, "pods")),
-                     "plugins": sorted(os.path.join(d, n) for d in (csi_dir,) if os.path.isdir(d)
-                                       for n in os.listdir(d) if os.listdir(os.path.join(d, n)))}
+
+        def plugins_left():
+            return sorted(os.path.join(d, n) for d in (csi_dir,) if os.path.isdir(d)
+                          for n in os.listdir(d) if os.listdir(os.path.join(d, n)))
+        # The driver logs NodeUnstageVolume once it answered, and the
+        # staging dirs go after that answer: waited for, not raced (CI:
+        # azureFile's staging dir was read before its unstage ended).
+        try:
+            wait_until(lambda: not plugins_left(), timeout=30, what="the staging dirs removed")
+        except AssertionError:
+            pass  # what is left, the teardown test reports
+        self.left = {"pods": os.listdir(os.path.join(self.root, "pods")), "plugins": plugins_left()}
         for k in KINDS:
             if k.attach:
                 detach_volume(self.api, NODE, k.driver, k.handle)

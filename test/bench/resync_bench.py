@@ -158,6 +158,11 @@ def run(args):
     write_report(args.report, lines, res)
 
 
+def pods_span(traces):
+    """(the first pod's creation, the last pod's NodePublishVolume)."""
+    return (min((t["created"] for t in traces), default=0), max((t["driver"] for t in traces), default=0))
+
+
 # A slice's pass runs after the slice, on the loop: a pod created this long
 # after a slice may still wait for it.
 SLICE_REACH = 0.010
@@ -169,8 +174,8 @@ def pods_that_met_a_slice(node, overheads):
     every pod: the rolling resync's cost to a new pod, told from the
     machine's noise."""
     node.trace.poll()
-    first = min(t["created"] for t in node.traces) - SLICE_REACH
-    last = max(t["driver"] for t in node.traces)
+    first, last = pods_span(node.traces)
+    first -= SLICE_REACH
     slices = [ts for ts, step, _ in node.trace.lines if step == "resync-slice" and first <= ts <= last]
     node.slices = slices
     met = [overheads[t["index"]] for t in node.traces
@@ -199,8 +204,7 @@ def flushes_that_met_the_later_thread(node):
         elif step == "later-end" and begin is not None:
             spans.append((begin, ts))
             begin = None
-    first = min((t["created"] for t in node.traces), default=0)
-    last = max((t["driver"] for t in node.traces), default=0)
+    first, last = pods_span(node.traces)
     spans = [(b, e) for b, e in spans if e >= first and b <= last]  # the fill's are not the pods'
     met, alone = [], []
     for t in node.traces:

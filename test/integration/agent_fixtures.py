@@ -260,14 +260,16 @@ DRIVER = "mock.csi.kvolumed.io"
 
 
 def wait_until(predicate, timeout=10.0, interval=0.05, what="condition"):
-    """Polls predicate() until it returns something truthy; returns that value."""
+    """Polls predicate() until it returns something truthy; returns that value.
+    what: the condition's name, or a callable giving it at the timeout (what
+    the agent logged by then, rather than when the wait began)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 

@@ -129,12 +129,10 @@ def test_final_error_is_not_retried_until_the_size_changes(volume_env):
     controller_expands(env, "grow", "128Mi")
 
     env.wait_calls("NodeExpandVolume", code="OUT_OF_RANGE")
-    try:
-        status = wait_until(lambda: (s := claim_status(env, "grow")).get("allocatedResourceStatuses", {})
-                            .get("storage") == "NodeResizeInfeasible" and s, what="NodeResizeInfeasible")
-    except AssertionError as e:
-        raise AssertionError(f"{e}: the claim's status {claim_status(env, 'grow')}\n"
-                             + env.agent.output()[-5000:]) from None
+    status = wait_until(lambda: (s := claim_status(env, "grow")).get("allocatedResourceStatuses", {})
+                        .get("storage") == "NodeResizeInfeasible" and s,
+                        what=lambda: f"NodeResizeInfeasible: the claim's status {claim_status(env, 'grow')}\n"
+                        + env.agent.output()[-5000:])
     assert status["capacity"] == {"storage": "64Mi"}
     cond = [c for c in status.get("conditions", []) if c["type"] == "NodeResizeError"]
     assert len(cond) == 1 and cond[0]["status"] == "True"

@@ -270,3 +270,46 @@ def test_ext4_file_system_grows_online(fake_api, mock_csi_factory, start_agent, 
         env.wait_mounted(target)
         st = os.statvfs(target)
     assert st.f_blocks * st.f_frsize > 200 * MI, (before, st.f_blocks * st.f_frsize)
+
+
+def test_a_claim_read_before_its_resizer_wrote_is_not_the_older_protocol(volume_env):
+    """The resizer writes the claim's ControllerResizeInProgress before it
+    grows the PV.  A claim read from before that write, with the PV read
+    after it, looks like the older protocol's request (no
+    allocatedResourceStatuses, a larger PV): expanding on it leaves the
+    claim NodeResizePending forever, since the older protocol has no status
+    to report a final error in and the size is then not tried again.  The
+    PV is read first and the claim only once it has answered, so a larger
+    PV always comes with the claim the resizer wrote before growing it.
+    Here the PV's GET is held while the resizer writes."""
+    env = volume_env
+    setup_volume(env)
+    env.start(extra=interval("1h"))
+    pod = env.pod("web", [claim_volume("data", "grow")])
+    env.wait_mounted(env.target(pod, "pv-grow"))
+    env.driver.control.fail_next("NodeExpandVolume", "OUT_OF_RANGE", "no room in the pool")
+    pv_path, claim_path = "/api/v1/persistentvolumes/pv-grow", "/api/v1/namespaces/default/persistentvolumeclaims/grow"
+    env.api.set_delay(3.0, path_prefix=pv_path, method="GET")
+    since = len(env.api.requests())
+    # The pod's update has its claim read at once (the periodic check is an hour away).
+    env.api.update({**env.api.get("pods", "default", "web"),
+                    "metadata": {**env.api.get("pods", "default", "web")["metadata"],
+                                 "annotations": {"touched": "1"}}})
+
+    def gets(path, answered):
+        return [r for r in env.api.requests()[since:]
+                if r["method"] == "GET" and r["path"] == path and (r.get("status") is not None or not answered)]
+
+    wait_until(lambda: gets(pv_path, False), what=lambda: "the PV's GET\n" + env.agent.output()[-3000:])
+    # A claim read beside it (none when the claim waits for the PV's answer) is answered by now.
+    deadline = time.monotonic() + 0.5
+    while not gets(claim_path, True) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    controller_expands(env, "grow", "128Mi")
+
+    env.wait_calls("NodeExpandVolume", code="OUT_OF_RANGE", timeout=20)
+    wait_until(lambda: claim_status(env, "grow").get("allocatedResourceStatuses", {}).get("storage")
+               == "NodeResizeInfeasible", timeout=10,
+               what=lambda: f"NodeResizeInfeasible: the claim's status {claim_status(env, 'grow')}\n"
+               + env.agent.output()[-3000:])
+    env.api.set_delay(0)

@@ -74,6 +74,7 @@ struct ExpandEntry {
 
         unsigned gets;             /* GETs in flight */
         bool get_again;
+        bool claim_next;           /* the claim's GET follows the PV's answer (entry_fetch) */
         bool answered_pvc, answered_pv;
         K8sPersistentVolumeClaim *pvc;
         K8sPersistentVolume *pv;
@@ -156,6 +157,7 @@ static void check_soon(ExpandTable *t) {
 /* ---- the end of an attempt --------------------------------------------------- */
 
 static void entry_fetch(ExpandEntry *e);
+static int fetch_claim(ExpandEntry *e);
 
 /* Ends the publish an in-mount attempt runs inside (see internal.h). */
 static void mount_finish(ExpandEntry *e, int error, const char *message) {
@@ -717,6 +719,9 @@ static void on_get(K8sClient *c, int error, long status, const char *message, vo
                           pvc ? e->claim_name : e->pv_name, strempty(message));
         if (--e->gets > 0)
                 return;
+        if (e->claim_next && !e->dropped && fetch_claim(e) >= 0)
+                return;
+        e->claim_next = false;
         if (e->get_again && !e->dropped) {
                 /* Asked for while these were in flight: their answers may predate the change. */
                 e->get_again = false;
@@ -737,27 +742,43 @@ static void on_get_pv(K8sClient *c, int error, long status, const char *message,
         entry_unref(userdata);
 }
 
+static int fetch_claim(ExpandEntry *e) {
+        int r;
+
+        e->claim_next = false;
+        r = k8s_get_object(e->t->m->k8s, &k8s_kind_pvc, e->claim_namespace, e->claim_name, on_get_pvc, entry_ref(e));
+        if (r < 0) {
+                e->refs--;
+                return r;
+        }
+        e->gets++;
+        return 0;
+}
+
+/* Cheap GETs the Node authorizer allows (pod → claim → volume), never a
+ * watch: the PV first, its claim once it has answered.  The resizer writes
+ * the claim's ControllerResizeInProgress before it grows the PV, so a larger
+ * PV read first always comes with that claim or a later one.  Read side by
+ * side, the claim could be from before that write: no
+ * allocatedResourceStatuses and a larger PV, which is the older protocol's
+ * request (want_expansion), and a final error would then never reach the
+ * claim.  A request that could not start gives its reference back; the
+ * caller's keeps the entry alive meanwhile. */
 static void entry_fetch(ExpandEntry *e) {
-        VolumeManager *m = e->t->m;
         int r;
 
         if (e->gets > 0) {
                 e->get_again = true;
                 return;
         }
-        /* Cheap GETs the Node authorizer allows (pod → claim → volume), never a
-         * watch.  A request that could not start gives its reference back; the
-         * caller's keeps the entry alive meanwhile. */
-        r = k8s_get_object(m->k8s, &k8s_kind_pvc, e->claim_namespace, e->claim_name, on_get_pvc, entry_ref(e));
-        if (r < 0)
+        r = k8s_get_object(e->t->m->k8s, &k8s_kind_pv, NULL, e->pv_name, on_get_pv, entry_ref(e));
+        if (r < 0) {
                 e->refs--;
-        else
-                e->gets++;
-        r = k8s_get_object(m->k8s, &k8s_kind_pv, NULL, e->pv_name, on_get_pv, entry_ref(e));
-        if (r < 0)
-                e->refs--;
-        else
-                e->gets++;
+                (void) fetch_claim(e);
+                return;
+        }
+        e->gets++;
+        e->claim_next = true;
 }
 
 /* The claim a pod's volume uses: persistentVolumeClaim.claimName, or for a

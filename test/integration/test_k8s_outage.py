@@ -236,7 +236,7 @@ def test_deferred_registration_handshake_backs_off_while_the_node_is_unknown(
             return False
         return any(d.get("name") == REG_DRIVER for d in ((c or {}).get("spec") or {}).get("drivers") or [])
     # Asked again once the Node is listed, not after the backoff (up to 30 s).
-    wait_until(recorded, timeout=25, what=f"{REG_DRIVER} in CSINode\n" + agent.output()[-3000:])
+    wait_until(recorded, timeout=25, what=lambda: f"{REG_DRIVER} in CSINode\n" + agent.output()[-3000:])
 
 
 def test_a_wrong_ca_is_a_configuration_error_not_an_outage(volume_env, fake_api, tmp_path_factory,

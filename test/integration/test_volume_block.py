@@ -49,7 +49,7 @@ def wait_mapped(env, pod, spec_name):
     path = device_path(env, pod, spec_name)
     bind = f"{env.root}/{BLOCK}/{spec_name}/dev/{pod['metadata']['uid']}"
     wait_until(lambda: os.path.exists(path) and stat.S_ISBLK(os.stat(path).st_mode) and loops_backed_by(bind),
-               timeout=15, what=f"{path} mapped\n" + env.agent.output()[-3000:])
+               timeout=15, what=lambda: f"{path} mapped\n" + env.agent.output()[-3000:])
     return path
 
 
@@ -126,7 +126,7 @@ def map_and_go_again(env, wrapper=()):
     # Written once the mapping is made (record_done after the map step):
     # the mapping can be seen before it.
     record = wait_until(lambda: done_record(f"{env.root}/kvolumed/{BLOCK}/pv-blk/data/kvolumed-{uid}.json"),
-                        timeout=15, what="the publish recorded as done\n" + env.agent.output()[-3000:])
+                        timeout=15, what=lambda: "the publish recorded as done\n" + env.agent.output()[-3000:])
     assert record["device"] == "%d:%d" % (os.major(os.stat(device).st_rdev),
                                                              os.minor(os.stat(device).st_rdev))
 
@@ -224,7 +224,7 @@ def test_a_mapping_lost_behind_our_back_is_mapped_again(volume_env):
                what="the detached loop device freed")
     subprocess.run(["umount", bind], check=True)
     wait_until(lambda: os.path.ismount(bind) and loops_backed_by(bind), timeout=15,
-               what="the pod's mapping restored\n" + env.agent.output()[-2000:])
+               what=lambda: "the pod's mapping restored\n" + env.agent.output()[-2000:])
     assert len(env.calls("NodeStageVolume")) == 1
     env.api.remove("pods", "default", "web")
     env.wait_calls("NodeUnstageVolume")

@@ -294,7 +294,7 @@ def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_en
     kill_agent(env)
     env.start()
     wait_until(lambda: env.agent.output().count("already holds the content of") >= 2, timeout=30,
-               what="both volumes compared after the restart\n" + env.agent.output()[-3000:])
+               what=lambda: "both volumes compared after the restart\n" + env.agent.output()[-3000:])
     assert (snapshot(c), snapshot(s)) == before
     assert fs_type(s) == "tmpfs"
 
@@ -305,7 +305,7 @@ def test_restart_rewrites_nothing_and_a_reboot_sets_the_tmpfs_up_again(volume_en
     records_of_previous_boot(env.root)
     env.start()
     wait_until(lambda: fs_type(s) == "tmpfs" and read(f"{s}/password") == "hunter2", timeout=30,
-               what="the secret's tmpfs set up again\n" + env.agent.output()[-3000:])
+               what=lambda: "the secret's tmpfs set up again\n" + env.agent.output()[-3000:])
     st = os.stat(f"{s}/password")
     assert st.st_gid == 4321 and stat.S_IMODE(st.st_mode) == 0o644
     wait_until(lambda: "already holds the content of kubernetes.io/configmap/" in env.agent.output(), timeout=30,

@@ -142,7 +142,7 @@ def test_registered_driver_topology_labels_added_then_removed(volume_env, mock_c
 
     drv.control.stop_registration()  # its registration socket goes: deregistered
     wait_until(lambda: "topology.reg.example.com/zone" not in labels(env.api),
-               what="topology label removed\n" + env.agent.output()[-3000:])
+               what=lambda: "topology label removed\n" + env.agent.output()[-3000:])
     wait_until(lambda: csinode_entry(env.api, REG_DRIVER) is None, what="CSINode entry removed")
     wait_until(lambda: REG_DRIVER not in node_ids(env.api), what="nodeid key removed")
     # The rest of the node is as it was.

@@ -38,7 +38,7 @@ def tmpfs_size(path):
 
 def wait_dir(env, path):
     return wait_until(lambda: os.path.isdir(path) and stat.S_IMODE(os.stat(path).st_mode) == 0o777, 15,
-                      what=f"{path} made 0777\n" + env.agent.output()[-3000:])
+                      what=lambda: f"{path} made 0777\n" + env.agent.output()[-3000:])
 
 
 def test_disk_emptydir_is_a_0777_dir_removed_at_teardown(volume_env, tmp_path):
@@ -73,7 +73,7 @@ def test_fs_group_is_applied_to_an_emptydir(volume_env):
         path = path_of(env, pod, name)
         wait_until(lambda: os.path.isdir(path) and os.stat(path).st_gid == 2345
                    and os.stat(path).st_mode & stat.S_ISGID, 30,
-                   what=f"{path} owned by group 2345, setgid\n" + env.agent.output()[-3000:])
+                   what=lambda: f"{path} owned by group 2345, setgid\n" + env.agent.output()[-3000:])
     assert stat.S_IMODE(os.stat(path_of(env, pod, "scratch")).st_mode) == 0o2777
     env.api.remove("pods", "default", "web")
     env.wait_gone(f"{env.root}/pods/{pod['metadata']['uid']}", timeout=30)

@@ -54,7 +54,7 @@ def wait_usage(env, address, pod, name, predicate, what):
         return u is not None and predicate(u) and u
 
     return wait_until(check, 30, interval=0.2,
-                      what=f"{what}; last usage {seen}\n" + env.agent.output()[-3000:])
+                      what=lambda: f"{what}; last usage {seen}\n" + env.agent.output()[-3000:])
 
 
 def test_memory_emptydir_shows_the_tmpfs_usage_and_its_size(volume_env):
@@ -62,7 +62,7 @@ def test_memory_emptydir_shows_the_tmpfs_usage_and_its_size(volume_env):
     address = start(env)
     pod = env.pod("web", [{"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}])
     path = volume_path(env, pod, "mem")
-    wait_until(lambda: os.path.ismount(path), 30, what=f"{path} mounted\n" + env.agent.output()[-3000:])
+    wait_until(lambda: os.path.ismount(path), 30, what=lambda: f"{path} mounted\n" + env.agent.output()[-3000:])
     write(f"{path}/data", 3 * MiB)
     u = wait_usage(env, address, pod, "mem", lambda u: (u["usedBytes"] or 0) >= 3 * MiB,
                    "the tmpfs's 3 MiB in usedBytes")
@@ -77,7 +77,7 @@ def test_disk_emptydir_usage_is_measured_and_refreshed(volume_env):
     address = start(env)
     pod = env.pod("web", [{"name": "scratch", "emptyDir": {}}])
     path = volume_path(env, pod, "scratch")
-    wait_until(lambda: os.path.isdir(path), 30, what=f"{path} made\n" + env.agent.output()[-3000:])
+    wait_until(lambda: os.path.isdir(path), 30, what=lambda: f"{path} made\n" + env.agent.output()[-3000:])
     first = wait_usage(env, address, pod, "scratch", lambda u: u["measuredAt"] is not None, "a first measure")
     assert first["capacityBytes"] is None
     assert first["usedBytes"] < MiB
@@ -94,7 +94,7 @@ def test_disk_emptydir_usage_does_not_follow_a_symlink(volume_env):
     address = start(env)
     pod = env.pod("web", [{"name": "scratch", "emptyDir": {}}])
     path = volume_path(env, pod, "scratch")
-    wait_until(lambda: os.path.isdir(path), 30, what=f"{path} made\n" + env.agent.output()[-3000:])
+    wait_until(lambda: os.path.isdir(path), 30, what=lambda: f"{path} made\n" + env.agent.output()[-3000:])
     os.symlink("/", f"{path}/root")
     os.symlink("/usr", f"{path}/usr")
     write(f"{path}/marker", 256 * 1024)

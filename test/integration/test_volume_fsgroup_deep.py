@@ -54,7 +54,7 @@ def test_fsgroup_reaches_the_bottom_of_a_deep_tree(volume_env):
     target = env.target(reader, "pv-shared")
     env.wait_mounted(target)
     wait_until(lambda: bottom_gid(target) == GID, 60,
-               what="the fsGroup applied at the bottom\n" + env.agent.output()[-3000:])
+               what=lambda: "the fsGroup applied at the bottom\n" + env.agent.output()[-3000:])
     # Done once: the publish succeeded, nothing failed or is retried.
     wait_until(lambda: len(env.calls("NodePublishVolume")) == 2, what="two publishes logged")
     assert [e for e in env.events() if e.get("reason") == "FailedMount"] == []

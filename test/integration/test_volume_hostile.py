@@ -364,6 +364,6 @@ def test_a_slow_service_manager_does_not_stall_the_agent(volume_env, tmp_path):
         # loop never ends them.
         targets = [env.target(pod, "v") for pod in pods]
         wait_until(lambda: all(os.path.ismount(t) for t in targets), timeout=600, interval=0.5,
-                   what="100 volumes mounted\n" + env.agent.output()[-3000:])
+                   what=lambda: "100 volumes mounted\n" + env.agent.output()[-3000:])
     finally:
         deaf.close()

@@ -21,7 +21,7 @@ def published(env, name, pod="default/web"):
 
 
 def wait_published(env, name, pod="default/web"):
-    wait_until(lambda: published(env, name, pod), 30, what=f"{name} published\n" + env.agent.output()[-3000:])
+    wait_until(lambda: published(env, name, pod), 30, what=lambda: f"{name} published\n" + env.agent.output()[-3000:])
 
 
 def test_directory_or_create_makes_0755_and_teardown_leaves_it(volume_env, tmp_path):
@@ -29,7 +29,7 @@ def test_directory_or_create_makes_0755_and_teardown_leaves_it(volume_env, tmp_p
     env.start()
     made = tmp_path / "host" / "made"
     pod = env.pod("web", [host_path("data", made, "DirectoryOrCreate")])
-    wait_until(lambda: made.is_dir(), 30, what=f"{made} made\n" + env.agent.output()[-3000:])
+    wait_until(lambda: made.is_dir(), 30, what=lambda: f"{made} made\n" + env.agent.output()[-3000:])
     assert stat.S_IMODE(made.stat().st_mode) == 0o755
     wait_published(env, "data")
     uid = pod["metadata"]["uid"]
@@ -94,7 +94,7 @@ def test_host_path_pv(volume_env, tmp_path):
                     "status": {"phase": "Available"}})
     env.pvc("claim", "pv-host")
     env.pod("web", [{"name": "data", "persistentVolumeClaim": {"claimName": "claim"}}])
-    wait_until(lambda: made.is_dir(), 30, what=f"{made} made\n" + env.agent.output()[-3000:])
+    wait_until(lambda: made.is_dir(), 30, what=lambda: f"{made} made\n" + env.agent.output()[-3000:])
     wait_published(env, "pv-host")
 
 

@@ -87,7 +87,7 @@ def test_local_pv_survives_a_kill_and_is_bound_again_after_a_reboot(volume_env, 
     kill_agent(env)
     env.start()
     wait_until(lambda: "Found publish of kubernetes.io/local-volume/" in env.agent.output(), 30,
-               what="the local volume reconstructed\n" + env.agent.output()[-3000:])
+               what=lambda: "the local volume reconstructed\n" + env.agent.output()[-3000:])
     # Another pod set up after the restart: the first pass is long done.
     other = env.pod("other", [{"name": "scratch", "emptyDir": {}}])
     wait_until(lambda: os.path.isdir(f"{env.root}/pods/{other['metadata']['uid']}/volumes/kubernetes.io~empty-dir/"

@@ -363,7 +363,7 @@ class MigrationNode:
             self.api.remove("pods", "default", f"pod-{k.key.lower()}")
         wait_until(lambda: not [line for line in open("/proc/self/mountinfo")
                                 if line.split()[4].startswith(self.root + "/")], timeout=60,
-                   what="no mounts under root-dir\n" + self.agent.output()[-4000:])
+                   what=lambda: "no mounts under root-dir\n" + self.agent.output()[-4000:])
         wait_until(lambda: not (self.api.get("nodes", None, NODE).get("status") or {}).get("volumesInUse"),
                    timeout=30, what="volumesInUse cleared")
         wait_until(lambda: not os.listdir(os.path.join(self.root, "pods")), timeout=30, what="pod dirs gone")
@@ -747,7 +747,7 @@ def test_a_migrated_volume_kubelet_mounted_is_adopted_without_a_call(fake_api, m
 
     fake_api.remove("pods", "default", "web")
     wait_until(lambda: not os.path.exists(os.path.join(root, "pods", uid)), timeout=60,
-               what="the pod's volumes torn down\n" + agent.output()[-3000:])
+               what=lambda: "the pod's volumes torn down\n" + agent.output()[-3000:])
     driver_dir = f"{root}/plugins/kubernetes.io/csi/{driver}"
     wait_until(lambda: not os.path.exists(driver_dir) or not os.listdir(driver_dir), timeout=30,
                what="both unstaged")

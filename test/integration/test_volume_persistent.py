@@ -345,7 +345,7 @@ def settled(env, method, made_no_mount):
     """kvolumed reads the mount table after a call: wait until it has (its
     debug line), or until it called again (the defect)."""
     wait_until(lambda: made_no_mount in env.agent.output() or len(env.calls(method)) > 1, timeout=15,
-               what=f"kvolumed to read the mount table after {method}\n" + env.agent.output()[-3000:])
+               what=lambda: f"kvolumed to read the mount table after {method}\n" + env.agent.output()[-3000:])
 
 
 def test_a_stage_that_mounts_nothing_is_made_once(fake_api, mock_csi_factory, start_agent, tmp_path):

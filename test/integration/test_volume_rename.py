@@ -126,7 +126,7 @@ def test_unstage_guard_sees_a_bind_whose_directory_was_renamed_into_root_dir(vol
         # Held by the reconciler's look at the table, or by the guard's.
         wait_until(lambda: "still mount" in env.agent.output()
                    or env.calls("NodeUnstageVolume"), timeout=30,
-                   what="the unstage held or made\n" + env.agent.output()[-3000:])
+                   what=lambda: "the unstage held or made\n" + env.agent.output()[-3000:])
         assert not env.calls("NodeUnstageVolume"), "unstaged under a bind mount of the volume"
         assert f"{inside}/stray" in env.agent.output()
     finally:
@@ -165,7 +165,7 @@ def test_a_republish_at_a_mount_point_renamed_back_is_watched(volume_env):
     env.driver.control.release("NodePublishVolume")
     made_none = f"NodePublishVolume made no mount at {target}"
     wait_until(lambda: env.agent.output().count(watched) >= 2 or made_none in env.agent.output(), timeout=30,
-               what="the republish settled\n" + env.agent.output()[-3000:])
+               what=lambda: "the republish settled\n" + env.agent.output()[-3000:])
     assert made_none not in env.agent.output()
     assert os.path.ismount(target)
     env.api.remove("pods", "default", "web")

@@ -511,7 +511,7 @@ def kubelet_layout(env):
     # kvolumed records an operation as done after the driver's answer (the
     # mount is seen, and the call logged, before): a kill before that leaves
     # it uncertain, and the restart rightly sets it up again.
-    wait_until(lambda: records_done(env), timeout=15, what="every record done\n" + env.agent.output()[-3000:])
+    wait_until(lambda: records_done(env), timeout=15, what=lambda: "every record done\n" + env.agent.output()[-3000:])
     fs_dirs = [os.path.dirname(env.target(pod, name)) for name in ("pv-shared", "scratch")]
     return pod, fs_dirs, os.path.dirname(env.staging("vol-shared")), \
         f"{env.root}/plugins/kubernetes.io/csi/volumeDevices/pv-blk"
@@ -650,7 +650,7 @@ def test_records_an_older_kvolumed_left_in_volume_dirs_are_moved_and_read(volume
 def held_or_unstaged(env, held):
     """Waits until kvolumed says the unstage is held, or until it unstaged."""
     wait_until(lambda: held in env.agent.output() or env.calls("NodeUnstageVolume"), timeout=15,
-               what=f"{held!r} logged or NodeUnstageVolume called\n" + env.agent.output()[-3000:])
+               what=lambda: f"{held!r} logged or NodeUnstageVolume called\n" + env.agent.output()[-3000:])
 
 
 @pytest.mark.parametrize("stacked", [False, True], ids=["bind", "bind-under-another-mount"])

@@ -37,7 +37,7 @@ def test_subpath_and_subpath_expr_of_an_emptydir_and_a_csi_volume(volume_env):
     subpaths = f"{env.root}/pods/{uid}/volume-subpaths"
     volume = f"{env.root}/pods/{uid}/volumes/kubernetes.io~empty-dir/scratch"
     for bind in (f"{subpaths}/scratch/c/0", f"{subpaths}/scratch/c/1", f"{subpaths}/inline/c/2"):
-        wait_until(lambda: mounted(bind), 30, what=f"{bind} bound\n" + env.agent.output()[-3000:])
+        wait_until(lambda: mounted(bind), 30, what=lambda: f"{bind} bound\n" + env.agent.output()[-3000:])
     assert not os.path.exists(f"{subpaths}/scratch/c/3")
     # Each bind shows its place in the volume.
     with open(f"{subpaths}/scratch/c/0/written", "w") as f:
@@ -96,7 +96,7 @@ def test_subpath_binds_of_a_csi_pv_go_before_its_unpublish_and_unstage(volume_en
                       [{"name": "data", "mountPath": "/a", "subPath": "inner"}])
     uid = pod["metadata"]["uid"]
     bind = f"{env.root}/pods/{uid}/volume-subpaths/data/c/0"
-    wait_until(lambda: mounted(bind), 30, what=f"{bind} bound\n" + env.agent.output()[-3000:])
+    wait_until(lambda: mounted(bind), 30, what=lambda: f"{bind} bound\n" + env.agent.output()[-3000:])
     with open(f"{bind}/f", "w") as f:
         f.write("pv")
     assert open(f"{env.target(pod, 'pv-1')}/inner/f").read() == "pv"

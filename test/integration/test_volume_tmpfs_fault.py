@@ -59,7 +59,7 @@ def test_a_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_retried
     def failed():
         v = volumes_of(sock, uid).get("creds")
         return v and v["state"] in ("pending", "failed") and "tmpfs" in (v["reason"] or "") and v
-    creds = wait_until(failed, timeout=30, what="the tmpfs volume failed\n" + env.agent.output()[-3000:])
+    creds = wait_until(failed, timeout=30, what=lambda: "the tmpfs volume failed\n" + env.agent.output()[-3000:])
     # Failed, as kvolumed_volumes counts it, but not final (a runner's wait
     # is not answered 409): retried, with its path and errno.
     assert creds["state"] == "failed" and creds["final"] is False, creds
@@ -83,7 +83,7 @@ def test_a_tmpfs_that_cannot_be_mounted_is_reported_harms_nothing_and_is_retried
     os.unlink(refuse)
     status, body = wait_until(
         lambda: (r := api_get(sock, f"/v1/pods/{uid}/volumes?wait=mounted&timeout=30s"))[0] == 200 and r[:2],
-        timeout=120, what="every volume mounted after the cause is gone\n" + env.agent.output()[-3000:])
+        timeout=120, what=lambda: "every volume mounted after the cause is gone\n" + env.agent.output()[-3000:])
     assert body["allMounted"] is True
     assert os.path.ismount(path) and fs_type(path) == "tmpfs"
     if kind == "secret":

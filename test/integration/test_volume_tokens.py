@@ -88,7 +88,7 @@ def publishes(env, target):
 def wait_publishes(env, target, count, timeout=20.0, code="OK"):
     return wait_until(lambda: (lambda p: p if len(p) >= count else None)(
         [c for c in publishes(env, target) if code is None or c["code"] == code]),
-        timeout, what=f"{count} NodePublishVolume of {target}\n" + env.agent.output()[-3000:])
+        timeout, what=lambda: f"{count} NodePublishVolume of {target}\n" + env.agent.output()[-3000:])
 
 
 def tokens_seen(env):

@@ -361,22 +361,62 @@ def fresh_ext4(mountpoint, image_dir, size_gib=8):
         os.unlink(image)
 
 
+def fresh_zram_ext4(mountpoint, size_gib=4):
+    """fresh_ext4() on a zram device of its own instead of a loop device: a
+    disk in memory whose writes complete in the submitting thread and whose
+    flush costs nothing (its cache is write-through), where the loop device
+    hands each write and flush to a kernel thread, then to its image's file
+    system.  What is left of a record's durability is then the file system's
+    own work, as on a disk with power-loss protection.  Returns the device's
+    number, for zram_remove().  Needs the zram driver (zram-control)."""
+    with open("/sys/class/zram-control/hot_add") as f:
+        number = int(f.read().strip())
+    try:
+        with open(f"/sys/block/zram{number}/disksize", "w") as f:
+            f.write(f"{size_gib}G")
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "has_journal",
+                        "-E", "lazy_itable_init=0,lazy_journal_init=0", f"/dev/zram{number}"], check=True)
+        subprocess.run(["mount", f"/dev/zram{number}", mountpoint], check=True)
+    except BaseException:
+        zram_remove(number)
+        raise
+    return number
+
+
+def zram_remove(number):
+    """Gives a device of fresh_zram_ext4() back, once unmounted."""
+    try:
+        with open("/sys/class/zram-control/hot_remove", "w") as f:
+            f.write(str(number))
+    except OSError as e:
+        print(f"bench: zram{number} not removed: {e}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def fresh_workdir(args):
-    """--fresh-fs: args.workdir (root-dir, the driver's state, the doubles'
-    files) moved onto fresh_ext4() for the run: figures that do not depend on
-    what ran before on --workdir's file system, nor on whether it has a
-    journal (this machine's has none: ext4_journal)."""
-    if not getattr(args, "fresh_fs", False):
+    """--fresh-fs [loop|zram]: args.workdir (root-dir, the driver's state,
+    the doubles' files) moved onto a new ext4 with a journal for the run:
+    figures that do not depend on what ran before on --workdir's file
+    system, nor on whether it has a journal (this machine's has none:
+    ext4_journal).  loop: fresh_ext4(), its image on --workdir's disk;
+    zram: fresh_zram_ext4(), in memory, a disk whose flush is free."""
+    backing = getattr(args, "fresh_fs", None)
+    if not backing:
         yield
         return
     outer = args.workdir
     args.workdir = tempfile.mkdtemp(prefix="kvbench-ext4.", dir=outer)
+    zram = None
     try:
-        fresh_ext4(args.workdir, outer)
+        if backing == "zram":
+            zram = fresh_zram_ext4(args.workdir)
+        else:
+            fresh_ext4(args.workdir, outer)
         yield
     finally:
         subprocess.run(["umount", "--lazy", args.workdir], stderr=subprocess.DEVNULL)
+        if zram is not None:
+            zram_remove(zram)
         os.rmdir(args.workdir)
         args.workdir = outer
 

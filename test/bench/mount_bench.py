@@ -640,9 +640,10 @@ def main():
     ap.add_argument("--dirty-window", type=int, default=512, help="MiB the busy writer keeps (dirty)")
     ap.add_argument("--isolated", action="store_true",
                     help="--dirty: root-dir on an ext4 image of its own on --workdir (a loop device)")
-    ap.add_argument("--fresh-fs", action="store_true",
+    ap.add_argument("--fresh-fs", nargs="?", const="loop", choices=("loop", "zram"),
                     help="the work directory (root-dir, the doubles' files) on a new ext4 with a journal, as a "
-                         "node's /var, on a loop device whose image is on --workdir (benchlib.fresh_workdir)")
+                         "node's /var: on a loop device whose image is on --workdir (loop, the default), or on a zram "
+                         "device of its own, a disk in memory whose flush is free (zram; benchlib.fresh_workdir)")
     ap.add_argument("--trace", action="store_true",
                     help="split each pod's time into its steps (a -Dtest-hooks=true build)")
     ap.add_argument("--sources", default=",".join(SOURCES), help="mount sources to run (kernel,mountinfo)")
@@ -713,7 +714,7 @@ def levels_main(args):
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
              f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}"
              f"{' --keep-pods' if args.keep_pods else ''}{' --driver go' if args.driver == 'go' else ''}"
-             f"{' --fresh-fs' if args.fresh_fs else ''}", "",
+             f"{' --fresh-fs ' + args.fresh_fs if args.fresh_fs else ''}", "",
              ("The driver: the benchmarks' grpc-go driver (test/bench/godriver/driver.go)." if args.driver == "go"
               else "The driver: the Python mock (grpcio)."),
              f"Its state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",

@@ -40,7 +40,7 @@ def main():
     ap.add_argument("--driver", choices=("python", "go"), default="python", help="mount_bench's")
     ap.add_argument("--log-level", default="warning", help="kvolumed's; its log is kept beside the report")
     ap.add_argument("--report", default="/var/tmp/kvolumed-resync-bench.md")
-    ap.add_argument("--fresh-fs", action="store_true", help="mount_bench's")
+    ap.add_argument("--fresh-fs", nargs="?", const="loop", choices=("loop", "zram"), help="mount_bench's")
     args = ap.parse_args()
     with fresh_workdir(args):
         return run(args)
@@ -111,7 +111,7 @@ def run(args):
     lines = [f"# kvolumed resync benchmark (issue 31) {args.label}", "",
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}"
-             f"{' --trace' if args.trace else ''} --driver {args.driver}{' --fresh-fs' if args.fresh_fs else ''}", "",
+             f"{' --trace' if args.trace else ''} --driver {args.driver}{' --fresh-fs ' + args.fresh_fs if args.fresh_fs else ''}", "",
              f"Load (1, 5, 15 min) before {res['load_before']}, after {res['load_after']}.", "",
              f"{args.pods} pods one after the other over {res['pods_seconds']:.0f} s "
              f"(resync-interval {args.resync}) beside {args.level} volumes: overhead (ms), creation → "

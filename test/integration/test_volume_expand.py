@@ -67,6 +67,30 @@ def claim_status(env, name):
     return env.api.get("persistentvolumeclaims", "default", name)["status"]
 
 
+def published_failing_next_expansion(env, check_interval, code="OUT_OF_RANGE", message="no room in the pool"):
+    """A pod's published volume whose next NodeExpandVolume fails with code
+    (OutOfRange: one kubelet takes as infeasible)."""
+    setup_volume(env)
+    env.start(extra=interval(check_interval))
+    pod = env.pod("web", [claim_volume("data", "grow")])
+    env.wait_mounted(env.target(pod, "pv-grow"))
+    env.driver.control.fail_next("NodeExpandVolume", code, message)
+
+
+def touch_pod(env):
+    """An update of the pod, which has its claims read at once."""
+    pod = env.api.get("pods", "default", "web")
+    env.api.update({**pod, "metadata": {**pod["metadata"], "annotations": {"touched": "1"}}})
+
+
+def wait_infeasible(env, name="grow"):
+    """The claim's status once it says NodeResizeInfeasible."""
+    return wait_until(lambda: (s := claim_status(env, name)).get("allocatedResourceStatuses", {})
+                      .get("storage") == "NodeResizeInfeasible" and s,
+                      what=lambda: f"NodeResizeInfeasible: the claim's status {claim_status(env, name)}\n"
+                      + env.agent.output()[-5000:])
+
+
 def status_patches(env, name):
     """The claim's status patches, each with its answer."""
     return answered_requests(env.api, lambda r: r["method"] == "PATCH" and r["path"] == STATUS_PATH.format(name))
@@ -121,18 +145,11 @@ def test_expansion_reports_in_progress_then_the_new_capacity(volume_env):
 
 def test_final_error_is_not_retried_until_the_size_changes(volume_env):
     env = volume_env
-    setup_volume(env)
-    env.start(extra=interval("1s"))
-    pod = env.pod("web", [claim_volume("data", "grow")])
-    env.wait_mounted(env.target(pod, "pv-grow"))
-    env.driver.control.fail_next("NodeExpandVolume", "OUT_OF_RANGE", "no room in the pool")
+    published_failing_next_expansion(env, "1s")
     controller_expands(env, "grow", "128Mi")
 
     env.wait_calls("NodeExpandVolume", code="OUT_OF_RANGE")
-    status = wait_until(lambda: (s := claim_status(env, "grow")).get("allocatedResourceStatuses", {})
-                        .get("storage") == "NodeResizeInfeasible" and s,
-                        what=lambda: f"NodeResizeInfeasible: the claim's status {claim_status(env, 'grow')}\n"
-                        + env.agent.output()[-5000:])
+    status = wait_infeasible(env)
     assert status["capacity"] == {"storage": "64Mi"}
     cond = [c for c in status.get("conditions", []) if c["type"] == "NodeResizeError"]
     assert len(cond) == 1 and cond[0]["status"] == "True"
@@ -155,16 +172,10 @@ def test_final_error_is_not_retried_until_the_size_changes(volume_env):
 
 def test_non_final_error_is_retried_with_backoff(volume_env):
     env = volume_env
-    setup_volume(env)
-    env.start(extra=interval("1h"))
-    pod = env.pod("web", [claim_volume("data", "grow")])
-    env.wait_mounted(env.target(pod, "pv-grow"))
-    env.driver.control.fail_next("NodeExpandVolume", "UNAVAILABLE", "driver restarting")
+    published_failing_next_expansion(env, "1h", "UNAVAILABLE", "driver restarting")
     controller_expands(env, "grow", "128Mi")
     # The hourly check is far away: the pod's update is what has its claim read.
-    env.api.update({**env.api.get("pods", "default", "web"),
-                    "metadata": {**env.api.get("pods", "default", "web")["metadata"],
-                                 "annotations": {"touched": "1"}}})
+    touch_pod(env)
     env.wait_calls("NodeExpandVolume", code="UNAVAILABLE")
     ok = env.wait_calls("NodeExpandVolume", code="OK")[-1]
     first = env.calls("NodeExpandVolume")[0]
@@ -283,18 +294,11 @@ def test_a_claim_read_before_its_resizer_wrote_is_not_the_older_protocol(volume_
     PV always comes with the claim the resizer wrote before growing it.
     Here the PV's GET is held while the resizer writes."""
     env = volume_env
-    setup_volume(env)
-    env.start(extra=interval("1h"))
-    pod = env.pod("web", [claim_volume("data", "grow")])
-    env.wait_mounted(env.target(pod, "pv-grow"))
-    env.driver.control.fail_next("NodeExpandVolume", "OUT_OF_RANGE", "no room in the pool")
+    published_failing_next_expansion(env, "1h")
     pv_path, claim_path = "/api/v1/persistentvolumes/pv-grow", "/api/v1/namespaces/default/persistentvolumeclaims/grow"
     env.api.set_delay(3.0, path_prefix=pv_path, method="GET")
     since = len(env.api.requests())
-    # The pod's update has its claim read at once (the periodic check is an hour away).
-    env.api.update({**env.api.get("pods", "default", "web"),
-                    "metadata": {**env.api.get("pods", "default", "web")["metadata"],
-                                 "annotations": {"touched": "1"}}})
+    touch_pod(env)  # the periodic check is an hour away
 
     def gets(path, answered):
         return [r for r in env.api.requests()[since:]
@@ -308,8 +312,5 @@ def test_a_claim_read_before_its_resizer_wrote_is_not_the_older_protocol(volume_
     controller_expands(env, "grow", "128Mi")
 
     env.wait_calls("NodeExpandVolume", code="OUT_OF_RANGE", timeout=20)
-    wait_until(lambda: claim_status(env, "grow").get("allocatedResourceStatuses", {}).get("storage")
-               == "NodeResizeInfeasible", timeout=10,
-               what=lambda: f"NodeResizeInfeasible: the claim's status {claim_status(env, 'grow')}\n"
-               + env.agent.output()[-3000:])
+    wait_infeasible(env)
     env.api.set_delay(0)

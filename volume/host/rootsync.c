@@ -42,6 +42,7 @@
 #include "systemd/log.h"
 #include "systemd/trace.h"
 #include "volume/host/intentlog.h"
+#include "volume/host/paths.h"
 #include "volume/internal.h"
 
 /* Takes queued for the later thread at most: a pass beyond waits for it,
@@ -245,6 +246,11 @@ static void sync_job(RootSync *s, RootChanges *c) {
                         result.error = result.error < 0 ? result.error : r;
                 }
         } else {
+                /* A failed early sync was for this take's slots (a kick
+                 * only comes before the take that holds them), whose records
+                 * are now made durable by themselves: an error here is said
+                 * here, and left to no later take. */
+                s->kick_error = 0;
                 result.error = root_changes_sync(s->root->sync_pool, s->root->fd, c, &failed);
                 /* Freed after every earlier take's: by the later thread too. */
                 if (result.error >= 0 && c->n_slots > 0) {
@@ -256,6 +262,8 @@ static void sync_job(RootSync *s, RootChanges *c) {
                 }
         }
         result.usec = monotonic_usec() - start;
+        if (result.logged && result.error < 0 && !failed)
+                failed = strdup(INTENT_LOG_FILE); /* the log's own sync, or the early one */
         if (failed)
                 (void) snprintf(result.failed, sizeof result.failed, "%s", failed);
         /* MSG_NOSIGNAL: nothing reads it once root_sync_free() began. */

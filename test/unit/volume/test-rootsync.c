@@ -76,88 +76,89 @@ static void wait_for_syncs(int n) {
         assert_true(atomic_load(&syncs_done) >= n);
 }
 
+/* A root-dir with its intent log, and its syncs off the loop. */
+typedef struct Node {
+        RootDir *r;
+        sd_event *e;
+        RootSync *s;
+        Told told;
+} Node;
+
+static void node_open(Node *n, const char *name) {
+        char root[200];
+
+        snprintf(root, sizeof root, "%s/%s", base, name);
+        *n = (Node) {};
+        assert_int_equal(root_dir_open(root, &n->r), 0);
+        assert_int_equal(root_dir_replay_intents(n->r, BOOT), 0);
+        assert_true(sd_event_new(&n->e) >= 0);
+        assert_int_equal(root_sync_new(n->e, n->r, on_done, &n->told, &n->s), 0);
+}
+
+static void node_close(Node *n) {
+        root_sync_free(n->s);
+        sd_event_unref(n->e);
+        root_dir_free(n->r);
+}
+
+/* A pass's record in dir: logged ahead, its directory and file written;
+ * with fail_early, the log's early sync (the kick) fails meanwhile. */
+static void record(Node *n, const char *dir, bool fail_early) {
+        char path[100];
+
+        snprintf(path, sizeof path, "%s/kvolumed.json", dir);
+        root_dir_log_ahead(n->r, path, "{}", 2, 0640);
+        if (fail_early) {
+                atomic_store(&syncs_to_fail, 1);
+                atomic_store(&syncs_done, 0);
+                root_sync_kick(n->s);
+                wait_for_syncs(1);
+                assert_int_equal(atomic_load(&syncs_to_fail), 0);
+        }
+        assert_int_equal(root_dir_mkdir_p(n->r, dir, 0750, NULL), 1);
+        assert_int_equal(root_dir_write_logged_file(n->r, path, "{}", 2, 0640), 0);
+}
+
+/* The pass's one operation handed to the sync: what it is told. */
+static int submit(Node *n, Operation *op) {
+        n->told = (Told){ .op = op };
+        assert_int_equal(root_sync_submit(n->s, &op, 1), 0);
+        run_until_told(n->e, &n->told);
+        return n->told.error;
+}
+
 /* The early sync failed, and the take that followed it had a record the
  * log could not hold: its files were made durable one by one, which covers
  * what the failed sync was for.  The error is that take's to say or drop,
  * never a later take's: the next pass's operations succeed. */
 static void test_a_failed_early_sync_is_not_left_to_a_later_take(void **state) {
-        char root[200], big[6000];
-        Operation *first = (Operation *) 0x1, *second = (Operation *) 0x2;
-        Told told = {};
-        sd_event *e = NULL;
-        RootSync *s = NULL;
-        RootDir *r = NULL;
+        char big[6000];
+        Node n;
 
-        snprintf(root, sizeof root, "%s/root", base);
-        assert_int_equal(root_dir_open(root, &r), 0);
-        assert_int_equal(root_dir_replay_intents(r, BOOT), 0);
-        assert_true(sd_event_new(&e) >= 0);
-        assert_int_equal(root_sync_new(e, r, on_done, &told, &s), 0);
-
-        /* A pass: its record logged ahead, the log synced early — and that
-         * sync fails. */
-        atomic_store(&syncs_to_fail, 1);
-        atomic_store(&syncs_done, 0);
-        root_dir_log_ahead(r, "kvolumed/a/kvolumed.json", "{\"a\":1}", 7, 0640);
-        root_sync_kick(s);
-        wait_for_syncs(1);
-        assert_int_equal(atomic_load(&syncs_to_fail), 0);
-        assert_int_equal(root_dir_mkdir_p(r, "kvolumed/a", 0750, NULL), 1);
-        assert_int_equal(root_dir_write_logged_file(r, "kvolumed/a/kvolumed.json", "{\"a\":1}", 7, 0640), 0);
+        node_open(&n, "root");
+        record(&n, "kvolumed/a", true);
         /* ... and a record too large for a slot: the take is made durable
          * file by file. */
         memset(big, 'x', sizeof big);
-        assert_int_equal(root_dir_write_file(r, "kvolumed/a/big.json", big, sizeof big, 0640, false), 0);
-        told = (Told){ .op = first };
-        assert_int_equal(root_sync_submit(s, &first, 1), 0);
-        run_until_told(e, &told);
-        assert_int_equal(told.error, 0);
+        assert_int_equal(root_dir_write_file(n.r, "kvolumed/a/big.json", big, sizeof big, 0640, false), 0);
+        assert_int_equal(submit(&n, (Operation *) 0x1), 0);
 
         /* The next pass, all in the log, nothing failing. */
-        root_dir_log_ahead(r, "kvolumed/b/kvolumed.json", "{\"b\":1}", 7, 0640);
-        assert_int_equal(root_dir_mkdir_p(r, "kvolumed/b", 0750, NULL), 1);
-        assert_int_equal(root_dir_write_logged_file(r, "kvolumed/b/kvolumed.json", "{\"b\":1}", 7, 0640), 0);
-        told = (Told){ .op = second };
-        assert_int_equal(root_sync_submit(s, &second, 1), 0);
-        run_until_told(e, &told);
-        assert_int_equal(told.error, 0);
-
-        root_sync_free(s);
-        sd_event_unref(e);
-        root_dir_free(r);
+        record(&n, "kvolumed/b", false);
+        assert_int_equal(submit(&n, (Operation *) 0x2), 0);
+        node_close(&n);
 }
 
 /* The early sync failed and the take after it is all in the log: its own
  * sync of the log may succeed only because the kernel reported the write
  * error once already, so the take's operations are told of the failure. */
 static void test_a_failed_early_sync_fails_the_logged_take_after_it(void **state) {
-        char root[200];
-        Operation *op = (Operation *) 0x3;
-        Told told = { .op = op };
-        sd_event *e = NULL;
-        RootSync *s = NULL;
-        RootDir *r = NULL;
+        Node n;
 
-        snprintf(root, sizeof root, "%s/logged", base);
-        assert_int_equal(root_dir_open(root, &r), 0);
-        assert_int_equal(root_dir_replay_intents(r, BOOT), 0);
-        assert_true(sd_event_new(&e) >= 0);
-        assert_int_equal(root_sync_new(e, r, on_done, &told, &s), 0);
-
-        atomic_store(&syncs_to_fail, 1);
-        atomic_store(&syncs_done, 0);
-        root_dir_log_ahead(r, "kvolumed/c/kvolumed.json", "{\"c\":1}", 7, 0640);
-        root_sync_kick(s);
-        wait_for_syncs(1);
-        assert_int_equal(root_dir_mkdir_p(r, "kvolumed/c", 0750, NULL), 1);
-        assert_int_equal(root_dir_write_logged_file(r, "kvolumed/c/kvolumed.json", "{\"c\":1}", 7, 0640), 0);
-        assert_int_equal(root_sync_submit(s, &op, 1), 0);
-        run_until_told(e, &told);
-        assert_int_equal(told.error, -EIO);
-
-        root_sync_free(s);
-        sd_event_unref(e);
-        root_dir_free(r);
+        node_open(&n, "logged");
+        record(&n, "kvolumed/c", true);
+        assert_int_equal(submit(&n, (Operation *) 0x3), -EIO);
+        node_close(&n);
 }
 
 int main(void) {

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/atomicwriter.h"
 
 /* The tables give a mode only where it is not 0644. */
@@ -39,12 +40,10 @@ typedef struct KV {
 } KV;
 
 static void reset_dir(void) {
-        char cmd[700];
-
         if (dir_fd >= 0)
                 close(dir_fd);
-        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, outside);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(tmptree_remove(dir), 0);
+        assert_int_equal(tmptree_remove(outside), 0);
         assert_int_equal(mkdir(dir, 0750), 0);
         assert_int_equal(mkdir(outside, 0700), 0);
         dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -61,12 +60,9 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[400];
-
         close(dir_fd);
         dir_fd = -1;
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        return system(cmd) == 0 ? 0 : -1;
+        return tmptree_remove(base) == 0 ? 0 : -1;
 }
 
 static int each_setup(void **state) {

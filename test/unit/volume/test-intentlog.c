@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/intentlog.h"
 #include "volume/host/paths.h"
 #include "volume/host/rootdir.h"
@@ -27,10 +28,8 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
         close(base_fd);
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(tmptree_remove(base), 0);
         return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/mounttable.h"
 
 #include <sys/syscall.h>
@@ -67,7 +68,6 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
         if (geteuid() != 0)
                 return 0;
         umount2(a, MNT_DETACH);
@@ -75,8 +75,7 @@ static int teardown(void **state) {
         umount2(b, MNT_DETACH);
         while (umount2(outside, MNT_DETACH) == 0)
                 ;
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        return system(cmd) == 0 ? 0 : -1;
+        return tmptree_remove(base) == 0 ? 0 : -1;
 }
 
 typedef struct Seen {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/internal.h"
 
 #define DRV "hostpath.csi.k8s.io"
@@ -32,12 +33,10 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
         publish_refs_free(&m);
         mount_table_free(m.mounts);
         root_dir_free(m.root);
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        return system(cmd) == 0 ? 0 : -1;
+        return tmptree_remove(base) == 0 ? 0 : -1;
 }
 
 static void put(const char *rel, const char *text) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/rootdir.h"
 
 /* A symlink on the way is refused: ELOOP, or ENOTDIR where a directory was required. */
@@ -29,9 +30,7 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(tmptree_remove(base), 0);
         return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/rootlock.h"
 
 static char base[] = "/tmp/kvolumed-rootlock-XXXXXX";
@@ -20,9 +21,7 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(tmptree_remove(base), 0);
         return 0;
 }
 

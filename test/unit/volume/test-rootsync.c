@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "test/unit/tmptree.h"
 #include "volume/host/intentlog.h"
 #include "volume/host/rootdir.h"
 #include "volume/internal.h"
@@ -42,9 +43,7 @@ static int setup(void **state) {
 }
 
 static int teardown(void **state) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        assert_int_equal(system(cmd), 0);
+        assert_int_equal(tmptree_remove(base), 0);
         return 0;
 }
 

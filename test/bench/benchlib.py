@@ -343,10 +343,21 @@ def ext4_journal(source):
         return True if os.path.isdir(f"/proc/fs/jbd2/{name}-8") else None
 
 
+def mkfs_ext4(target):
+    """An ext4 with a journal on target (an image or a device), written
+    whole by mkfs: no lazy initialisation writing behind the bench's back."""
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "has_journal",
+                    "-E", "lazy_itable_init=0,lazy_journal_init=0", target], check=True)
+
+
+def fresh_fs_flag(args):
+    """--fresh-fs as the report's command line gives it back ("" without)."""
+    return f" --fresh-fs {args.fresh_fs}" if getattr(args, "fresh_fs", None) else ""
+
+
 def fresh_ext4(mountpoint, image_dir, size_gib=8):
     """Mounts a new ext4 with a journal, as a node's /var is, on mountpoint:
-    its image a sparse file in image_dir, made whole by mkfs (no lazy
-    initialisation writing behind the bench's back).  The image is unlinked
+    its image a sparse file in image_dir (mkfs_ext4).  The image is unlinked
     once mounted, and the loop device clears itself at the unmount (mount -o
     loop), which the bench's private mount namespace does when it ends:
     nothing of it outlives the run.  Root and a private mount namespace."""
@@ -354,8 +365,7 @@ def fresh_ext4(mountpoint, image_dir, size_gib=8):
     try:
         os.ftruncate(fd, size_gib << 30)
         os.close(fd)
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "has_journal",
-                        "-E", "lazy_itable_init=0,lazy_journal_init=0", image], check=True)
+        mkfs_ext4(image)
         subprocess.run(["mount", "-o", "loop", image, mountpoint], check=True)
     finally:
         os.unlink(image)
@@ -374,8 +384,7 @@ def fresh_zram_ext4(mountpoint, size_gib=4):
     try:
         with open(f"/sys/block/zram{number}/disksize", "w") as f:
             f.write(f"{size_gib}G")
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "has_journal",
-                        "-E", "lazy_itable_init=0,lazy_journal_init=0", f"/dev/zram{number}"], check=True)
+        mkfs_ext4(f"/dev/zram{number}")
         subprocess.run(["mount", f"/dev/zram{number}", mountpoint], check=True)
     except BaseException:
         zram_remove(number)

@@ -57,7 +57,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchlib import (context_switches, cpu_seconds, kvolumed_path, machine, mounts_under,  # noqa: E402
-                      close_bench_node, fresh_ext4, fresh_workdir, open_bench_node, percentile, pod,
+                      close_bench_node, fresh_ext4, fresh_fs_flag, fresh_workdir, open_bench_node, percentile, pod,
                       request_kind, status_kib, wait, write_report)
 
 # The steps of a pod's path, in order: (name, the trace line that ends it).
@@ -286,9 +286,20 @@ class Node:
                                       env=dict(env, NOTIFY_SOCKET=notify_path,
                                                **({"KVOLUMED_TEST_TRACE_FILE": self.trace.path} if self.trace else {})),
                                       stderr=open(os.path.join(self.work, "kvolumed.log"), "a"))
-        notify.settimeout(300)
-        while "READY=1" not in notify.recv(65536).decode().split("\n"):
-            pass
+        # Up to 300 s for READY=1, but no longer than kvolumed lives: one
+        # that refuses its configuration exits at once, and says why.
+        notify.settimeout(1.0)
+        while True:
+            try:
+                if "READY=1" in notify.recv(65536).decode().split("\n"):
+                    break
+            except TimeoutError:
+                pass
+            if self.agent.poll() is not None or time.monotonic() - t0 > 300:
+                with open(os.path.join(self.work, "kvolumed.log"), errors="replace") as f:
+                    said = f.read()[-2000:]
+                raise SystemExit(f"bench: kvolumed ({source}) did not say READY=1 "
+                                 f"(exit status {self.agent.poll()}):\n{said}")
         ready = time.monotonic() - t0
         # Keep reading, as systemd does: a full queue would block sd_notify.
         threading.Thread(target=self.drain, args=(notify,), daemon=True).start()
@@ -714,7 +725,7 @@ def levels_main(args):
              f"{' --trace' if args.trace else ''} --sources {args.sources}"
              f"{' --builds ' + args.builds if args.builds else ''} --driver-state {args.driver_state}"
              f"{' --keep-pods' if args.keep_pods else ''}{' --driver go' if args.driver == 'go' else ''}"
-             f"{' --fresh-fs ' + args.fresh_fs if args.fresh_fs else ''}", "",
+             f"{fresh_fs_flag(args)}", "",
              ("The driver: the benchmarks' grpc-go driver (test/bench/godriver/driver.go)." if args.driver == "go"
               else "The driver: the Python mock (grpcio)."),
              f"Its state file (rewritten at each call): {DRIVER_STATE_TEXT[args.driver_state]}.", "",

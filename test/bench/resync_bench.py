@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import fresh_workdir, kvolumed_path, machine, percentile, write_report  # noqa: E402
+from benchlib import fresh_fs_flag, fresh_workdir, kvolumed_path, machine, percentile, write_report  # noqa: E402
 from mount_bench import Node  # noqa: E402
 
 
@@ -111,7 +111,7 @@ def run(args):
     lines = [f"# kvolumed resync benchmark (issue 31) {args.label}", "",
              f"Machine: {json.dumps(res['machine'])}", "",
              f"Command: test/bench/resync.sh --level {args.level} --pods {args.pods} --resync {args.resync}"
-             f"{' --trace' if args.trace else ''} --driver {args.driver}{' --fresh-fs ' + args.fresh_fs if args.fresh_fs else ''}", "",
+             f"{' --trace' if args.trace else ''} --driver {args.driver}{fresh_fs_flag(args)}", "",
              f"Load (1, 5, 15 min) before {res['load_before']}, after {res['load_after']}.", "",
              f"{args.pods} pods one after the other over {res['pods_seconds']:.0f} s "
              f"(resync-interval {args.resync}) beside {args.level} volumes: overhead (ms), creation → "

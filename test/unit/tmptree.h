@@ -7,11 +7,12 @@
 #include <ftw.h>
 #include <stdio.h>
 
+/* nftw()'s: -1 with errno stops the walk, and nftw() returns it. */
 static inline int tmptree_remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
         (void) st;
         (void) type;
         (void) ftw;
-        return remove(path) < 0 ? -errno : 0;
+        return remove(path);
 }
 
 /* Removes path and everything below it, as rm -rf does (symlinks are not
@@ -19,9 +20,7 @@ static inline int tmptree_remove_one(const char *path, const struct stat *st, in
  * goes by whole paths, so a tree deeper than PATH_MAX is refused
  * (ENAMETOOLONG) where rm -rf, working from descriptors, is not. */
 static inline int tmptree_remove(const char *path) {
-        int r = nftw(path, tmptree_remove_one, 16, FTW_DEPTH | FTW_PHYS);
-
-        if (r < 0)
+        if (nftw(path, tmptree_remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
                 return errno == ENOENT ? 0 : -errno;
-        return r;
+        return 0;
 }

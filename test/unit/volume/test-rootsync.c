@@ -29,8 +29,12 @@ static atomic_int syncs_done;
 int __real_intent_log_sync(IntentLog *l);
 int __wrap_intent_log_sync(IntentLog *l);
 int __wrap_intent_log_sync(IntentLog *l) {
-        int r = atomic_load(&syncs_to_fail) > 0 ? (atomic_fetch_sub(&syncs_to_fail, 1), -EIO)
-                                                 : __real_intent_log_sync(l);
+        int r = -EIO;
+
+        if (atomic_load(&syncs_to_fail) > 0)
+                atomic_fetch_sub(&syncs_to_fail, 1);
+        else
+                r = __real_intent_log_sync(l);
         atomic_fetch_add(&syncs_done, 1);
         return r;
 }

@@ -985,8 +985,8 @@ int expand_during_publish(Operation *op, expand_mount_done_t done) {
                 e->mount_done = NULL;
                 return -EIO;
         }
-        log_fields(LOG_DEBUG, &f, "Reading claim %s/%s and volume %s for their sizes before the publish of %s counts "
-                   "as done", e->claim_namespace, e->claim_name, e->pv_name, op->spec_name);
+        log_fields(LOG_DEBUG, &f, "Reading volume %s, then claim %s/%s, for their sizes before the publish of %s "
+                   "counts as done", e->pv_name, e->claim_namespace, e->claim_name, op->spec_name);
         return 1;
 }
 
